@@ -1,0 +1,56 @@
+"""The backend contract.
+
+One ``Backend`` object is one model *instance* (Triton's instance_group count creates that
+many). The scheduler calls ``execute`` from the instance's own worker thread, never from
+the event loop, and never concurrently on one instance.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import NamedTuple
+
+import numpy as np
+
+
+class BackendError(Exception):
+    """Load-time problem with a model's files or settings (the model becomes UNAVAILABLE)."""
+
+
+class TensorDescription(NamedTuple):
+    """An input/output as a backend knows it, for auto-completing config.pbtxt.
+
+    ``datatype`` is the Triton wire name ("FP32"); ``dims`` exclude the batch dimension
+    when ``batched`` is true (the graph's first dimension is dynamic).
+    """
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+
+
+class Backend(ABC):
+    #: file the version folder must contain (used for the error message when it is absent)
+    default_filename: str = ""
+
+    def __init__(self, config: dict, version_dir: str, instance_index: int):
+        self.config = config
+        self.version_dir = version_dir
+        self.instance_index = instance_index
+
+    @classmethod
+    def describe_io(
+        cls, config: dict, version_dir: str
+    ) -> tuple[list[TensorDescription], list[TensorDescription], bool] | None:
+        """(inputs, outputs, supports_batching) read from the model files, or None.
+
+        Called when config.pbtxt omits inputs or outputs (Triton's auto-complete).
+        """
+        return None
+
+    @abstractmethod
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch. Arrays carry the leading batch dim when max_batch_size > 0."""
+
+    def close(self) -> None:
+        """Release resources; called once when the model version is unloaded."""

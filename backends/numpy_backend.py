@@ -1,0 +1,65 @@
+"""``backend: "numpy"``: a Python model in ``<version>/model.py``.
+
+``model.py`` defines ``class Model`` with an optional
+``initialize(self, config: dict, model_dir: str)`` and
+``execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]`` that works on a
+whole batch. Exceptions from ``execute`` fail that batch with INTERNAL; the model stays loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+
+import numpy as np
+
+from .base import Backend, BackendError
+
+_module_ids = itertools.count()
+
+
+class NumpyBackend(Backend):
+    default_filename = "model.py"
+
+    def __init__(self, config: dict, version_dir: str, instance_index: int):
+        super().__init__(config, version_dir, instance_index)
+        filename = config.get("default_model_filename") or self.default_filename
+        path = os.path.join(version_dir, filename)
+        if not os.path.isfile(path):
+            raise BackendError(f"model file not found: {path}")
+        # A fresh module object per instance: instances must not share module-level state
+        # by accident, and reloading a changed model.py must not see the old module.
+        module_name = f"fpgaserve_numpy_model_{next(_module_ids)}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            sys.modules.pop(module_name, None)
+            raise BackendError(f"failed to import {path}: {type(e).__name__}: {e}") from e
+        finally:
+            self._module_name = module_name
+        model_cls = getattr(module, "Model", None)
+        if model_cls is None:
+            raise BackendError(f"{path} does not define 'class Model'")
+        try:
+            self.model = model_cls()
+            init = getattr(self.model, "initialize", None)
+            if init is not None:
+                init(config, version_dir)
+        except Exception as e:
+            raise BackendError(f"{path}: Model initialization failed: {type(e).__name__}: {e}") from e
+        if not callable(getattr(self.model, "execute", None)):
+            raise BackendError(f"{path}: Model has no execute(inputs) method")
+
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.model.execute(inputs)
+
+    def close(self) -> None:
+        finalize = getattr(self.model, "finalize", None)
+        if finalize is not None:
+            finalize()
+        sys.modules.pop(self._module_name, None)

@@ -1,0 +1,111 @@
+"""``platform: "onnxruntime_onnx"`` / ``backend: "onnxruntime"``: ``<version>/model.onnx``.
+
+Thread counts come from the config ``parameters`` with the names Triton's ONNX Runtime
+backend uses (``intra_op_thread_count``, ``inter_op_thread_count``). The default intra-op
+count is 1: each model instance has its own worker, so instances, not ORT threads, are the
+unit of parallelism (and a 2-core host is not oversubscribed).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .base import Backend, BackendError, TensorDescription
+
+# ONNX tensor element type strings -> Triton wire names
+_ORT_TYPES = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+
+
+def _parameter(config: dict, key: str, default: str) -> str:
+    return config.get("parameters", {}).get(key, {}).get("string_value", default)
+
+
+def _session(path: str, config: dict):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    try:
+        opts.intra_op_num_threads = int(_parameter(config, "intra_op_thread_count", "1"))
+        opts.inter_op_num_threads = int(_parameter(config, "inter_op_thread_count", "1"))
+    except ValueError as e:
+        raise BackendError(f"bad thread count parameter: {e}") from None
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise BackendError(f"failed to load ONNX model {path}: {e}") from e
+
+
+def _model_path(config: dict, version_dir: str) -> str:
+    filename = config.get("default_model_filename") or OnnxRuntimeBackend.default_filename
+    path = os.path.join(version_dir, filename)
+    if not os.path.isfile(path):
+        raise BackendError(f"model file not found: {path}")
+    return path
+
+
+def _describe(args) -> list[tuple[str, str, list]]:
+    out = []
+    for a in args:
+        if a.type not in _ORT_TYPES:
+            raise BackendError(f"tensor '{a.name}' has unsupported ONNX type {a.type}")
+        dims = [d if isinstance(d, int) and d >= 0 else -1 for d in a.shape]
+        out.append((a.name, _ORT_TYPES[a.type], dims))
+    return out
+
+
+class OnnxRuntimeBackend(Backend):
+    default_filename = "model.onnx"
+
+    def __init__(self, config: dict, version_dir: str, instance_index: int):
+        super().__init__(config, version_dir, instance_index)
+        self.session = _session(_model_path(config, version_dir), config)
+        self._inputs = {a.name: a.type for a in self.session.get_inputs()}
+        self._output_names = [o["name"] for o in config.get("output", [])] or [
+            o.name for o in self.session.get_outputs()
+        ]
+
+    @classmethod
+    def describe_io(cls, config: dict, version_dir: str):
+        session = _session(_model_path(config, version_dir), config)
+        ins = _describe(session.get_inputs())
+        outs = _describe(session.get_outputs())
+        # The graph batches when every tensor's first dim is dynamic; Triton then strips it.
+        batched = all(len(d) >= 1 and d[0] == -1 for _, _, d in ins + outs)
+        strip = 1 if batched else 0
+        return (
+            [TensorDescription(n, t, tuple(d[strip:])) for n, t, d in ins],
+            [TensorDescription(n, t, tuple(d[strip:])) for n, t, d in outs],
+            batched,
+        )
+
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed = {}
+        for name, array in inputs.items():
+            if self._inputs.get(name) == "tensor(string)":
+                # ORT wants str objects; Triton BYTES are raw bytes
+                array = np.vectorize(lambda b: b.decode("utf-8", "surrogateescape"), otypes=[object])(array)
+            feed[name] = array
+        results = self.session.run(self._output_names, feed)
+        out = {}
+        for name, value in zip(self._output_names, results):
+            if value.dtype.kind in ("U", "O"):
+                value = np.vectorize(lambda s: s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s, otypes=[object])(value)
+            out[name] = value
+        return out

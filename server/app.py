@@ -1,0 +1,127 @@
+"""The running server: wires repository, shared memory, servicers and listeners together.
+
+Shutdown (SIGTERM/SIGINT): ServerReady turns false, the gRPC server stops accepting new
+RPCs and lets in-flight ones finish for up to ``exit_timeout_secs``, then the repository
+drains its schedulers and releases the models; the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+import grpc
+
+from .grpc_service import HealthServicer, InferenceServicer
+from .http_health import HealthHttpServer
+from .log_settings import LogSettings
+from .repository import ModelRepository
+from .shared_memory import SystemSharedMemoryManager
+
+log = logging.getLogger("fpgaserve")
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class ServerOptions:
+    model_repositories: list[str]
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000  # -1 disables
+    metrics_port: int = 8002  # -1 disables
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    repository_poll_secs: float = 15.0
+    strict_readiness: bool = True
+    exit_on_error: bool = False
+    exit_timeout_secs: float = 30.0
+    grpc_max_message_size: int = INT32_MAX
+    log_verbose: int = 0
+    log_file: str = ""
+    log_format: str = "default"
+    # keepalive: tolerant defaults so client keepalive pings never earn a GOAWAY
+    grpc_keepalive_time_ms: int = 7_200_000
+    grpc_keepalive_timeout_ms: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = True
+    grpc_http2_max_pings_without_data: int = 0
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = 1_000
+    grpc_http2_max_ping_strikes: int = 0
+
+
+class InferenceServer:
+    def __init__(self, options: ServerOptions):
+        self.options = options
+        self.log_settings = LogSettings(options.log_verbose, options.log_file, options.log_format)
+        self.shm = SystemSharedMemoryManager()
+        self.repository = ModelRepository(
+            options.model_repositories,
+            control_mode=options.model_control_mode,
+            startup_models=options.load_models,
+            poll_secs=options.repository_poll_secs,
+            shm=self.shm,
+            strict_readiness=options.strict_readiness,
+        )
+        self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings)
+        self.http = HealthHttpServer(self.servicer)
+        self._grpc: grpc.aio.Server | None = None
+        self._stopped = asyncio.Event()
+        self.grpc_port = None
+        self.http_port = None
+
+    def _grpc_options(self):
+        o = self.options
+        size = o.grpc_max_message_size
+        return [
+            ("grpc.max_receive_message_length", size),
+            ("grpc.max_send_message_length", size),
+            ("grpc.keepalive_time_ms", o.grpc_keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", o.grpc_keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", int(o.grpc_keepalive_permit_without_calls)),
+            ("grpc.http2.max_pings_without_data", o.grpc_http2_max_pings_without_data),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", o.grpc_http2_min_recv_ping_interval_without_data_ms),
+            ("grpc.http2.max_ping_strikes", o.grpc_http2_max_ping_strikes),
+            ("grpc.so_reuseport", 0),
+        ]
+
+    async def start(self) -> None:
+        o = self.options
+        await self.repository.start()
+        if o.exit_on_error and not self.repository.all_ready():
+            raise SystemExit("error: some models failed to load and --exit-on-error is set")
+        self._grpc = grpc.aio.server(options=self._grpc_options())
+        self._grpc.add_generic_rpc_handlers(
+            (self.servicer.generic_handler(), HealthServicer(self.servicer).generic_handler())
+        )
+        self.grpc_port = self._grpc.add_insecure_port(f"{o.grpc_address}:{o.grpc_port}")
+        if self.grpc_port == 0:
+            raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{o.grpc_port}")
+        await self._grpc.start()
+        # tritonserver prints exactly this; launchers (cmsTriton) wait for it
+        log.info("Started GRPCInferenceService at %s:%d", o.grpc_address, self.grpc_port)
+        if o.http_port >= 0:
+            self.http_port = await self.http.start(o.http_address, o.http_port)
+            log.info("Started HTTPService at %s:%d (health endpoints)", o.http_address, self.http_port)
+
+    async def stop(self) -> None:
+        self.servicer.exiting = True
+        log.info("shutting down: draining in-flight requests (up to %.0f s)", self.options.exit_timeout_secs)
+        if self._grpc is not None:
+            await self._grpc.stop(grace=self.options.exit_timeout_secs)
+        await self.http.stop()
+        await self.repository.stop()
+        self.shm.close()
+        log.info("server stopped")
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_requested.set)
+        await stop_requested.wait()
+        await self.stop()

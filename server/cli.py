@@ -1,0 +1,150 @@
+"""``fpgaserve``: command line mirroring tritonserver's flags where they mean the same."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from . import __version__
+from .app import INT32_MAX, InferenceServer, ServerOptions
+from .repository import CONTROL_MODES
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fpgaserve",
+        description=(
+            "Triton-compatible gRPC inference server for hls4ml models on FPGAs, with numpy and "
+            "ONNX Runtime emulation backends. Unmodified Triton clients (tritonclient, "
+            "perf_analyzer, CMSSW SonicTriton) can point at it."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"fpgaserve {__version__}")
+    g = p.add_argument_group("model repository")
+    g.add_argument(
+        "--model-repository", "--model-store", dest="model_repository", action="append", required=True,
+        metavar="PATH",
+        help="Triton-layout model repository: <repo>/<model>/config.pbtxt and numeric version "
+        "folders. Repeat to serve several repositories.",
+    )
+    g.add_argument(
+        "--model-control-mode", choices=CONTROL_MODES, default="none",
+        help="none: load every model at start, no load/unload RPCs; explicit: load only "
+        "--load-model models, RepositoryModelLoad/Unload allowed; poll: load every model and "
+        "rescan the repository every --repository-poll-secs to load, reload and unload.",
+    )
+    g.add_argument(
+        "--load-model", action="append", default=[], metavar="NAME",
+        help="with --model-control-mode=explicit: a model to load at start (repeatable; '*' loads all).",
+    )
+    g.add_argument("--repository-poll-secs", type=float, default=15.0, help="poll interval in poll mode (seconds).")
+    g.add_argument(
+        "--strict-readiness", type=_bool, default=True, metavar="BOOL",
+        help="true: ServerReady (and the gRPC health check) is true only while every model is "
+        "READY or deliberately unloaded; false: ready as soon as the server is up.",
+    )
+    g.add_argument(
+        "--exit-on-error", type=_bool, default=False, metavar="BOOL",
+        help="exit at start if a model fails to load (tritonserver's default is true; ours keeps "
+        "serving the other models and shows the failure in RepositoryIndex).",
+    )
+    g = p.add_argument_group("network")
+    g.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC service binds.")
+    g.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (KServe v2 + Triton extensions, health).")
+    g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP health endpoints bind.")
+    g.add_argument(
+        "--http-port", type=int, default=8000,
+        help="HTTP port for /v2/health/live, /v2/health/ready and /v2/models/<m>/ready; -1 disables.",
+    )
+    g.add_argument(
+        "--metrics-port", type=int, default=8002,
+        help="Prometheus metrics port (served once the metrics exporter is enabled; -1 disables).",
+    )
+    g.add_argument(
+        "--grpc-max-message-size", type=int, default=INT32_MAX, metavar="BYTES",
+        help="largest gRPC message accepted or sent (Triton and its clients use INT32_MAX).",
+    )
+    g.add_argument("--grpc-keepalive-time", type=int, default=7_200_000, metavar="MS", help="server keepalive ping interval.")
+    g.add_argument("--grpc-keepalive-timeout", type=int, default=20_000, metavar="MS", help="keepalive ping ack timeout.")
+    g.add_argument(
+        "--grpc-keepalive-permit-without-calls", type=_bool, default=True, metavar="BOOL",
+        help="allow client keepalive pings when no call is active.",
+    )
+    g.add_argument(
+        "--grpc-http2-max-pings-without-data", type=int, default=0,
+        help="pings the server may send without data (0 = unlimited).",
+    )
+    g.add_argument(
+        "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=1_000, metavar="MS",
+        help="minimum interval between client pings the server tolerates.",
+    )
+    g.add_argument(
+        "--grpc-http2-max-ping-strikes", type=int, default=0,
+        help="bad pings tolerated before GOAWAY (0 = unlimited, so keepalive clients are never cut).",
+    )
+    g = p.add_argument_group("logging and shutdown")
+    g.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (>0 enables debug logs).")
+    g.add_argument("--log-file", default="", help="write the log to this file instead of stderr.")
+    g.add_argument("--log-format", choices=("default", "ISO8601"), default="default", help="log line format.")
+    g.add_argument(
+        "--exit-timeout-secs", type=float, default=30.0,
+        help="on SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.",
+    )
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    return ServerOptions(
+        model_repositories=args.model_repository,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        model_control_mode=args.model_control_mode,
+        load_models=args.load_model,
+        repository_poll_secs=args.repository_poll_secs,
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        exit_timeout_secs=args.exit_timeout_secs,
+        grpc_max_message_size=args.grpc_max_message_size,
+        log_verbose=args.log_verbose,
+        log_file=args.log_file,
+        log_format=args.log_format,
+        grpc_keepalive_time_ms=args.grpc_keepalive_time,
+        grpc_keepalive_timeout_ms=args.grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+        grpc_http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data_ms=args.grpc_http2_min_recv_ping_interval_without_data,
+        grpc_http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    server = InferenceServer(options_from_args(args))
+    try:
+        asyncio.run(server.serve_forever())
+    except KeyboardInterrupt:
+        pass
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            logging.getLogger("fpgaserve").error("%s", e.code)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,391 @@
+"""ModelInferRequest -> InferenceRequest (numpy views + validation) and results -> ModelInferResponse.
+
+Validation follows Triton's order (gRPC frontend first, then core ``Normalize``) so that a
+request with several problems gets the same first error Triton would report, with the same
+status code and message text (the table in triton-protocol.md).
+
+Zero-copy: raw inputs become ``np.frombuffer`` views on the request's bytes (read once);
+outputs are serialized once with ``tobytes`` (protobuf ``bytes`` fields reject memoryviews).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+import numpy as np
+
+from fpgaserve.protos import inference as pb
+
+from . import datatypes
+from .errors import invalid_argument
+from .model_config import TensorSpec
+from .request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
+
+ALLOWED_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
+RESERVED_PARAMETER_ERROR = (
+    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+    "following keys starting with 'triton_' are allowed: "
+    + " ".join(ALLOWED_TRITON_PARAMETERS)
+)
+
+_U32 = struct.Struct("<I")
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+def parameter_value(p) -> Any:
+    kind = p.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(p, kind)
+
+
+def _request_parameters(request, ireq: InferenceRequest) -> None:
+    for key, p in request.parameters.items():
+        kind = p.WhichOneof("parameter_choice")
+        value = None if kind is None else getattr(p, kind)
+        if key == "sequence_id":
+            if kind not in ("int64_param", "string_param", "uint64_param"):
+                raise invalid_argument(
+                    "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
+                )
+        elif key in ("sequence_start", "sequence_end"):
+            if kind != "bool_param":
+                raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
+        elif key == "priority":
+            if kind not in ("int64_param", "uint64_param") or value < 0:
+                raise invalid_argument(
+                    "invalid value type for 'priority' parameter, expected int64_param or uint64_param."
+                )
+            ireq.priority = int(value)
+        elif key == "timeout":
+            if kind != "int64_param" or value < 0:
+                raise invalid_argument("invalid value type for 'timeout' parameter, expected int64_param.")
+            ireq.timeout_us = int(value)
+        elif key.startswith("triton_") and key not in ALLOWED_TRITON_PARAMETERS:
+            raise invalid_argument(RESERVED_PARAMETER_ERROR)
+        ireq.parameters[key] = value
+
+
+def _tensor_shm(params, what: str) -> ShmTarget | None:
+    if "shared_memory_region" not in params:
+        return None
+    region = params["shared_memory_region"].string_param
+    offset = params["shared_memory_offset"].int64_param if "shared_memory_offset" in params else 0
+    if "shared_memory_byte_size" not in params:
+        raise invalid_argument(
+            f"'shared_memory_byte_size' parameter must be specified for {what} with 'shared_memory_region'"
+        )
+    return ShmTarget(region, offset, params["shared_memory_byte_size"].int64_param)
+
+
+# ----------------------------------------------------------------------------- BYTES
+
+
+def deserialize_bytes(buf, count: int, name: str, model: str) -> np.ndarray:
+    """Length-prefixed BYTES (4-byte little-endian length + data per element) -> object array."""
+    mv = memoryview(buf).cast("B")
+    n = mv.nbytes
+    out = np.empty(count, dtype=object)
+    if count == 0:
+        if n:
+            raise invalid_argument(
+                f"unexpected number of string elements {count} for inference input '{name}' for model '{model}'"
+            )
+        return out
+    # Fast path: every element has the same length (fixed-width ids, tokens, identity tests).
+    # Then the buffer is a [count, 4+L] matrix and numpy can check and slice it in C.
+    if n >= 4:
+        first = _U32.unpack_from(mv, 0)[0]
+        if count * (4 + first) == n:
+            rows = np.frombuffer(mv, dtype=np.uint8).reshape(count, 4 + first)
+            lengths = rows[:, :4].copy().view("<u4").ravel()
+            # numpy's S dtype drops trailing NULs when converting to bytes, so only take
+            # this path when no element ends in NUL.
+            if np.all(lengths == first) and (first == 0 or not np.any(rows[:, -1] == 0)):
+                if first == 0:
+                    out[:] = [b""] * count
+                else:
+                    data = np.ascontiguousarray(rows[:, 4:]).view(f"S{first}").ravel()
+                    out[:] = data.astype(object)
+                return out
+    offset = 0
+    unpack = _U32.unpack_from
+    for i in range(count):
+        if offset + 4 > n:
+            raise invalid_argument(
+                f"unexpected number of string elements {i} for inference input '{name}' for model "
+                f"'{model}', expecting {count}"
+            )
+        length = unpack(mv, offset)[0]
+        offset += 4
+        if offset + length > n:
+            raise invalid_argument(
+                f"element byte size indicates more data than is available for inference input "
+                f"'{name}' for model '{model}'"
+            )
+        out[i] = mv[offset : offset + length].tobytes()
+        offset += length
+    if offset != n:
+        raise invalid_argument(
+            f"unexpected number of string elements {count} for inference input '{name}' for model "
+            f"'{model}': {n - offset} bytes remain after the last element"
+        )
+    return out
+
+
+def _as_bytes(x) -> bytes:
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, str):
+        return x.encode("utf-8")
+    if isinstance(x, (bytearray, memoryview, np.bytes_)):
+        return bytes(x)
+    return str(x).encode("utf-8")
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    flat = array.reshape(-1)
+    if flat.size == 0:
+        return b""
+    items = [_as_bytes(x) for x in flat.tolist()]
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    first = int(lengths[0])
+    if first > 0 and np.all(lengths == first):
+        rows = np.empty((len(items), 4 + first), dtype=np.uint8)
+        rows[:, :4] = np.array([first], dtype="<u4").view(np.uint8)
+        rows[:, 4:] = np.array(items, dtype=f"S{first}").view(np.uint8).reshape(len(items), first)
+        return rows.tobytes()
+    return b"".join(_U32.pack(len(x)) + x for x in items)
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+def _typed_contents(contents, dt: datatypes.DataType) -> np.ndarray:
+    if dt.contents_field is None:
+        return np.empty(0, dtype=dt.dtype)
+    values = getattr(contents, dt.contents_field)
+    if dt.wire == "BYTES":
+        out = np.empty(len(values), dtype=object)
+        out[:] = list(values)
+        return out
+    return np.array(values, dtype=dt.dtype)
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+_SHAPE_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
+def decode_request(request, model, shm) -> InferenceRequest:
+    """Validate ``request`` against ``model`` (a repository.ModelVersion) and build the numpy view."""
+    name = model.name
+    ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1, id=request.id)
+    ireq.arrival_ns = time.monotonic_ns()
+    if request.parameters:
+        _request_parameters(request, ireq)
+
+    # --- frontend: collect inputs and requested outputs (duplicates, raw vs typed)
+    raw_contents = request.raw_input_contents  # read the repeated field once
+    has_raw = len(raw_contents) > 0
+    received: dict[str, tuple[Any, list[int], Any]] = {}  # name -> (datatype str, shape, data)
+    raw_index = 0
+    for tensor in request.inputs:
+        if tensor.name in received:
+            raise invalid_argument(f"input '{tensor.name}' already exists in request")
+        target = _tensor_shm(tensor.parameters, f"input '{tensor.name}'") if tensor.parameters else None
+        if target is not None:
+            data = target
+        elif has_raw:
+            if tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{name}'"
+                )
+            data = raw_contents[raw_index] if raw_index < len(raw_contents) else b""
+            raw_index += 1
+        else:
+            data = tensor.contents  # typed contents, converted after dtype validation
+        received[tensor.name] = (tensor.datatype, list(tensor.shape), data)
+
+    requested: list[RequestedOutput] = []
+    if request.outputs:
+        seen: set[str] = set()
+        for out in request.outputs:
+            if out.name in seen:
+                raise invalid_argument(f"output '{out.name}' already exists in request")
+            seen.add(out.name)
+    # --- core Normalize: requested outputs exist
+    for out in request.outputs:
+        spec = model.outputs.get(out.name)
+        if spec is None:
+            raise invalid_argument(f"unexpected inference output '{out.name}' for model '{name}'")
+        params = out.parameters
+        target = _tensor_shm(params, f"output '{out.name}'") if params else None
+        k = int(params["classification"].int64_param) if params and "classification" in params else 0
+        requested.append(RequestedOutput(spec, target, k))
+    if not requested:
+        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
+    ireq.outputs = requested
+
+    # --- input count, unknown inputs
+    if len(received) > len(model.inputs) or len(received) < model.required_input_count:
+        got = ",".join(f"'{n}'" for n in received)
+        missing = ",".join(
+            f"'{n}'" for n, s in model.inputs.items() if not s.optional and n not in received
+        )
+        raise invalid_argument(
+            f"expected {len(model.inputs)} inputs but got {len(received)} inputs for model "
+            f"'{name}'. Got input(s) [{got}], but missing required input(s) [{missing}]. "
+            f"Please provide all required input(s)."
+        )
+    for in_name in received:
+        if in_name not in model.inputs:
+            raise invalid_argument(f"unexpected inference input '{in_name}' for model '{name}'")
+
+    # --- batch size
+    max_batch = model.max_batch_size
+    if max_batch > 0:
+        batch = None
+        for in_name, (_, shape, _) in received.items():
+            if not shape:
+                raise invalid_argument(
+                    f"input '{in_name}' has no shape but model requires batch dimension for '{name}'"
+                )
+            if batch is None:
+                batch = shape[0]
+            elif shape[0] != batch:
+                raise invalid_argument(
+                    f"input '{in_name}' batch size does not match other inputs for '{name}'"
+                )
+        batch = batch or 0
+        if batch > max_batch:
+            raise invalid_argument(f"inference request batch-size must be <= {max_batch} for '{name}'")
+        ireq.batch_size = batch
+
+    # --- per input: datatype, shape, size; then build the numpy view
+    for in_name, (datatype, shape, data) in received.items():
+        spec: TensorSpec = model.inputs[in_name]
+        dt = spec.datatype
+        if datatype != dt.wire:
+            raise invalid_argument(
+                f"inference input '{in_name}' data-type is '{datatype}', but model '{name}' "
+                f"expects '{dt.wire}'"
+            )
+        if any(d < 0 for d in shape):
+            raise invalid_argument(
+                f"All input dimensions should be specified for input '{in_name}' for model "
+                f"'{name}', got {_fmt_shape(shape)}"
+            )
+        dims = shape[1:] if max_batch > 0 else shape
+        if len(dims) != len(spec.dims) or any(c != -1 and c != d for c, d in zip(spec.dims, dims)):
+            expected = ([-1] if max_batch > 0 else []) + list(spec.dims)
+            raise invalid_argument(
+                f"unexpected shape for input '{in_name}' for model '{name}'. Expected "
+                f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}."
+                + (_SHAPE_NOTE if max_batch > 0 else "")
+            )
+        count = 1
+        for d in shape:
+            count *= d
+        if isinstance(data, ShmTarget):
+            data = shm.read(*data)
+        if dt.wire == "BYTES":
+            if isinstance(data, (bytes, memoryview)):
+                array = deserialize_bytes(data, count, in_name, name)
+            else:
+                array = _typed_contents(data, dt)
+                if array.size != count:
+                    raise invalid_argument(
+                        f"expected {count} string elements for inference input '{in_name}' for "
+                        f"model '{name}', got {array.size}"
+                    )
+        else:
+            expected_bytes = count * dt.itemsize
+            if isinstance(data, (bytes, memoryview)):
+                got = len(data) if isinstance(data, bytes) else data.nbytes
+                if got != expected_bytes:
+                    raise invalid_argument(
+                        f"input byte size mismatch for input '{in_name}' for model '{name}'. "
+                        f"Expected {expected_bytes}, got {got}"
+                    )
+                array = np.frombuffer(data, dtype=dt.dtype)
+            else:
+                array = _typed_contents(data, dt)
+                if array.size != count:
+                    raise invalid_argument(
+                        f"input byte size mismatch for input '{in_name}' for model '{name}'. "
+                        f"Expected {expected_bytes}, got {array.size * dt.itemsize}"
+                    )
+        ireq.inputs[in_name] = array.reshape(shape)
+    return ireq
+
+
+# ----------------------------------------------------------------------------- encode
+
+
+def _labels(model, spec: TensorSpec) -> list[str]:
+    return model.labels(spec.label_filename) if spec.label_filename else []
+
+
+def _classify(array: np.ndarray, k: int, labels: list[str], batched: bool) -> np.ndarray:
+    """Triton's classification extension: top-k per batch item as b"value:index[:label]"."""
+    rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
+    k = min(k, rows.shape[1])
+    idx = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(rows, idx, axis=1)
+    out = np.empty(idx.shape, dtype=object)
+    is_float = rows.dtype.kind == "f"
+    for r in range(idx.shape[0]):
+        for c in range(k):
+            i = int(idx[r, c])
+            v = f"{float(vals[r, c]):f}" if is_float else str(vals[r, c])
+            s = f"{v}:{i}:{labels[i]}" if i < len(labels) else f"{v}:{i}"
+            out[r, c] = s.encode()
+    return out if batched else out.reshape(k)
+
+
+def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) -> list[EncodedOutput]:
+    """Serialize one request's output slices (runs in the instance's worker thread)."""
+    encoded = []
+    batched = ireq.model.max_batch_size > 0
+    for req_out in ireq.outputs:
+        spec = req_out.spec
+        array = outputs[spec.name]
+        datatype = spec.datatype.wire
+        if req_out.classification > 0:
+            array = _classify(array, req_out.classification, _labels(ireq.model, spec), batched)
+            datatype = "BYTES"
+        if datatype == "BYTES":
+            raw = serialize_bytes(array)
+        else:
+            raw = np.ascontiguousarray(array).tobytes()
+        if req_out.shm is not None:
+            shm.write(*req_out.shm, raw, spec.name)
+            raw = b""
+        encoded.append(EncodedOutput(spec.name, datatype, array.shape, raw))
+    return encoded
+
+
+def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool = False):
+    response = pb.ModelInferResponse(
+        model_name=model.name, model_version=model.version_str, id=request_id
+    )
+    for out in encoded:
+        tensor = response.outputs.add()
+        tensor.name = out.name
+        tensor.datatype = out.datatype
+        tensor.shape.extend(out.shape)
+    response.raw_output_contents.extend([out.raw for out in encoded])
+    if final_flag:
+        response.parameters["triton_final_response"].bool_param = True
+    return response

@@ -1,0 +1,511 @@
+"""The model registry: Triton-layout repositories, version policies, load/unload, control modes.
+
+Layout: ``<repo>/<model>/config.pbtxt`` and numeric version folders ``<repo>/<model>/<n>/``
+(names starting with "0" are ignored, like Triton). Control modes as tritonserver has them:
+
+* ``none``     - load everything at start; load/unload RPCs are refused;
+* ``explicit`` - load only ``--load-model`` names (``*`` = all) at start; RPCs load/unload;
+* ``poll``     - load everything, then rescan every ``poll_secs`` and load new/changed,
+                 unload removed models; RPCs are refused.
+
+A model whose config or files are bad is UNAVAILABLE with the reason (RepositoryIndex shows
+it); the others serve. Mutations are serialized by one lock; blocking work (reading files,
+building backend instances) runs in a thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fpgaserve.backends import BackendError, backend_class
+
+from . import datatypes
+from . import model_config as mc
+from .errors import InferenceError, internal, invalid_argument, not_found, unavailable
+from .scheduler import ModelInstance, Scheduler, make_scheduler
+from .statistics import ModelStatistics
+
+log = logging.getLogger("fpgaserve.repository")
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+CONTROL_MODES = ("none", "explicit", "poll")
+NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class ModelVersion:
+    """One loaded version: what the codec validates against and the scheduler executes."""
+
+    def __init__(self, name: str, version: int, config, version_dir: str, model_dir: str):
+        self.name = name
+        self.version = version
+        self.version_str = str(version)
+        self.config = config
+        self.version_dir = version_dir
+        self.model_dir = model_dir
+        self.inputs = mc.input_specs(config)
+        self.outputs = mc.output_specs(config)
+        self.max_batch_size = config.max_batch_size
+        self.required_input_count = sum(1 for s in self.inputs.values() if not s.optional)
+        self.platform = config.platform or config.backend
+        self.stats = ModelStatistics()
+        self.scheduler: Scheduler | None = None
+        self.load_duration_s = 0.0
+        self._labels: dict[str, list[str]] = {}
+
+    def labels(self, filename: str) -> list[str]:
+        if filename not in self._labels:
+            path = os.path.join(self.model_dir, filename)
+            try:
+                with open(path) as f:
+                    self._labels[filename] = [line.rstrip("\n") for line in f]
+            except OSError:
+                self._labels[filename] = []
+        return self._labels[filename]
+
+
+@dataclass
+class ModelEntry:
+    """Everything the registry knows about one model name."""
+
+    name: str
+    model_dir: str | None = None
+    config: object | None = None  # the normalized ModelConfig last loaded
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    # per-version (state, reason) for RepositoryIndex, including failed versions
+    version_states: dict[int, tuple[str, str]] = field(default_factory=dict)
+    state: str = ""  # "" = known from the repository but never loaded
+    reason: str = ""
+    signature: str = ""  # content signature for poll mode
+    temp_dir: str | None = None  # materialized "file:" overrides
+
+    def ready_versions(self) -> list[int]:
+        return sorted(self.versions)
+
+
+def _dir_signature(model_dir: Path) -> str:
+    """Hash of names, sizes and mtimes of every file under a model folder (poll mode)."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(model_dir):
+        dirs.sort()
+        for f in sorted(files):
+            p = os.path.join(root, f)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(p, model_dir)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _available_versions(model_dir: Path) -> list[int]:
+    versions = []
+    for child in model_dir.iterdir():
+        if child.is_dir() and child.name.isdigit() and not child.name.startswith("0"):
+            versions.append(int(child.name))
+    return sorted(versions)
+
+
+def _select_versions(config, available: list[int], source: str) -> list[int]:
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice")
+    if kind == "all":
+        chosen = list(available)
+    elif kind == "specific":
+        missing = [v for v in policy.specific.versions if v not in available]
+        if missing:
+            raise mc.ConfigError(f"{source}: version_policy requests versions {missing} that do not exist")
+        chosen = sorted(set(policy.specific.versions))
+    else:
+        n = policy.latest.num_versions if kind == "latest" else 1
+        chosen = available[-n:] if available else []
+    if not chosen:
+        raise mc.ConfigError(f"{source}: no version folder to load (expected numeric folders such as 1/)")
+    return chosen
+
+
+def _auto_complete(config, backend_cls, version_dir: str) -> None:
+    """Triton's auto-complete: fill inputs/outputs (and batching) from the model files."""
+    if config.input and config.output:
+        return
+    described = backend_cls.describe_io(mc.config_dict(config), version_dir)
+    if described is None:
+        return
+    ins, outs, batched = described
+    if batched and config.max_batch_size == 0 and not config.input and not config.output:
+        # tritonserver's default-max-batch-size backend setting
+        config.max_batch_size = 4
+    if not batched and config.max_batch_size > 0:
+        raise mc.ConfigError(
+            f"model '{config.name}' has max_batch_size {config.max_batch_size} but its graph has no "
+            "dynamic batch dimension"
+        )
+    for existing, described_list in ((config.input, ins), (config.output, outs)):
+        if existing:
+            continue
+        for d in described_list:
+            t = existing.add()
+            t.name = d.name
+            t.data_type = mc.pb.DataType.Value(datatypes.BY_WIRE[d.datatype].config)
+            t.dims.extend(d.dims if d.dims else [1])
+
+
+class ModelRepository:
+    def __init__(
+        self,
+        paths: list[str],
+        control_mode: str = "none",
+        startup_models: list[str] | None = None,
+        poll_secs: float = 15.0,
+        shm=None,
+        strict_readiness: bool = True,
+    ):
+        if control_mode not in CONTROL_MODES:
+            raise ValueError(f"unknown model control mode '{control_mode}'")
+        self.paths = [Path(p).resolve() for p in paths]
+        self.control_mode = control_mode
+        self.startup_models = startup_models or []
+        self.poll_secs = poll_secs
+        self.shm = shm
+        self.strict_readiness = strict_readiness
+        self.models: dict[str, ModelEntry] = {}
+        self._lock = asyncio.Lock()
+        self._poll_task: asyncio.Task | None = None
+        # observers (metrics) called with (event, ModelVersion) on "load" / "unload"
+        self.listeners: list = []
+
+    # ------------------------------------------------------------------ discovery
+    def _scan(self) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for repo in self.paths:
+            if not repo.is_dir():
+                log.error("model repository %s does not exist", repo)
+                continue
+            for child in sorted(repo.iterdir()):
+                if child.is_dir() and not child.name.startswith("."):
+                    if child.name in found:
+                        log.error("model '%s' appears in more than one repository; using %s", child.name, found[child.name])
+                        continue
+                    found[child.name] = child
+        return found
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        found = self._scan()
+        for name in found:
+            self.models.setdefault(name, ModelEntry(name, str(found[name])))
+        if self.control_mode == "explicit":
+            names = list(found) if "*" in self.startup_models else self.startup_models
+        else:
+            names = list(found)
+        for name in names:
+            try:
+                await self.load(name, _startup=True)
+            except InferenceError as e:
+                log.error("%s", e.message)
+        if self.control_mode == "poll":
+            self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
+
+    async def stop(self) -> None:
+        if self._poll_task:
+            self._poll_task.cancel()
+            try:
+                await self._poll_task
+            except asyncio.CancelledError:
+                pass
+        async with self._lock:
+            for entry in self.models.values():
+                await self._retire(entry, list(entry.versions.values()))
+                entry.versions.clear()
+                self._cleanup_temp(entry)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_secs)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("repository poll failed")
+
+    async def poll_once(self) -> None:
+        """Load new and changed models, unload removed ones (poll mode)."""
+        found = await asyncio.get_running_loop().run_in_executor(None, self._scan)
+        for name, path in found.items():
+            entry = self.models.get(name)
+            sig = await asyncio.get_running_loop().run_in_executor(None, _dir_signature, path)
+            if entry is None or entry.signature != sig or entry.model_dir != str(path):
+                self.models.setdefault(name, ModelEntry(name, str(path)))
+                try:
+                    await self.load(name, _startup=True)
+                except InferenceError as e:
+                    log.error("%s", e.message)
+        for name in list(self.models):
+            if name not in found and self.models[name].versions:
+                await self.unload(name, _internal=True)
+                self.models.pop(name, None)
+
+    # ------------------------------------------------------------------ load / unload
+    def check_explicit(self) -> None:
+        if self.control_mode != "explicit":
+            raise unavailable(NOT_ALLOWED)
+
+    async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None, _startup: bool = False) -> None:
+        if not _startup:
+            self.check_explicit()
+        async with self._lock:
+            await self._load_locked(name, config_json, files)
+
+    async def _load_locked(self, name: str, config_json, files) -> None:
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, self._scan)
+        entry = self.models.get(name)
+        if files:
+            if config_json is None:
+                raise invalid_argument(
+                    f"failed to load '{name}', failed to poll from model repository: 'file:' "
+                    "parameters require the 'config' parameter"
+                )
+        elif name not in found:
+            raise internal(f"failed to load '{name}', failed to poll from model repository")
+        if entry is None:
+            entry = self.models[name] = ModelEntry(name)
+        previous_state = entry.state
+        entry.state, entry.reason = LOADING, ""
+        start = time.monotonic()
+        temp_dir = None
+        try:
+            if files:
+                temp_dir = await loop.run_in_executor(None, _materialize_files, name, files)
+                model_dir = Path(temp_dir)
+            else:
+                model_dir = found[name]
+            new_versions, config, signature = await self._build_versions(name, model_dir, config_json)
+        except Exception as e:
+            if temp_dir:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            reason = e.message if isinstance(e, InferenceError) else str(e)
+            entry.reason = reason
+            entry.state = READY if entry.versions else UNAVAILABLE
+            if not entry.versions:
+                entry.version_states = {v: (UNAVAILABLE, reason) for v in entry.version_states} or {}
+            log.error("failed to load '%s': %s", name, reason)
+            if isinstance(e, InferenceError):
+                raise
+            raise internal(f"failed to load '{name}', {reason}") from None
+        # Swap in the new versions, then drain and release the old ones.
+        old = list(entry.versions.values())
+        elapsed = time.monotonic() - start
+        for v in new_versions:
+            v.load_duration_s = elapsed
+        entry.versions = {v.version: v for v in new_versions}
+        entry.version_states = {v.version: (READY, "") for v in new_versions}
+        entry.config = config
+        entry.model_dir = str(model_dir)
+        entry.signature = signature
+        entry.state, entry.reason = READY, ""
+        old_temp, entry.temp_dir = entry.temp_dir, temp_dir
+        for v in new_versions:
+            self._notify("load", v)
+        await self._retire(entry, old)
+        if old_temp:
+            shutil.rmtree(old_temp, ignore_errors=True)
+        log.info(
+            "loaded model '%s' version(s) %s (%s) in %.2f s%s",
+            name, [v.version for v in new_versions], mc.backend_name(config), elapsed,
+            "" if previous_state != READY else " (reload)",
+        )
+
+    async def _build_versions(self, name: str, model_dir: Path, config_json):
+        loop = asyncio.get_running_loop()
+
+        def prepare():
+            source = str(model_dir / "config.pbtxt")
+            if config_json is not None:
+                config = mc.parse_config_json(config_json)
+                source = f"config override of '{name}'"
+            else:
+                config = mc.read_config_file(model_dir / "config.pbtxt")
+            mc.normalize(config, name)
+            try:
+                cls = backend_class(mc.backend_name(config))
+            except BackendError as e:
+                raise mc.ConfigError(f"{source}: {e}") from None
+            versions = _select_versions(config, _available_versions(model_dir), source)
+            try:
+                _auto_complete(config, cls, str(model_dir / str(versions[-1])))
+            except BackendError as e:
+                raise mc.ConfigError(f"{source}: {e}") from None
+            mc.validate(config, name, source)
+            if not config.input or not config.output:
+                raise mc.ConfigError(f"{source}: model must declare at least one input and one output")
+            return config, cls, versions, _dir_signature(model_dir)
+
+        try:
+            config, cls, versions, signature = await loop.run_in_executor(None, prepare)
+        except mc.ConfigError as e:
+            raise internal(f"failed to load '{name}', {e}") from None
+
+        built: list[ModelVersion] = []
+        try:
+            for version in versions:
+                built.append(await self._build_version(name, version, config, cls, model_dir))
+        except Exception:
+            for v in built:
+                await v.scheduler.stop()
+            raise
+        return built, config, signature
+
+    async def _build_version(self, name, version, config, cls, model_dir: Path) -> ModelVersion:
+        loop = asyncio.get_running_loop()
+        version_dir = str(model_dir / str(version))
+        mv = ModelVersion(name, version, config, version_dir, str(model_dir))
+        cfg_dict = mc.config_dict(config)
+        instances: list[ModelInstance] = []
+        index = 0
+        try:
+            for group in config.instance_group:
+                for _ in range(group.count):
+                    instance = ModelInstance(mv, None, index, self.shm)
+                    # Build the backend on the instance's own thread: backends that keep
+                    # thread-affine state (device handles) are then created where they run.
+                    try:
+                        instance.backend = await loop.run_in_executor(
+                            instance.executor, cls, cfg_dict, version_dir, index
+                        )
+                    except BaseException:
+                        instance.executor.shutdown(wait=False)
+                        raise
+                    instances.append(instance)
+                    index += 1
+        except BackendError as e:
+            for inst in instances:
+                await loop.run_in_executor(None, inst.close)
+            raise internal(f"failed to load '{name}' version {version}: {e}") from None
+        except Exception as e:
+            for inst in instances:
+                await loop.run_in_executor(None, inst.close)
+            raise internal(f"failed to load '{name}' version {version}: {type(e).__name__}: {e}") from None
+        mv.scheduler = make_scheduler(mv, instances)
+        mv.scheduler.start()
+        return mv
+
+    async def _retire(self, entry: ModelEntry, versions: list[ModelVersion]) -> None:
+        for v in versions:
+            self._notify("unload", v)
+            await v.scheduler.stop()
+
+    async def unload(self, name: str, _internal: bool = False) -> None:
+        if not _internal:
+            self.check_explicit()
+        async with self._lock:
+            entry = self.models.get(name)
+            if entry is None:
+                # Triton accepts unloading a model it does not know
+                return
+            old = list(entry.versions.values())
+            entry.state = UNLOADING
+            entry.versions = {}
+            await self._retire(entry, old)
+            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+            entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
+            self._cleanup_temp(entry)
+            log.info("unloaded model '%s'", name)
+
+    def _cleanup_temp(self, entry: ModelEntry) -> None:
+        if entry.temp_dir:
+            shutil.rmtree(entry.temp_dir, ignore_errors=True)
+            entry.temp_dir = None
+
+    def _notify(self, event: str, version: ModelVersion) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event, version)
+            except Exception:
+                log.exception("repository listener failed")
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """Resolve a request's (model, version) with Triton's errors."""
+        entry = self.models.get(name)
+        if entry is None or (not entry.versions and entry.state in ("",)):
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version == "" or version == "-1":
+            if not entry.versions:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            return entry.versions[max(entry.versions)]
+        try:
+            v = int(version)
+        except ValueError:
+            raise invalid_argument(
+                f"failed to get model version from specified version string '{version}' "
+                "(details: stol), version should be an integral value > 0"
+            ) from None
+        mv = entry.versions.get(v)
+        if mv is None:
+            if v in entry.version_states:
+                raise unavailable(f"Request for unknown model: '{name}' version {v} is not at ready state")
+            raise not_found(f"Request for unknown model: '{name}' version {v} is not found")
+        return mv
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+            return True
+        except InferenceError:
+            return False
+
+    def all_ready(self) -> bool:
+        """Strict readiness: every model is READY or was deliberately unloaded."""
+        if not self.strict_readiness:
+            return True
+        for entry in self.models.values():
+            if entry.state in (LOADING, UNLOADING):
+                return False
+            if entry.state == UNAVAILABLE and entry.reason != "unloaded":
+                return False
+        return True
+
+    def index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
+        """[(name, version, state, reason)] for RepositoryIndex, sorted by name."""
+        found = self._scan()
+        rows = []
+        names = sorted(set(found) | {n for n, e in self.models.items() if e.state})
+        for name in names:
+            entry = self.models.get(name)
+            if entry is None or (not entry.state and not entry.version_states):
+                if not ready_only:
+                    rows.append((name, "", "", ""))
+                continue
+            if entry.version_states:
+                for v, (state, reason) in sorted(entry.version_states.items()):
+                    if ready_only and state != READY:
+                        continue
+                    rows.append((name, str(v), state, reason))
+            elif not ready_only:
+                rows.append((name, "", entry.state, entry.reason))
+        return rows
+
+    def loaded_versions(self) -> list[ModelVersion]:
+        return [v for e in self.models.values() for v in e.versions.values()]
+
+
+def _materialize_files(name: str, files: dict[str, bytes]) -> str:
+    """Write RepositoryModelLoad ``file:<version>/<name>`` contents into a private folder."""
+    root = tempfile.mkdtemp(prefix=f"fpgaserve-{name}-")
+    for rel, data in files.items():
+        norm = os.path.normpath(rel)
+        if norm.startswith("..") or os.path.isabs(norm):
+            shutil.rmtree(root, ignore_errors=True)
+            raise invalid_argument(f"failed to load '{name}', invalid file path '{rel}' in load parameters")
+        path = os.path.join(root, norm)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    return root

@@ -1,0 +1,55 @@
+"""Protocol-free request/response objects that travel from the codec through the scheduler.
+
+The codec builds an ``InferenceRequest`` from a ModelInferRequest; the scheduler executes it
+(possibly batched with others) and resolves ``future`` with a list of ``EncodedOutput``s,
+already turned into wire bytes in the instance's worker thread so the event loop only copies
+references into the response message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .model_config import TensorSpec
+
+
+class ShmTarget(NamedTuple):
+    """Where a tensor lives in a registered system shared-memory region."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
+class RequestedOutput(NamedTuple):
+    spec: TensorSpec
+    shm: ShmTarget | None = None
+    classification: int = 0  # top-k classes as BYTES "value:index[:label]"; 0 = off
+
+
+class EncodedOutput(NamedTuple):
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    raw: bytes  # b"" when the output went to shared memory
+
+
+@dataclass(eq=False)
+class InferenceRequest:
+    model: Any  # repository.ModelVersion (kept untyped to avoid an import cycle)
+    inputs: dict[str, np.ndarray]
+    outputs: list[RequestedOutput]
+    batch_size: int  # rows along dim 0; 1 for models without batching
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    arrival_ns: int = 0
+    future: asyncio.Future | None = None
+    cancelled: bool = False
+    # filled by the scheduler when the request starts executing
+    exec_start_ns: int = 0

@@ -1,0 +1,227 @@
+"""Scheduling: a model version's queue feeding its instances.
+
+Each ``ModelInstance`` is one backend object with its *own* single-thread executor: blocking
+backend work (ONNX Runtime, hls4ml C-simulation, a PYNQ kernel call) runs off the event loop,
+one worker per instance, so an instance is never entered concurrently.
+
+``Scheduler`` owns the request queue and one asyncio task per instance; whenever an instance
+is free it asks ``next_batch()`` for work. ``DirectScheduler`` (no ``dynamic_batching`` block)
+hands out one request at a time, as Triton does; a batching policy only has to override
+``next_batch`` (and ``submit`` if it keeps its own queues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from fpgaserve.backends import Backend
+
+from . import codec
+from .errors import InferenceError, internal
+from .request import EncodedOutput, InferenceRequest
+from .statistics import BatchTimings
+
+log = logging.getLogger("fpgaserve.scheduler")
+
+
+class ModelInstance:
+    def __init__(self, model, backend: Backend, index: int, shm):
+        self.model = model
+        self.backend = backend
+        self.index = index
+        self.shm = shm
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{model.name}-{index}")
+
+    # ------------------------------------------------------------------ worker thread
+    def run_batch(self, batch: list[InferenceRequest]):
+        """Gather inputs, execute, slice and encode outputs. Runs in this instance's thread.
+
+        Returns (per-request list[EncodedOutput] or InferenceError, BatchTimings). A backend
+        failure raises and fails the whole batch; an encoding failure (e.g. a too-small
+        shared-memory output region) fails only its own request.
+        """
+        model = self.model
+        t0 = time.monotonic_ns()
+        if len(batch) == 1:
+            inputs = batch[0].inputs
+        else:
+            inputs = {
+                name: np.concatenate([r.inputs[name] for r in batch]) for name in batch[0].inputs
+            }
+        t1 = time.monotonic_ns()
+        try:
+            outputs = self.backend.execute(inputs)
+        except InferenceError:
+            raise
+        except Exception as e:
+            log.debug("model %s execute failed", model.name, exc_info=True)
+            raise internal(str(e) or type(e).__name__) from e
+        t2 = time.monotonic_ns()
+        total_rows = sum(r.batch_size for r in batch)
+        outputs = self._check_outputs(outputs, batch, total_rows)
+        results: list[list[EncodedOutput] | InferenceError] = []
+        offset = 0
+        for r in batch:
+            if model.max_batch_size > 0:
+                rows = r.batch_size
+                mine = {k: v[offset : offset + rows] for k, v in outputs.items()}
+                offset += rows
+            else:
+                mine = outputs
+            try:
+                results.append(codec.encode_outputs(r, mine, self.shm))
+            except InferenceError as e:
+                results.append(e)
+        t3 = time.monotonic_ns()
+        return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
+
+    def _check_outputs(self, outputs, batch, total_rows) -> dict[str, np.ndarray]:
+        model = self.model
+        if not isinstance(outputs, dict):
+            raise internal(f"model '{model.name}' execute() must return a dict of arrays, got {type(outputs).__name__}")
+        needed = {o.spec.name: o.spec for r in batch for o in r.outputs}
+        checked = {}
+        for name, spec in needed.items():
+            if name not in outputs:
+                raise internal(f"model '{model.name}' did not return output '{name}'")
+            array = np.asarray(outputs[name])
+            dtype = spec.datatype.dtype
+            if spec.datatype.wire == "BYTES":
+                if array.dtype != object:
+                    array = array.astype(object)
+            elif array.dtype != dtype:
+                if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+                    raise internal(
+                        f"output '{name}' of model '{model.name}' has data type {array.dtype}, "
+                        f"but the model configuration declares {spec.datatype.wire}"
+                    )
+                array = array.astype(dtype)
+            if model.max_batch_size > 0 and (array.ndim == 0 or array.shape[0] != total_rows):
+                raise internal(
+                    f"output '{name}' of model '{model.name}' has shape {list(array.shape)}, "
+                    f"expected a leading batch dimension of {total_rows}"
+                )
+            checked[name] = array
+        return checked
+
+    def close(self) -> None:
+        try:
+            self.executor.submit(self.backend.close).result()
+        except Exception:
+            log.exception("closing instance %d of model %s", self.index, self.model.name)
+        self.executor.shutdown(wait=True)
+
+
+class Scheduler:
+    """Queue + one task per instance. Subclasses choose how batches are formed."""
+
+    def __init__(self, model, instances: list[ModelInstance]):
+        self.model = model
+        self.instances = instances
+        self._queue: collections.deque[InferenceRequest] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+        self.executing = 0  # requests currently inside an instance
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._instance_loop(i)) for i in self.instances]
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future:
+        """Enqueue; the future resolves to list[EncodedOutput] or raises InferenceError.
+
+        Cancelling the future (the RPC was cancelled or its deadline passed) withdraws the
+        request: a cancelled request still in the queue never executes.
+        """
+        request.future = asyncio.get_running_loop().create_future()
+        self._queue.append(request)
+        self._wakeup.set()
+        return request.future
+
+    async def next_batch(self) -> list[InferenceRequest]:
+        """One live request (Triton without dynamic_batching: each request runs alone)."""
+        while True:
+            while self._queue:
+                request = self._queue.popleft()
+                if not request.future.done():
+                    return [request]
+                self._withdrawn(request)
+            if self._stopping:
+                return []
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    def _withdrawn(self, request: InferenceRequest) -> None:
+        """A request cancelled while queued: never executed, counted as a cancellation."""
+        self.model.stats.record_failure(time.monotonic_ns() - request.arrival_ns, "CANCELED")
+
+    async def _instance_loop(self, instance: ModelInstance) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self.next_batch()
+            if not batch:
+                return
+            try:
+                await self._execute(loop, instance, batch)
+            except Exception:  # never let one batch kill the instance
+                log.exception("unexpected error executing a batch of %s", self.model.name)
+
+    async def _execute(self, loop, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
+        start = time.monotonic_ns()
+        for r in batch:
+            r.exec_start_ns = start
+        self.executing += len(batch)
+        stats = self.model.stats
+        try:
+            results, timings = await loop.run_in_executor(instance.executor, instance.run_batch, batch)
+        except Exception as e:
+            err = e if isinstance(e, InferenceError) else internal(str(e) or type(e).__name__)
+            end = time.monotonic_ns()
+            for r in batch:
+                stats.record_failure(end - r.arrival_ns, "BACKEND")
+                if not r.future.done():
+                    r.future.set_exception(err)
+            return
+        finally:
+            self.executing -= len(batch)
+        end = time.monotonic_ns()
+        stats.record_execution(sum(r.batch_size for r in batch), timings)
+        for r, result in zip(batch, results):
+            if isinstance(result, InferenceError):
+                stats.record_failure(end - r.arrival_ns, "OTHER")
+                if not r.future.done():
+                    r.future.set_exception(result)
+            else:
+                stats.record_success(r.batch_size, end - r.arrival_ns, r.exec_start_ns - r.arrival_ns, timings)
+                if not r.future.done():
+                    r.future.set_result(result)
+
+    async def stop(self) -> None:
+        """Finish queued and executing work, then release the instances."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        for instance in self.instances:
+            await loop.run_in_executor(None, instance.close)
+
+
+class DirectScheduler(Scheduler):
+    """No dynamic batching: each request executes alone, in arrival order."""
+
+
+def make_scheduler(model, instances: list[ModelInstance]) -> Scheduler:
+    # The dynamic batcher plugs in here when the config has a dynamic_batching block.
+    return DirectScheduler(model, instances)

@@ -1,0 +1,78 @@
+"""Per model-version counters with Triton's semantics (core src/infer_stats.cc).
+
+Per *request*: success/fail count and total ns, queue ns (its own wait), and compute
+input/infer/output ns (the whole batch's durations, charged to every request in it);
+``inference_count`` += the request's batch size (rows).
+Per *execution*: ``execution_count`` += 1 and ``batch_stats[batch size]`` += 1.
+
+All updates happen on the event loop thread, so no locking is needed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+
+@dataclass
+class BatchTimings:
+    """Wall-clock durations of one execution, measured in the instance worker thread."""
+
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+
+
+@dataclass
+class BatchStat:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class ModelStatistics:
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    batch_stats: dict[int, BatchStat] = field(default_factory=dict)
+    # failures by Triton's metric reason: REJECTED, CANCELED, BACKEND, OTHER
+    fail_reasons: dict[str, int] = field(default_factory=dict)
+
+    def record_execution(self, batch_size: int, t: BatchTimings) -> None:
+        self.execution_count += 1
+        stat = self.batch_stats.get(batch_size)
+        if stat is None:
+            stat = self.batch_stats[batch_size] = BatchStat()
+        stat.compute_input.add(t.compute_input_ns)
+        stat.compute_infer.add(t.compute_infer_ns)
+        stat.compute_output.add(t.compute_output_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_success(self, batch_size: int, total_ns: int, queue_ns: int, t: BatchTimings) -> None:
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(t.compute_input_ns)
+        self.compute_infer.add(t.compute_infer_ns)
+        self.compute_output.add(t.compute_output_ns)
+        self.inference_count += batch_size
+
+    def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
+        self.fail.add(total_ns)
+        self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
