@@ -400,7 +400,7 @@ def test_namespace_classes_match_pool():
         assert getattr(protos.inference, name).DESCRIPTOR is protos.POOL.FindMessageTypeByName(f"inference.{name}")
     for name in tc_model_config.DESCRIPTOR.message_types_by_name:
         assert hasattr(protos.inference, name), name
-    assert protos.inference.DataType.values_by_name["TYPE_BF16"].number == 14
+    assert protos.inference.DataType.Value("TYPE_BF16") == 14
 
 
 # --------------------------------------------------------------------- text format
