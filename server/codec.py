@@ -46,7 +46,7 @@ def _request_parameters(request, ireq: InferenceRequest) -> None:
         kind = p.WhichOneof("parameter_choice")
         value = None if kind is None else getattr(p, kind)
         if key == "sequence_id":
-            if kind not in ("int64_param", "string_param", "uint64_param"):
+            if kind not in ("int64_param", "string_param"):
                 raise invalid_argument(
                     "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
                 )
@@ -54,49 +54,57 @@ def _request_parameters(request, ireq: InferenceRequest) -> None:
             if kind != "bool_param":
                 raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
         elif key == "priority":
-            if kind not in ("int64_param", "uint64_param") or value < 0:
+            if kind not in ("int64_param", "uint64_param"):
                 raise invalid_argument(
                     "invalid value type for 'priority' parameter, expected int64_param or uint64_param."
                 )
+            if value < 0:
+                raise invalid_argument("invalid value for 'priority', expected value >= 0.")
             ireq.priority = int(value)
         elif key == "timeout":
-            if kind != "int64_param" or value < 0:
+            if kind != "int64_param":
                 raise invalid_argument("invalid value type for 'timeout' parameter, expected int64_param.")
-            ireq.timeout_us = int(value)
-        elif key.startswith("triton_") and key not in ALLOWED_TRITON_PARAMETERS:
-            raise invalid_argument(RESERVED_PARAMETER_ERROR)
+            ireq.timeout_us = max(0, int(value))
+        elif key.startswith("triton_"):
+            if key not in ALLOWED_TRITON_PARAMETERS:
+                raise invalid_argument(RESERVED_PARAMETER_ERROR)
+        elif kind not in ("int64_param", "bool_param", "string_param", "double_param"):
+            # Triton passes custom parameters to the model; uint64 has no core setter.
+            raise invalid_argument(
+                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+            )
         ireq.parameters[key] = value
 
 
-def _tensor_shm(params, what: str) -> ShmTarget | None:
+def _tensor_shm(params, tensor: str) -> ShmTarget | None:
     if "shared_memory_region" not in params:
         return None
     region = params["shared_memory_region"].string_param
     offset = params["shared_memory_offset"].int64_param if "shared_memory_offset" in params else 0
     if "shared_memory_byte_size" not in params:
         raise invalid_argument(
-            f"'shared_memory_byte_size' parameter must be specified for {what} with 'shared_memory_region'"
+            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{tensor}'"
         )
     return ShmTarget(region, offset, params["shared_memory_byte_size"].int64_param)
+
+
+def _id_prefix(request_id: str) -> str:
+    """Triton core prefixes request-validation errors with the request id."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 # ----------------------------------------------------------------------------- BYTES
 
 
-def deserialize_bytes(buf, count: int, name: str, model: str) -> np.ndarray:
+def deserialize_bytes(buf, count: int, name: str, model: str, prefix: str = "") -> np.ndarray:
     """Length-prefixed BYTES (4-byte little-endian length + data per element) -> object array."""
     mv = memoryview(buf).cast("B")
     n = mv.nbytes
     out = np.empty(count, dtype=object)
-    if count == 0:
-        if n:
-            raise invalid_argument(
-                f"unexpected number of string elements {count} for inference input '{name}' for model '{model}'"
-            )
-        return out
     # Fast path: every element has the same length (fixed-width ids, tokens, identity tests).
     # Then the buffer is a [count, 4+L] matrix and numpy can check and slice it in C.
-    if n >= 4:
+    if count > 0 and n >= 4:
         first = _U32.unpack_from(mv, 0)[0]
         if count * (4 + first) == n:
             rows = np.frombuffer(mv, dtype=np.uint8).reshape(count, 4 + first)
@@ -111,26 +119,33 @@ def deserialize_bytes(buf, count: int, name: str, model: str) -> np.ndarray:
                     out[:] = data.astype(object)
                 return out
     offset = 0
+    parsed = 0
     unpack = _U32.unpack_from
-    for i in range(count):
+    while offset < n:
         if offset + 4 > n:
             raise invalid_argument(
-                f"unexpected number of string elements {i} for inference input '{name}' for model "
-                f"'{model}', expecting {count}"
+                f"incomplete string length for inference input '{name}', expecting 4 bytes "
+                f"but only {n - offset} bytes available"
             )
         length = unpack(mv, offset)[0]
         offset += 4
         if offset + length > n:
             raise invalid_argument(
-                f"element byte size indicates more data than is available for inference input "
-                f"'{name}' for model '{model}'"
+                f"incomplete string data for inference input '{name}', expecting string of "
+                f"length {length} but only {n - offset} bytes available"
             )
-        out[i] = mv[offset : offset + length].tobytes()
+        if parsed >= count:
+            raise invalid_argument(
+                f"{prefix}unexpected number of string elements {parsed + 1} for inference input "
+                f"'{name}' for model '{model}', expecting {count}"
+            )
+        out[parsed] = mv[offset : offset + length].tobytes()
         offset += length
-    if offset != n:
+        parsed += 1
+    if parsed != count:
         raise invalid_argument(
-            f"unexpected number of string elements {count} for inference input '{name}' for model "
-            f"'{model}': {n - offset} bytes remain after the last element"
+            f"{prefix}expected {count} string elements for inference input '{name}' for model "
+            f"'{model}', got {parsed}"
         )
     return out
 
@@ -186,128 +201,168 @@ _SHAPE_NOTE = (
 )
 
 
+# typed contents field -> the datatype Triton names in "unexpected explicit tensor data"
+_FIELD_TYPES = {
+    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64",
+    "uint_contents": "UINT32", "uint64_contents": "UINT64", "fp32_contents": "FP32",
+    "fp64_contents": "FP64", "bytes_contents": "BYTES",
+}
+_FIELD_FOR_WIRE = {dt.wire: dt.contents_field for dt in datatypes.BY_WIRE.values()}
+
+
+def _check_typed_field(contents, tensor, model_name: str) -> None:
+    expected_field = _FIELD_FOR_WIRE.get(tensor.datatype)
+    for fd, _ in contents.ListFields():
+        if fd.name != expected_field:
+            raise invalid_argument(
+                f"unexpected explicit tensor data for input tensor '{tensor.name}' for model "
+                f"'{model_name}' of type '{_FIELD_TYPES[fd.name]}', expected datatype '{tensor.datatype}'"
+            )
+
+
 def decode_request(request, model, shm) -> InferenceRequest:
-    """Validate ``request`` against ``model`` (a repository.ModelVersion) and build the numpy view."""
+    """Validate ``request`` against ``model`` (a repository.ModelVersion) and build the numpy view.
+
+    The order of checks, and which input an error names, follow Triton 2.51 as observed:
+    frontend (parameters; per input in send order: raw/typed mixing, data presence,
+    duplicates), then core (unknown outputs, input count, unknown inputs, batch size, then
+    per input in *reverse* send order: datatype, shape, batch dim, byte size).
+    """
     name = model.name
     ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1, id=request.id)
     ireq.arrival_ns = time.monotonic_ns()
+    prefix = _id_prefix(request.id)
     if request.parameters:
         _request_parameters(request, ireq)
 
-    # --- frontend: collect inputs and requested outputs (duplicates, raw vs typed)
+    # --- frontend: collect inputs (raw vs typed vs shm, duplicates)
     raw_contents = request.raw_input_contents  # read the repeated field once
     has_raw = len(raw_contents) > 0
-    received: dict[str, tuple[Any, list[int], Any]] = {}  # name -> (datatype str, shape, data)
+    received: dict[str, tuple[Any, list[int], Any]] = {}  # name -> (datatype, shape, data)
     raw_index = 0
     for tensor in request.inputs:
-        if tensor.name in received:
-            raise invalid_argument(f"input '{tensor.name}' already exists in request")
-        target = _tensor_shm(tensor.parameters, f"input '{tensor.name}'") if tensor.parameters else None
+        target = _tensor_shm(tensor.parameters, tensor.name) if tensor.parameters else None
         if target is not None:
-            data = target
+            data = shm.read(*target)  # a view on the region; size checked with the others
         elif has_raw:
             if tensor.HasField("contents"):
                 raise invalid_argument(
                     f"contents field must not be specified when using raw_input_contents for "
                     f"'{tensor.name}' for model '{name}'"
                 )
-            data = raw_contents[raw_index] if raw_index < len(raw_contents) else b""
+            if raw_index >= len(raw_contents):
+                raise invalid_argument(
+                    f"unable to find data for input tensor '{tensor.name}' for model '{name}' in request."
+                )
+            data = raw_contents[raw_index]
             raw_index += 1
         else:
             data = tensor.contents  # typed contents, converted after dtype validation
+            _check_typed_field(data, tensor, name)
+        if tensor.name in received:
+            raise invalid_argument(f"{prefix}input '{tensor.name}' already exists in request")
         received[tensor.name] = (tensor.datatype, list(tensor.shape), data)
 
+    # --- requested outputs (duplicates rejected, as newer Triton and qa/L0_grpc expect)
     requested: list[RequestedOutput] = []
-    if request.outputs:
-        seen: set[str] = set()
-        for out in request.outputs:
-            if out.name in seen:
-                raise invalid_argument(f"output '{out.name}' already exists in request")
-            seen.add(out.name)
-    # --- core Normalize: requested outputs exist
+    seen: set[str] = set()
     for out in request.outputs:
         spec = model.outputs.get(out.name)
         if spec is None:
             raise invalid_argument(f"unexpected inference output '{out.name}' for model '{name}'")
+        if out.name in seen:
+            raise invalid_argument(f"{prefix}output '{out.name}' already exists in request")
+        seen.add(out.name)
         params = out.parameters
-        target = _tensor_shm(params, f"output '{out.name}'") if params else None
-        k = int(params["classification"].int64_param) if params and "classification" in params else 0
+        target = _tensor_shm(params, out.name) if params else None
+        if target is not None:
+            shm.check(*target)
+        k = 0
+        if params and "classification" in params:
+            p = params["classification"]
+            if p.WhichOneof("parameter_choice") != "int64_param":
+                raise invalid_argument(
+                    "invalid value type for 'classification' parameter, expected int64_param"
+                )
+            k = int(p.int64_param)
         requested.append(RequestedOutput(spec, target, k))
     if not requested:
         requested = [RequestedOutput(spec) for spec in model.outputs.values()]
     ireq.outputs = requested
 
-    # --- input count, unknown inputs
+    # --- input count, unknown inputs. Triton's core keeps inputs in a hash map whose
+    # iteration order is the reverse of insertion, which shows in its texts; we match it.
+    order = list(reversed(received))
     if len(received) > len(model.inputs) or len(received) < model.required_input_count:
-        got = ",".join(f"'{n}'" for n in received)
-        missing = ",".join(
-            f"'{n}'" for n, s in model.inputs.items() if not s.optional and n not in received
-        )
+        got = "[" + ",".join(f"'{n}'" for n in order) + "]"
+        missing = [f"'{n}'" for n, s in model.inputs.items() if not s.optional and n not in received]
+        # (sic) Triton drops the opening bracket of an empty missing list
+        missing_text = "[" + ",".join(missing) + "]" if missing else "]"
         raise invalid_argument(
-            f"expected {len(model.inputs)} inputs but got {len(received)} inputs for model "
-            f"'{name}'. Got input(s) [{got}], but missing required input(s) [{missing}]. "
+            f"{prefix}expected {len(model.inputs)} inputs but got {len(received)} inputs for model "
+            f"'{name}'. Got input(s) {got}, but missing required input(s) {missing_text}. "
             f"Please provide all required input(s)."
         )
     for in_name in received:
         if in_name not in model.inputs:
             raise invalid_argument(f"unexpected inference input '{in_name}' for model '{name}'")
 
-    # --- batch size
+    # --- batch size (taken from the first input in core order)
     max_batch = model.max_batch_size
     if max_batch > 0:
-        batch = None
-        for in_name, (_, shape, _) in received.items():
-            if not shape:
-                raise invalid_argument(
-                    f"input '{in_name}' has no shape but model requires batch dimension for '{name}'"
-                )
-            if batch is None:
-                batch = shape[0]
-            elif shape[0] != batch:
-                raise invalid_argument(
-                    f"input '{in_name}' batch size does not match other inputs for '{name}'"
-                )
-        batch = batch or 0
-        if batch > max_batch:
-            raise invalid_argument(f"inference request batch-size must be <= {max_batch} for '{name}'")
+        first_shape = received[order[0]][1]
+        batch = first_shape[0] if first_shape else 1
+        if batch > max_batch or not first_shape:
+            raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
         ireq.batch_size = batch
 
-    # --- per input: datatype, shape, size; then build the numpy view
-    for in_name, (datatype, shape, data) in received.items():
+    # --- per input, in core order: datatype, shape, batch dim, size; then the numpy view
+    for in_name in order:
+        datatype, shape, data = received[in_name]
         spec: TensorSpec = model.inputs[in_name]
         dt = spec.datatype
         if datatype != dt.wire:
+            shown = datatype if datatype in datatypes.BY_WIRE else "<invalid>"
             raise invalid_argument(
-                f"inference input '{in_name}' data-type is '{datatype}', but model '{name}' "
+                f"{prefix}inference input '{in_name}' data-type is '{shown}', but model '{name}' "
                 f"expects '{dt.wire}'"
             )
-        if any(d < 0 for d in shape):
+        dims = shape[1:] if max_batch > 0 else shape
+        if max_batch > 0 and not shape:
+            raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
+        if any(d < 0 for d in dims):
             raise invalid_argument(
-                f"All input dimensions should be specified for input '{in_name}' for model "
+                f"{prefix}All input dimensions should be specified for input '{in_name}' for model "
                 f"'{name}', got {_fmt_shape(shape)}"
             )
-        dims = shape[1:] if max_batch > 0 else shape
         if len(dims) != len(spec.dims) or any(c != -1 and c != d for c, d in zip(spec.dims, dims)):
             expected = ([-1] if max_batch > 0 else []) + list(spec.dims)
             raise invalid_argument(
-                f"unexpected shape for input '{in_name}' for model '{name}'. Expected "
+                f"{prefix}unexpected shape for input '{in_name}' for model '{name}'. Expected "
                 f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}."
                 + (_SHAPE_NOTE if max_batch > 0 else "")
+            )
+        if max_batch > 0 and shape[0] != ireq.batch_size:
+            raise invalid_argument(
+                f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'"
             )
         count = 1
         for d in shape:
             count *= d
-        if isinstance(data, ShmTarget):
-            data = shm.read(*data)
         if dt.wire == "BYTES":
             if isinstance(data, (bytes, memoryview)):
-                array = deserialize_bytes(data, count, in_name, name)
+                array = deserialize_bytes(data, count, in_name, name, prefix)
             else:
                 array = _typed_contents(data, dt)
-                if array.size != count:
+                if array.size < count:
                     raise invalid_argument(
-                        f"expected {count} string elements for inference input '{in_name}' for "
-                        f"model '{name}', got {array.size}"
+                        f"{prefix}expected {count} string elements for inference input '{in_name}' "
+                        f"for model '{name}', got {array.size}"
+                    )
+                if array.size > count:
+                    raise invalid_argument(
+                        f"{prefix}unexpected number of string elements {array.size} for inference "
+                        f"input '{in_name}' for model '{name}', expecting {count}"
                     )
         else:
             expected_bytes = count * dt.itemsize
@@ -315,7 +370,7 @@ def decode_request(request, model, shm) -> InferenceRequest:
                 got = len(data) if isinstance(data, bytes) else data.nbytes
                 if got != expected_bytes:
                     raise invalid_argument(
-                        f"input byte size mismatch for input '{in_name}' for model '{name}'. "
+                        f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
                         f"Expected {expected_bytes}, got {got}"
                     )
                 array = np.frombuffer(data, dtype=dt.dtype)
@@ -323,7 +378,7 @@ def decode_request(request, model, shm) -> InferenceRequest:
                 array = _typed_contents(data, dt)
                 if array.size != count:
                     raise invalid_argument(
-                        f"input byte size mismatch for input '{in_name}' for model '{name}'. "
+                        f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
                         f"Expected {expected_bytes}, got {array.size * dt.itemsize}"
                     )
         ireq.inputs[in_name] = array.reshape(shape)

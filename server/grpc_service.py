@@ -114,15 +114,23 @@ class InferenceServicer:
     async def ModelStatistics(self, request, context):
         response = pb.ModelStatisticsResponse()
         if request.name:
-            try:
-                if request.version:
+            entry = self.repository.models.get(request.name)
+            if entry is None or not entry.versions:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"requested model '{request.name}' is not available"
+                )
+            if request.version:
+                try:
                     versions = [self.repository.get(request.name, request.version)]
-                else:
-                    self.repository.get(request.name)  # raises the unknown-model error
-                    entry = self.repository.models[request.name]
-                    versions = [entry.versions[v] for v in entry.ready_versions()]
-            except InferenceError as e:
-                await context.abort(e.code, e.message)
+                except InferenceError as e:
+                    if e.code == grpc.StatusCode.INVALID_ARGUMENT:
+                        await context.abort(e.code, e.message)
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"requested model version is not available for model '{request.name}'",
+                    )
+            else:
+                versions = [entry.versions[v] for v in entry.ready_versions()]
         else:
             versions = sorted(self.repository.loaded_versions(), key=lambda v: (v.name, v.version))
         for mv in versions:
@@ -187,12 +195,9 @@ class InferenceServicer:
                 msg.infer_response.CopyFrom(codec.build_response(model, request.id, encoded, final_flag=True))
                 responses.put_nowait((msg, None))
             except InferenceError as e:
+                # Triton 2.51 echoes only the id with an in-stream error
                 msg = pb.ModelStreamInferResponse(error_message=e.message)
-                r = msg.infer_response
-                r.id = request.id
-                r.model_name = request.model_name
-                r.model_version = request.model_version
-                r.parameters["triton_final_response"].bool_param = True
+                msg.infer_response.id = request.id
                 responses.put_nowait((msg, e))
 
         async def reader():
@@ -225,8 +230,7 @@ class InferenceServicer:
     # ------------------------------------------------------------------ repository
     async def RepositoryIndex(self, request, context):
         if request.repository_name:
-            # A single repository namespace; Triton rejects names it does not serve.
-            pass
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported")
         response = pb.RepositoryIndexResponse()
         for name, version, state, reason in self.repository.index(ready_only=request.ready):
             m = response.models.add()
@@ -234,18 +238,28 @@ class InferenceServicer:
         return response
 
     async def RepositoryModelLoad(self, request, context):
+        if request.repository_name:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported")
         config_json = None
         files: dict[str, bytes] = {}
         for key, p in request.parameters.items():
             kind = p.WhichOneof("parameter_choice")
             if key == "config":
                 if kind != "string_param":
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the 'config' parameter must be a string")
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "invalid value type for load parameter 'config', expected string_param.",
+                    )
                 config_json = p.string_param
             elif key.startswith("file:"):
                 if kind != "bytes_param":
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the '{key}' parameter must be bytes")
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"invalid value type for load parameter '{key}', expected bytes_param.",
+                    )
                 files[key[len("file:"):]] = p.bytes_param
+            else:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unrecognized load parameter '{key}'.")
         try:
             await self.repository.load(request.model_name, config_json, files or None)
         except InferenceError as e:
@@ -253,6 +267,8 @@ class InferenceServicer:
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):
+        if request.repository_name:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported")
         try:
             await self.repository.unload(request.model_name)
         except InferenceError as e:

@@ -39,6 +39,12 @@ class HealthHttpServer:
             return 200 if ready else 400
         return 404
 
+    def response_for(self, method: str, path: str) -> tuple[int, bytes]:
+        code = self.status_for(method, path)
+        if code == 400 and "/v2/models/" in path:
+            return code, b'{"error":"Model version not ready"}'  # Triton's body
+        return code, b""
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -56,11 +62,13 @@ class HealthHttpServer:
                         break
                     if h.lower().startswith(b"connection:") and b"close" in h.lower():
                         keep_alive = False
-                code = self.status_for(method, path)
+                code, body = self.response_for(method, path)
                 reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[code]
+                ctype = "application/json" if body else "text/plain"
                 writer.write(
-                    f"HTTP/1.1 {code} {reason}\r\nContent-Length: 0\r\n"
+                    f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                     f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n".encode()
+                    + (body if method != "HEAD" else b"")
                 )
                 await writer.drain()
                 if not keep_alive:

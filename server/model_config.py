@@ -83,22 +83,27 @@ def backend_name(config: ModelConfig) -> str:
     return config.platform
 
 
-def normalize(config: ModelConfig, model_name: str) -> None:
+def normalize(config: ModelConfig, model_name: str, default_model_filename: str = "") -> None:
     """Triton's normalizations (core model_config_utils.cc), applied in place.
 
     Only defaults a client could observe and rely on: the name, the version policy,
-    instance groups (name, count, kind) and, when a dynamic batcher is configured, its
-    preferred size. Everything the user wrote is kept as written.
+    instance groups (name, count, kind), the backend's default model filename and, when a
+    dynamic batcher is configured, its preferred size. Everything the user wrote is kept as
+    written. (Triton also adds GPU pinned-memory ``optimization`` blocks; they mean nothing
+    here, so we leave them out.)
     """
     if not config.name:
         config.name = model_name
+    if not config.default_model_filename and default_model_filename:
+        config.default_model_filename = default_model_filename
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:
         config.instance_group.add()
+    single = len(config.instance_group) == 1
     for i, group in enumerate(config.instance_group):
         if not group.name:
-            group.name = f"{config.name}_{i}"
+            group.name = config.name if single else f"{config.name}_{i}"
         if group.count < 1:
             group.count = 1
         if group.kind == pb.ModelInstanceGroup.Kind.Value("KIND_AUTO"):

@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -88,6 +89,23 @@ class ModelEntry:
 
     def ready_versions(self) -> list[int]:
         return sorted(self.versions)
+
+
+def parse_version(version: str) -> int:
+    """A request's version string, parsed like Triton's ``std::stol`` (leading blanks and
+    sign allowed, trailing characters ignored), then checked to be > 0."""
+    m = re.match(r"\s*([+-]?\d+)", version)
+    if m is None:
+        raise invalid_argument(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: stol), version should be an integral value > 0"
+        )
+    v = int(m.group(1))
+    if v < 0:
+        raise invalid_argument(
+            f"invalid model version specified '{version}' , version should be an integral value > 0"
+        )
+    return v
 
 
 def _dir_signature(model_dir: Path) -> str:
@@ -332,11 +350,11 @@ class ModelRepository:
                 source = f"config override of '{name}'"
             else:
                 config = mc.read_config_file(model_dir / "config.pbtxt")
-            mc.normalize(config, name)
             try:
                 cls = backend_class(mc.backend_name(config))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
+            mc.normalize(config, name, cls.default_filename)
             versions = _select_versions(config, _available_versions(model_dir), source)
             try:
                 _auto_complete(config, cls, str(model_dir / str(versions[-1])))
@@ -350,7 +368,8 @@ class ModelRepository:
         try:
             config, cls, versions, signature = await loop.run_in_executor(None, prepare)
         except mc.ConfigError as e:
-            raise internal(f"failed to load '{name}', {e}") from None
+            # Triton's text, then the reason (which names the file and the problem)
+            raise internal(f"failed to load '{name}', failed to poll from model repository: {e}") from None
 
         built: list[ModelVersion] = []
         try:
@@ -434,19 +453,13 @@ class ModelRepository:
     def get(self, name: str, version: str = "") -> ModelVersion:
         """Resolve a request's (model, version) with Triton's errors."""
         entry = self.models.get(name)
-        if entry is None or (not entry.versions and entry.state in ("",)):
+        if entry is None or (not entry.versions and not entry.version_states):
             raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version == "" or version == "-1":
+        if version == "":
             if not entry.versions:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return entry.versions[max(entry.versions)]
-        try:
-            v = int(version)
-        except ValueError:
-            raise invalid_argument(
-                f"failed to get model version from specified version string '{version}' "
-                "(details: stol), version should be an integral value > 0"
-            ) from None
+        v = parse_version(version)
         mv = entry.versions.get(v)
         if mv is None:
             if v in entry.version_states:

@@ -12,14 +12,17 @@ segment* when the server exits.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import threading
 from dataclasses import dataclass
 
+from grpc import StatusCode
+
 from .errors import InferenceError, already_exists, internal, invalid_argument, not_found
 
-from grpc import StatusCode
+log = logging.getLogger("fpgaserve.shm")
 
 SHM_DIR = "/dev/shm"
 
@@ -52,11 +55,15 @@ class SystemSharedMemoryManager:
             raise internal(f"Unable to open shared memory region: '{key}'") from None
         try:
             size = os.fstat(fd).st_size
-            if offset < 0 or byte_size <= 0 or offset + byte_size > size:
-                raise invalid_argument(
-                    f"failed to register shared memory region '{name}': offset {offset} + "
-                    f"byte_size {byte_size} exceeds the size {size} of '{key}'"
+            if byte_size <= 0:
+                raise internal(f"Invalid shared memory region: '{key}'")
+            if offset < 0 or offset + byte_size > size:
+                # Triton's text; the log says why
+                log.info(
+                    "register '%s': offset %d + byte_size %d exceeds the %d bytes of '%s'",
+                    name, offset, byte_size, size, key,
                 )
+                raise invalid_argument(f"failed to register shared memory region '{name}': invalid args")
             try:
                 mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             except (OSError, ValueError) as e:
@@ -96,7 +103,7 @@ class SystemSharedMemoryManager:
         with self._lock:
             r = self._regions.get(region)
         if r is None:
-            raise invalid_argument(f"Unable to find shared memory region: '{region}'")
+            raise not_found(f"Unable to find shared memory region: '{region}'")
         if offset < 0 or byte_size < 0 or offset + byte_size > r.byte_size:
             raise invalid_argument(
                 f"Invalid offset + byte size for shared memory region: '{region}'"
@@ -105,16 +112,20 @@ class SystemSharedMemoryManager:
         try:
             return memoryview(r.mapping)[start : start + byte_size]
         except ValueError:  # mapping closed by a concurrent unregister
-            raise invalid_argument(f"Unable to find shared memory region: '{region}'") from None
+            raise not_found(f"Unable to find shared memory region: '{region}'") from None
 
     def read(self, region: str, offset: int, byte_size: int) -> memoryview:
         return self._slice(region, offset, byte_size)
+
+    def check(self, region: str, offset: int, byte_size: int) -> None:
+        """Validate an output target when the request arrives (Triton's frontend does)."""
+        self._slice(region, offset, byte_size).release()
 
     def write(self, region: str, offset: int, byte_size: int, data: bytes | memoryview, output: str) -> None:
         n = len(data) if isinstance(data, bytes) else data.nbytes
         if n > byte_size:
             raise InferenceError(
-                StatusCode.INVALID_ARGUMENT,
+                StatusCode.INTERNAL,
                 f"shared memory size specified with the request for output '{output}' "
                 f"({byte_size} bytes) should be at least {n} bytes to hold the results",
             )

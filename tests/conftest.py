@@ -1,0 +1,29 @@
+"""Shared fixtures: one fpgaserve process serving the conformance + bundled repositories.
+
+Tests that need their own repository or flags start a ``ServerProcess`` themselves.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("server") / "fpgaserve.log"
+    proc = ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], log_path=log)
+    proc.start()
+    yield proc
+    rc = proc.stop()
+    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+
+
+@pytest.fixture
+def client(server):
+    import tritonclient.grpc as grpcclient
+
+    c = grpcclient.InferenceServerClient(server.url)
+    yield c
+    c.close()

@@ -1,0 +1,119 @@
+"""Start the real ``fpgaserve`` command on free loopback ports, for tests and examples.
+
+Tests talk to it only over sockets (gRPC, HTTP), exactly as a deployment would be used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE_REPO = ROOT / "tests" / "models"
+BUNDLED_REPO = ROOT / "bitstreams"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, repositories, *extra_args: str, log_path: Path | None = None, env=None):
+        self.repositories = [str(r) for r in repositories]
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.extra_args = list(extra_args)
+        self.log_path = log_path
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def url(self) -> str:
+        return f"localhost:{self.grpc_port}"
+
+    @property
+    def args(self) -> list[str]:
+        args = [sys.executable, "-m", "fpgaserve.server.cli"]
+        for r in self.repositories:
+            args += ["--model-repository", r]
+        args += [
+            "--grpc-address", "127.0.0.1",
+            "--http-address", "127.0.0.1",
+            "--grpc-port", str(self.grpc_port),
+            "--http-port", str(self.http_port),
+            "--metrics-port", str(self.metrics_port),
+        ]
+        return args + self.extra_args
+
+    def start(self, timeout: float = 60.0, wait_ready: bool = True) -> "ServerProcess":
+        if self.log_path is not None:
+            self._log_file = open(self.log_path, "wb")
+            out = self._log_file
+        else:
+            out = subprocess.DEVNULL
+        env = dict(os.environ if self.env is None else self.env)
+        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"fpgaserve exited with {self.proc.returncode}: {self.log()}")
+            if self.http_up(ready=wait_ready):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"fpgaserve did not become ready in {timeout}s: {self.log()}")
+
+    def http_status(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def http_up(self, ready: bool = True) -> bool:
+        try:
+            return self.http_status("/v2/health/ready" if ready else "/v2/health/live") == 200
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        if self.log_path is not None and self.log_path.exists():
+            return self.log_path.read_text(errors="replace")[-4000:]
+        return "(no log captured)"
+
+    def terminate(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log_file:
+            self._log_file.close()
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
