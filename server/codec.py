@@ -186,6 +186,10 @@ def _typed_contents(contents, dt: datatypes.DataType) -> np.ndarray:
         out = np.empty(len(values), dtype=object)
         out[:] = list(values)
         return out
+    if dt.contents_field in ("int_contents", "uint_contents"):
+        # 8/16-bit types travel in 32-bit fields; Triton keeps the low bytes (wraps)
+        wide = np.int32 if dt.contents_field == "int_contents" else np.uint32
+        return np.array(values, dtype=wide).astype(dt.dtype)
     return np.array(values, dtype=dt.dtype)
 
 
@@ -257,6 +261,10 @@ def decode_request(request, model, shm) -> InferenceRequest:
             data = raw_contents[raw_index]
             raw_index += 1
         else:
+            if not tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"unable to find data for input tensor '{tensor.name}' for model '{name}' in request."
+                )
             data = tensor.contents  # typed contents, converted after dtype validation
             _check_typed_field(data, tensor, name)
         if tensor.name in received:
@@ -303,16 +311,29 @@ def decode_request(request, model, shm) -> InferenceRequest:
             f"'{name}'. Got input(s) {got}, but missing required input(s) {missing_text}. "
             f"Please provide all required input(s)."
         )
-    for in_name in received:
+    # --- unknown inputs and batch size, one pass in core order (core Normalize): the first
+    # input with a non-zero dim 0 sets the batch, a later one that differs is named. Dim 0
+    # is unsigned in the core, so a -1 there never matches another input.
+    max_batch = model.max_batch_size
+    batch = 0
+    for in_name in order:
         if in_name not in model.inputs:
             raise invalid_argument(f"unexpected inference input '{in_name}' for model '{name}'")
-
-    # --- batch size (taken from the first input in core order)
-    max_batch = model.max_batch_size
+        if max_batch <= 0 or model.inputs[in_name].is_shape_tensor:
+            continue
+        shape = received[in_name][1]
+        if not shape:
+            raise invalid_argument(
+                f"{prefix}input '{in_name}' has no shape but model requires batch dimension for '{name}'"
+            )
+        if batch == 0:
+            batch = shape[0]
+        elif shape[0] != batch or batch < 0:
+            raise invalid_argument(
+                f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'"
+            )
     if max_batch > 0:
-        first_shape = received[order[0]][1]
-        batch = first_shape[0] if first_shape else 1
-        if batch > max_batch or not first_shape:
+        if batch > max_batch:
             raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
         ireq.batch_size = batch
 
@@ -328,26 +349,34 @@ def decode_request(request, model, shm) -> InferenceRequest:
                 f"expects '{dt.wire}'"
             )
         dims = shape[1:] if max_batch > 0 else shape
-        if max_batch > 0 and not shape:
-            raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
-        if any(d < 0 for d in dims):
+        matches = len(dims) == len(spec.dims)
+        if matches:
+            for c, d in zip(spec.dims, dims):
+                if d < 0:
+                    raise invalid_argument(
+                        f"{prefix}All input dimensions should be specified for input '{in_name}' for "
+                        f"model '{name}', got {_fmt_shape(shape)}"
+                    )
+                if c != -1 and c != d:
+                    matches = False
+                    break
+        if not matches:
+            expected = ([-1] if max_batch > 0 else []) + list(spec.dims)
+            # (Triton ends the text with ". " when there is no NOTE)
+            raise invalid_argument(
+                f"{prefix}unexpected shape for input '{in_name}' for model '{name}'. Expected "
+                f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}."
+                + (_SHAPE_NOTE if max_batch > 0 else " ")
+            )
+        if max_batch > 0 and ireq.batch_size < 0:
+            # a single input with dim 0 = -1 (Triton overflows here; we name the problem)
             raise invalid_argument(
                 f"{prefix}All input dimensions should be specified for input '{in_name}' for model "
                 f"'{name}', got {_fmt_shape(shape)}"
             )
-        if len(dims) != len(spec.dims) or any(c != -1 and c != d for c, d in zip(spec.dims, dims)):
-            expected = ([-1] if max_batch > 0 else []) + list(spec.dims)
-            raise invalid_argument(
-                f"{prefix}unexpected shape for input '{in_name}' for model '{name}'. Expected "
-                f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}."
-                + (_SHAPE_NOTE if max_batch > 0 else "")
-            )
-        if max_batch > 0 and shape[0] != ireq.batch_size:
-            raise invalid_argument(
-                f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'"
-            )
+        # Triton sizes a batch-0 request as if it had no batch dimension
         count = 1
-        for d in shape:
+        for d in (dims if max_batch > 0 and ireq.batch_size == 0 else shape):
             count *= d
         if dt.wire == "BYTES":
             if isinstance(data, (bytes, memoryview)):
@@ -381,6 +410,10 @@ def decode_request(request, model, shm) -> InferenceRequest:
                         f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
                         f"Expected {expected_bytes}, got {array.size * dt.itemsize}"
                     )
+        if max_batch > 0 and ireq.batch_size == 0 and array.size:
+            # batch 0 with one row's worth of data: passes Triton's size check, but there is no
+            # batch to run (what Triton would do next is backend-specific)
+            raise invalid_argument(f"{prefix}inference request batch-size must be >= 1 for '{name}'")
         ireq.inputs[in_name] = array.reshape(shape)
     return ireq
 
@@ -431,7 +464,8 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) 
     return encoded
 
 
-def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool = False):
+def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool | None = None):
+    """ModelInferResponse; ``final_flag`` sets ``triton_final_response`` (streams only)."""
     response = pb.ModelInferResponse(
         model_name=model.name, model_version=model.version_str, id=request_id
     )
@@ -441,6 +475,6 @@ def build_response(model, request_id: str, encoded: list[EncodedOutput], final_f
         tensor.datatype = out.datatype
         tensor.shape.extend(out.shape)
     response.raw_output_contents.extend([out.raw for out in encoded])
-    if final_flag:
-        response.parameters["triton_final_response"].bool_param = True
+    if final_flag is not None:
+        response.parameters["triton_final_response"].bool_param = final_flag
     return response

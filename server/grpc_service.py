@@ -24,6 +24,7 @@ from fpgaserve.protos import (
 from . import __version__, codec
 from .errors import InferenceError, invalid_argument
 from .log_settings import LogSettings
+from .repository import parse_version
 
 log = logging.getLogger("fpgaserve.grpc")
 
@@ -74,7 +75,13 @@ class InferenceServicer:
         return pb.ServerReadyResponse(ready=self.server_ready())
 
     async def ModelReady(self, request, context):
-        # Triton answers OK/ready=false for unknown models (clients call it after unloads).
+        # Triton answers OK/ready=false for unknown models (clients call it after unloads),
+        # but rejects a malformed version string first.
+        if request.version:
+            try:
+                parse_version(request.version)
+            except InferenceError as e:
+                await context.abort(e.code, e.message)
         ready = not self.exiting and self.repository.is_ready(request.name, request.version)
         return pb.ModelReadyResponse(ready=ready)
 
@@ -154,25 +161,47 @@ class InferenceServicer:
         return response
 
     # ------------------------------------------------------------------ inference
-    async def _infer(self, request):
+    async def _infer(self, request, model=None):
         """Decode, schedule, await, encode. Raises InferenceError."""
-        model = self.repository.get(request.model_name, request.model_version)
-        try:
-            ireq = codec.decode_request(request, model, self.shm)
-        except InferenceError:
-            raise
-        future = model.scheduler.submit(ireq)
+        if model is None:
+            model = self.repository.get(request.model_name, request.model_version)
+        ireq = codec.decode_request(request, model, self.shm)
         # If this coroutine is cancelled (client cancel / deadline), awaiting cancels the
         # future too, which withdraws the request if it is still queued.
-        encoded = await future
+        encoded = await model.scheduler.submit(ireq)
         return model, encoded
 
     async def ModelInfer(self, request, context):
         try:
-            model, encoded = await self._infer(request)
+            model = self.repository.get(request.model_name, request.model_version)
+            if model.decoupled:
+                raise InferenceError(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    "ModelInfer RPC doesn't support models with decoupled transaction policy",
+                )
+            model, encoded = await self._infer(request, model)
         except InferenceError as e:
             await context.abort(e.code, e.message)
         return codec.build_response(model, request.id, encoded)
+
+    async def _stream_decoupled(self, request, model, responses: asyncio.Queue) -> None:
+        """Stream each response of a decoupled model as the model yields it; then an empty
+        final response if the client asked for one (triton_enable_empty_final_response)."""
+        loop = asyncio.get_running_loop()
+        ireq = codec.decode_request(request, model, self.shm)
+
+        def put(encoded):
+            msg = pb.ModelStreamInferResponse()
+            msg.infer_response.CopyFrom(codec.build_response(model, request.id, encoded, final_flag=False))
+            responses.put_nowait((msg, None))
+
+        # called from the instance thread; call_soon_threadsafe keeps the order
+        ireq.emit = lambda encoded: loop.call_soon_threadsafe(put, encoded)
+        await model.scheduler.submit(ireq)
+        if ireq.parameters.get("triton_enable_empty_final_response"):
+            msg = pb.ModelStreamInferResponse()
+            msg.infer_response.CopyFrom(codec.build_response(model, request.id, [], final_flag=True))
+            responses.put_nowait((msg, None))
 
     async def ModelStreamInfer(self, request_iterator, context):
         """Bidirectional stream: every request gets exactly one response, errors in-stream.
@@ -190,7 +219,11 @@ class InferenceServicer:
 
         async def one(request):
             try:
-                model, encoded = await self._infer(request)
+                model = self.repository.get(request.model_name, request.model_version)
+                if model.decoupled:
+                    await self._stream_decoupled(request, model, responses)
+                    return
+                model, encoded = await self._infer(request, model)
                 msg = pb.ModelStreamInferResponse()
                 msg.infer_response.CopyFrom(codec.build_response(model, request.id, encoded, final_flag=True))
                 responses.put_nowait((msg, None))
@@ -300,14 +333,24 @@ class InferenceServicer:
         self.shm.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def _no_cuda(self, request, context):
+    # CUDA shared memory: there is no GPU, so no region can ever be registered. Status and
+    # Unregister still answer exactly as Triton does with none registered, because clients
+    # (Triton's shm examples, perf_analyzer --shared-memory) unregister all CUDA regions
+    # before they start; only Register is refused. Not advertised in ServerMetadata.
+    async def CudaSharedMemoryStatus(self, request, context):
+        if request.name:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{request.name}'"
+            )
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request, context):
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED, "CUDA shared memory is not supported by this server (no GPU)"
         )
 
-    CudaSharedMemoryStatus = _no_cuda
-    CudaSharedMemoryRegister = _no_cuda
-    CudaSharedMemoryUnregister = _no_cuda
+    async def CudaSharedMemoryUnregister(self, request, context):
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # ------------------------------------------------------------------ settings
     async def LogSettings(self, request, context):
@@ -330,6 +373,11 @@ class InferenceServicer:
     async def TraceSetting(self, request, context):
         # Request tracing is not implemented: we report it OFF (honestly) and refuse to turn
         # it on rather than pretend. Other trace settings are stored and echoed.
+        if request.model_name and not self.repository.is_ready(request.model_name):
+            # (sic) Triton's text, with the space before the colon
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"Request for unknown model : {request.model_name}"
+            )
         for key, value in request.settings.items():
             values = list(value.value)
             if key not in self._trace:

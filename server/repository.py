@@ -56,6 +56,8 @@ class ModelVersion:
         self.max_batch_size = config.max_batch_size
         self.required_input_count = sum(1 for s in self.inputs.values() if not s.optional)
         self.platform = config.platform or config.backend
+        # decoupled: a request may get any number of responses (ModelStreamInfer only)
+        self.decoupled = config.model_transaction_policy.decoupled
         self.stats = ModelStatistics()
         self.scheduler: Scheduler | None = None
         self.load_duration_s = 0.0
@@ -101,6 +103,11 @@ def parse_version(version: str) -> int:
             "(details: stol), version should be an integral value > 0"
         )
     v = int(m.group(1))
+    if not -(2**63) <= v < 2**63:  # std::stol's out_of_range
+        raise invalid_argument(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: stol), version should be an integral value > 0"
+        )
     if v < 0:
         raise invalid_argument(
             f"invalid model version specified '{version}' , version should be an integral value > 0"

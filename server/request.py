@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -51,5 +51,8 @@ class InferenceRequest:
     arrival_ns: int = 0
     future: asyncio.Future | None = None
     cancelled: bool = False
+    # decoupled models: called from the instance thread with each response's
+    # list[EncodedOutput] as the model yields it (the future then resolves to [])
+    emit: Callable[[list[EncodedOutput]], None] | None = None
     # filled by the scheduler when the request starts executing
     exec_start_ns: int = 0

@@ -47,6 +47,8 @@ class ModelInstance:
         shared-memory output region) fails only its own request.
         """
         model = self.model
+        if model.decoupled:
+            return self._run_decoupled(batch[0])
         t0 = time.monotonic_ns()
         if len(batch) == 1:
             inputs = batch[0].inputs
@@ -80,6 +82,33 @@ class ModelInstance:
                 results.append(e)
         t3 = time.monotonic_ns()
         return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
+
+    def _run_decoupled(self, request: InferenceRequest):
+        """A decoupled model's execute() yields responses; each is encoded and emitted as it
+        comes, so the client sees them while the model is still running."""
+        infer_ns = output_ns = 0
+        t = time.monotonic_ns()
+        try:
+            produced = self.backend.execute(request.inputs)
+            it = iter([produced] if isinstance(produced, dict) else produced)
+            while True:
+                try:
+                    outputs = next(it)
+                except StopIteration:
+                    break
+                t1 = time.monotonic_ns()
+                infer_ns += t1 - t
+                outputs = self._check_outputs(outputs, [request], request.batch_size)
+                request.emit(codec.encode_outputs(request, outputs, self.shm))
+                t = time.monotonic_ns()
+                output_ns += t - t1
+        except InferenceError:
+            raise
+        except Exception as e:
+            log.debug("model %s execute failed", self.model.name, exc_info=True)
+            raise internal(str(e) or type(e).__name__) from e
+        infer_ns += time.monotonic_ns() - t
+        return [[]], BatchTimings(0, infer_ns, output_ns)
 
     def _check_outputs(self, outputs, batch, total_rows) -> dict[str, np.ndarray]:
         model = self.model

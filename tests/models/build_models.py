@@ -195,6 +195,37 @@ class Model:
 '''
 
 
+REPEAT_INT32_PY = f'''\
+"""repeat_int32: a decoupled model (several responses per request), like Triton's repeat backend.
+
+{GENERATED}
+
+For each element i of IN it waits DELAY[i] ms, then sends one response OUT=[IN[i]],
+IDX=[i]; after the last one it waits WAIT[0] ms before the request is released. Used by
+simple_grpc_custom_repeat.py over ModelStreamInfer. ``execute`` returns a generator: the
+server streams each yielded dict as it comes.
+"""
+
+import time
+
+import numpy as np
+
+
+class Model:
+    def execute(self, inputs: dict):
+        values, delays, wait = inputs["IN"], inputs["DELAY"], inputs["WAIT"]
+        for i in range(values.shape[0]):
+            time.sleep(float(delays[i]) / 1000.0)
+            yield {{"OUT": values[i : i + 1].copy(), "IDX": np.array([i], dtype=np.uint32)}}
+        time.sleep(float(wait[0]) / 1000.0)
+'''
+
+REPEAT_INT32_CONFIG_EXTRA = """model_transaction_policy {
+  decoupled: true
+}
+"""
+
+
 # ---------------------------------------------------------------------------------------
 # Repository
 # ---------------------------------------------------------------------------------------
@@ -222,6 +253,14 @@ def build(out: Path) -> list[Path]:
             "simple_identity", 'backend: "numpy"', 8,
             [("INPUT0", "TYPE_STRING", [-1])], [("OUTPUT0", "TYPE_STRING", [-1])]).encode()),
         _write(out / "simple_identity" / "1" / "model.py", SIMPLE_IDENTITY_PY.encode()),
+    ]
+
+    written += [
+        _write(out / "repeat_int32" / "config.pbtxt", (config_pbtxt(
+            "repeat_int32", 'backend: "numpy"', 0,
+            [("IN", "TYPE_INT32", [-1]), ("DELAY", "TYPE_UINT32", [-1]), ("WAIT", "TYPE_UINT32", [1])],
+            [("OUT", "TYPE_INT32", [1]), ("IDX", "TYPE_UINT32", [1])]) + REPEAT_INT32_CONFIG_EXTRA).encode()),
+        _write(out / "repeat_int32" / "1" / "model.py", REPEAT_INT32_PY.encode()),
     ]
     return written
 
