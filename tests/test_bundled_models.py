@@ -109,7 +109,7 @@ def test_config_parses_and_names_its_directory(model_dir):
 
 def test_expected_models_present():
     assert {p.name for p in ALL_MODEL_DIRS} == {
-        "facile", "simple", "simple_int8", "simple_string", "simple_identity"}
+        "facile", "simple", "simple_int8", "simple_string", "simple_identity", "repeat_int32"}
 
 
 def _dt(name: str) -> int:
