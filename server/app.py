@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import grpc
 
 from .grpc_service import HealthServicer, InferenceServicer
-from .http_health import HealthHttpServer
+from .http_server import HealthRoutes, TinyHttpServer, metrics_route
 from .log_settings import LogSettings
+from .metrics import Metrics
 from .repository import ModelRepository
 from .shared_memory import SystemSharedMemoryManager
 
@@ -32,6 +33,7 @@ class ServerOptions:
     grpc_port: int = 8001
     http_address: str = "0.0.0.0"
     http_port: int = 8000  # -1 disables
+    metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002  # -1 disables
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)
@@ -66,11 +68,14 @@ class InferenceServer:
             strict_readiness=options.strict_readiness,
         )
         self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings)
-        self.http = HealthHttpServer(self.servicer)
+        self.http = TinyHttpServer(HealthRoutes(self.servicer))
+        self.metrics = Metrics(self.repository)
+        self.metrics_http = TinyHttpServer(metrics_route(self.metrics.render))
         self._grpc: grpc.aio.Server | None = None
         self._stopped = asyncio.Event()
         self.grpc_port = None
         self.http_port = None
+        self.metrics_port = None
 
     def _grpc_options(self):
         o = self.options
@@ -105,6 +110,9 @@ class InferenceServer:
         if o.http_port >= 0:
             self.http_port = await self.http.start(o.http_address, o.http_port)
             log.info("Started HTTPService at %s:%d (health endpoints)", o.http_address, self.http_port)
+        if o.metrics_port >= 0:
+            self.metrics_port = await self.metrics_http.start(o.metrics_address, o.metrics_port)
+            log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
 
     async def stop(self) -> None:
         self.servicer.exiting = True
@@ -112,6 +120,7 @@ class InferenceServer:
         if self._grpc is not None:
             await self._grpc.stop(grace=self.options.exit_timeout_secs)
         await self.http.stop()
+        await self.metrics_http.stop()
         await self.repository.stop()
         self.shm.close()
         log.info("server stopped")

@@ -70,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--metrics-port", type=int, default=8002,
-        help="Prometheus metrics port (served once the metrics exporter is enabled; -1 disables).",
+        help="Prometheus metrics port: GET /metrics with Triton's nv_inference_* names; -1 disables.",
     )
+    g.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics endpoint binds.")
     g.add_argument(
         "--grpc-max-message-size", type=int, default=INT32_MAX, metavar="BYTES",
         help="largest gRPC message accepted or sent (Triton and its clients use INT32_MAX).",
@@ -113,6 +114,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         http_address=args.http_address,
         http_port=args.http_port,
         metrics_port=args.metrics_port,
+        metrics_address=args.metrics_address,
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,

@@ -54,5 +54,8 @@ class InferenceRequest:
     # decoupled models: called from the instance thread with each response's
     # list[EncodedOutput] as the model yields it (the future then resolves to [])
     emit: Callable[[list[EncodedOutput]], None] | None = None
+    # set by a batcher at enqueue: queue deadline (0 = none) and arrival sequence number
+    deadline_ns: int = 0
+    seq: int = 0
     # filled by the scheduler when the request starts executing
     exec_start_ns: int = 0

@@ -219,8 +219,7 @@ class Scheduler:
             end = time.monotonic_ns()
             for r in batch:
                 stats.record_failure(end - r.arrival_ns, "BACKEND")
-                if not r.future.done():
-                    r.future.set_exception(err)
+                self._complete(r, None, err)
             return
         finally:
             self.executing -= len(batch)
@@ -229,12 +228,19 @@ class Scheduler:
         for r, result in zip(batch, results):
             if isinstance(result, InferenceError):
                 stats.record_failure(end - r.arrival_ns, "OTHER")
-                if not r.future.done():
-                    r.future.set_exception(result)
+                self._complete(r, None, result)
             else:
                 stats.record_success(r.batch_size, end - r.arrival_ns, r.exec_start_ns - r.arrival_ns, timings)
-                if not r.future.done():
-                    r.future.set_result(result)
+                self._complete(r, result, None)
+
+    def _complete(self, request: InferenceRequest, result, error) -> None:
+        """Release a request's outcome to its caller (a batcher may hold it for ordering)."""
+        if request.future.done():
+            return
+        if error is not None:
+            request.future.set_exception(error)
+        else:
+            request.future.set_result(result)
 
     async def stop(self) -> None:
         """Finish queued and executing work, then release the instances."""
@@ -252,5 +258,11 @@ class DirectScheduler(Scheduler):
 
 
 def make_scheduler(model, instances: list[ModelInstance]) -> Scheduler:
-    # The dynamic batcher plugs in here when the config has a dynamic_batching block.
+    """Triton's choice: a ``dynamic_batching`` block (on a batching model, not decoupled)
+    gets the dynamic batcher; otherwise every request executes alone."""
+    config = model.config
+    if config.HasField("dynamic_batching") and model.max_batch_size > 0 and not model.decoupled:
+        from .batcher import DynamicBatcher
+
+        return DynamicBatcher(model, instances)
     return DirectScheduler(model, instances)

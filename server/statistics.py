@@ -10,8 +10,12 @@ All updates happen on the event loop thread, so no locking is needed.
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
+
+# queue-time histogram bucket upper bounds, in microseconds (Prometheus "le")
+QUEUE_BUCKETS_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000, 5_000_000)
 
 
 @dataclass
@@ -54,6 +58,8 @@ class ModelStatistics:
     batch_stats: dict[int, BatchStat] = field(default_factory=dict)
     # failures by Triton's metric reason: REJECTED, CANCELED, BACKEND, OTHER
     fail_reasons: dict[str, int] = field(default_factory=dict)
+    # queue time histogram of successful requests: counts per QUEUE_BUCKETS_US bucket (+Inf last)
+    queue_hist: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_US) + 1))
 
     def record_execution(self, batch_size: int, t: BatchTimings) -> None:
         self.execution_count += 1
@@ -68,6 +74,7 @@ class ModelStatistics:
     def record_success(self, batch_size: int, total_ns: int, queue_ns: int, t: BatchTimings) -> None:
         self.success.add(total_ns)
         self.queue.add(queue_ns)
+        self.queue_hist[bisect.bisect_left(QUEUE_BUCKETS_US, queue_ns / 1000)] += 1
         self.compute_input.add(t.compute_input_ns)
         self.compute_infer.add(t.compute_infer_ns)
         self.compute_output.add(t.compute_output_ns)

@@ -51,6 +51,7 @@ class ServerProcess:
             "--http-address", "127.0.0.1",
             "--grpc-port", str(self.grpc_port),
             "--http-port", str(self.http_port),
+            "--metrics-address", "127.0.0.1",
             "--metrics-port", str(self.metrics_port),
         ]
         return args + self.extra_args

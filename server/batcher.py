@@ -1,0 +1,287 @@
+"""Triton's dynamic batcher (core dynamic_batch_scheduler.cc, scheduler_utils.cc), in asyncio.
+
+Batch size counts *rows* (the sum of each request's dim 0), never above ``max_batch_size``
+nor the largest preferred size; a request is never split or reordered past another. A batch
+is formed whenever an instance is free:
+
+* walk the queues (highest priority first, FIFO within a level) and add requests while they
+  fit and their variable-dim input shapes agree with the first request's (unless the input
+  allows ragged batching);
+* if a prefix of that walk hits a preferred size, send the largest such prefix now;
+* if the walk cannot grow (the next request does not fit, or its shape differs), or the
+  queue delay is 0, or the *oldest* pending request has waited ``max_queue_delay``, send
+  what is pending;
+* otherwise sleep until the delay of the oldest request runs out, the nearest queue timeout
+  expires, or a new request arrives.
+
+Queue policies per priority level: ``max_queue_size`` rejects at enqueue with UNAVAILABLE
+"Exceeds maximum queue size"; a request whose queue timeout expires is rejected with
+UNAVAILABLE "Request timeout expired" (REJECT) or moved behind the live requests of its
+level (DELAY). ``preserve_ordering`` releases responses in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass
+
+from .errors import InferenceError, unavailable
+from .request import InferenceRequest
+from .scheduler import ModelInstance, Scheduler
+
+_IDLE_WAKEUP_S = 0.5  # Triton's batcher thread wakes at least this often
+
+
+@dataclass
+class QueuePolicy:
+    reject_on_timeout: bool = True
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+    @classmethod
+    def from_config(cls, policy) -> "QueuePolicy":
+        return cls(
+            reject_on_timeout=policy.timeout_action == 0,  # REJECT=0, DELAY=1
+            default_timeout_us=policy.default_timeout_microseconds,
+            allow_timeout_override=policy.allow_timeout_override,
+            max_queue_size=policy.max_queue_size,
+        )
+
+    def timeout_us(self, requested_us: int) -> int:
+        """The request's queue timeout: the policy default, lowered by the request's own
+        ``timeout`` parameter when the policy allows overrides."""
+        t = self.default_timeout_us
+        if self.allow_timeout_override and requested_us > 0 and (t == 0 or requested_us < t):
+            t = requested_us
+        return t
+
+
+class _Level:
+    """One priority level: live requests, then requests whose timeout passed with DELAY."""
+
+    def __init__(self, policy: QueuePolicy):
+        self.policy = policy
+        self.live: collections.deque[InferenceRequest] = collections.deque()
+        self.delayed: collections.deque[InferenceRequest] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.live) + len(self.delayed)
+
+    def __iter__(self):
+        yield from self.live
+        yield from self.delayed
+
+
+class DynamicBatcher(Scheduler):
+    def __init__(self, model, instances: list[ModelInstance]):
+        super().__init__(model, instances)
+        db = model.config.dynamic_batching
+        self.max_batch_size = max(1, model.max_batch_size)
+        preferred = sorted(set(p for p in db.preferred_batch_size if p > 0)) or [self.max_batch_size]
+        self.preferred = set(preferred)
+        # Triton never grows a batch beyond the largest preferred size
+        self.max_preferred = min(max(preferred), self.max_batch_size)
+        self.delay_ns = db.max_queue_delay_microseconds * 1000
+        self.preserve_ordering = db.preserve_ordering
+        self.priority_levels = db.priority_levels
+        self.default_priority = db.default_priority_level if db.priority_levels else 0
+        default_policy = QueuePolicy.from_config(db.default_queue_policy)
+        if self.priority_levels:
+            self.levels = {
+                p: _Level(
+                    QueuePolicy.from_config(db.priority_queue_policy[p])
+                    if p in db.priority_queue_policy
+                    else default_policy
+                )
+                for p in range(1, self.priority_levels + 1)
+            }
+        else:
+            self.levels = {0: _Level(default_policy)}
+        self._order = sorted(self.levels)  # 1 is the highest priority
+        # inputs whose shapes must agree within a batch (variable dims, not ragged)
+        self._equal_shape_inputs = [
+            s.name for s in model.inputs.values() if s.has_variable_dims and not s.allow_ragged_batch
+        ]
+        self._form_lock = asyncio.Lock()
+        # preserve_ordering: responses released strictly in arrival order
+        self._next_seq = 0
+        self._next_release = 0
+        self._held: dict[int, tuple] = {}
+
+    # ------------------------------------------------------------------ enqueue
+    @property
+    def pending(self) -> int:
+        return sum(len(level) for level in self.levels.values())
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        request.future = loop.create_future()
+        p = request.priority
+        if self.priority_levels == 0:
+            p = 0
+        elif p == 0 or p > self.priority_levels:
+            p = self.default_priority
+        level = self.levels[p]
+        if level.policy.max_queue_size and len(level) >= level.policy.max_queue_size:
+            self.model.stats.record_failure(time.monotonic_ns() - request.arrival_ns, "REJECTED")
+            request.future.set_exception(
+                unavailable(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
+            )
+            return request.future
+        timeout_us = level.policy.timeout_us(request.timeout_us)
+        request.deadline_ns = request.arrival_ns + timeout_us * 1000 if timeout_us else 0
+        request.seq = self._next_seq
+        self._next_seq += 1
+        level.live.append(request)
+        self._wakeup.set()
+        return request.future
+
+    # ------------------------------------------------------------------ batch formation
+    def _expire(self, now: int) -> int:
+        """Apply queue timeouts; return the nearest future deadline (0 = none)."""
+        nearest = 0
+        for level in self.levels.values():
+            if not any(r.deadline_ns for r in level.live):
+                continue
+            keep: collections.deque[InferenceRequest] = collections.deque()
+            for r in level.live:
+                if r.deadline_ns and r.deadline_ns <= now:
+                    if level.policy.reject_on_timeout:
+                        self._fail(r, unavailable("Request timeout expired"), "REJECTED")
+                    else:
+                        level.delayed.append(r)  # DELAY: behind the live ones, may starve
+                    continue
+                if r.deadline_ns and (nearest == 0 or r.deadline_ns < nearest):
+                    nearest = r.deadline_ns
+                keep.append(r)
+            level.live = keep
+        return nearest
+
+    def _drop_withdrawn(self) -> None:
+        for level in self.levels.values():
+            for q in (level.live, level.delayed):
+                if any(r.future.done() for r in q):
+                    live = [r for r in q if not r.future.done()]
+                    for r in q:
+                        if r.future.done():
+                            self._withdrawn(r)
+                    q.clear()
+                    q.extend(live)
+
+    def _shapes(self, r: InferenceRequest):
+        return tuple(r.inputs[n].shape[1:] for n in self._equal_shape_inputs if n in r.inputs)
+
+    def _walk(self):
+        """The pending prefix Triton's batcher would consider, and whether it must send now.
+
+        Returns (requests in order, rows, best preferred prefix length (0 = none),
+        send_now).
+        """
+        picked: list[InferenceRequest] = []
+        rows = 0
+        best = 0
+        send_now = False
+        shapes = None
+        inputs_present = None
+        for p in self._order:
+            for r in self.levels[p]:
+                size = max(1, r.batch_size)
+                if picked:
+                    if rows + size > self.max_preferred:
+                        send_now = True
+                        break
+                    if self._shapes(r) != shapes or frozenset(r.inputs) != inputs_present:
+                        send_now = True
+                        break
+                else:
+                    shapes = self._shapes(r)
+                    inputs_present = frozenset(r.inputs)
+                picked.append(r)
+                rows += size
+                if rows in self.preferred:
+                    best = len(picked)
+            else:
+                continue
+            break
+        return picked, rows, best, send_now
+
+    def _take(self, batch: list[InferenceRequest]) -> list[InferenceRequest]:
+        ids = {id(r) for r in batch}
+        for level in self.levels.values():
+            if not any(id(r) in ids for r in level):
+                continue
+            level.live = collections.deque(r for r in level.live if id(r) not in ids)
+            level.delayed = collections.deque(r for r in level.delayed if id(r) not in ids)
+        return batch
+
+    async def next_batch(self) -> list[InferenceRequest]:
+        # One instance forms a batch at a time; the others wait their turn, so a batch is
+        # formed exactly when an instance is free (Triton's "instance available" trigger).
+        async with self._form_lock:
+            while True:
+                now = time.monotonic_ns()
+                self._drop_withdrawn()
+                nearest_deadline = self._expire(now)
+                picked, rows, best, send_now = self._walk()
+                if not picked:
+                    if self._stopping:
+                        return []
+                    await self._sleep(_IDLE_WAKEUP_S)
+                    continue
+                oldest = min(r.arrival_ns for r in picked)
+                waited = now - oldest
+                delay_exceeded = self.delay_ns != 0 and waited >= self.delay_ns
+                if best and not delay_exceeded:
+                    return self._take(picked[:best])
+                if send_now or rows >= self.max_preferred or delay_exceeded or self.delay_ns == 0 or self._stopping:
+                    return self._take(picked)
+                wait_ns = self.delay_ns - waited
+                if nearest_deadline:
+                    wait_ns = min(wait_ns, max(1000, nearest_deadline - now))
+                await self._sleep(wait_ns / 1e9)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep until a new request arrives or ``seconds`` pass."""
+        self._wakeup.clear()
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    # ------------------------------------------------------------------ completion
+    def _fail(self, request: InferenceRequest, error: InferenceError, reason: str) -> None:
+        self.model.stats.record_failure(time.monotonic_ns() - request.arrival_ns, reason)
+        self._complete(request, None, error)
+
+    def _withdrawn(self, request: InferenceRequest) -> None:
+        super()._withdrawn(request)
+        self._complete(request, None, None)
+
+    def _complete(self, request: InferenceRequest, result, error) -> None:
+        if not self.preserve_ordering:
+            _resolve(request, result, error)
+            return
+        self._held[request.seq] = (request, result, error)
+        while self._next_release in self._held:
+            r, res, err = self._held.pop(self._next_release)
+            _resolve(r, res, err)
+            self._next_release += 1
+
+    async def stop(self) -> None:
+        await super().stop()
+        # anything still held (preserve_ordering) is released
+        for seq in sorted(self._held):
+            r, res, err = self._held.pop(seq)
+            _resolve(r, res, err)
+
+
+def _resolve(request: InferenceRequest, result, error) -> None:
+    if request.future.done():
+        return
+    if error is not None:
+        request.future.set_exception(error)
+    else:
+        request.future.set_result(result)

@@ -1,0 +1,154 @@
+"""Prometheus metrics with Triton's names, so dashboards and autoscalers work unchanged.
+
+Rendered at scrape time from the per-version ``ModelStatistics`` (the same numbers
+ModelStatistics reports), on the event loop thread that writes them. Counters keep Triton's
+exact names: Triton exposes ``nv_inference_count`` (no ``_total`` suffix) and SuperSONIC's
+autoscaling query uses those names, so samples are added under the family name itself.
+
+* per model (labels ``model``, ``version``): ``nv_inference_request_success``,
+  ``nv_inference_request_failure{reason}``, ``nv_inference_count``, ``nv_inference_exec_count``,
+  ``nv_inference_request_duration_us``, ``nv_inference_queue_duration_us``,
+  ``nv_inference_compute_{input,infer,output}_duration_us`` (cumulative µs, summed per
+  request), ``nv_inference_pending_request_count``, ``nv_model_load_duration_secs``, and
+  the histogram ``nv_inference_queue_duration_histogram_us``;
+* host: ``nv_cpu_utilization``, ``nv_cpu_memory_{total,used}_bytes`` (as Triton), plus the
+  standard ``process_*`` CPU and memory metrics of this process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import Metric
+
+from .statistics import QUEUE_BUCKETS_US
+
+FAIL_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+def _family(name: str, doc: str, kind: str) -> Metric:
+    return Metric(name, doc, kind)
+
+
+class _HostCpu:
+    """System CPU utilization between scrapes from /proc/stat, as Triton's nv_cpu_utilization."""
+
+    def __init__(self):
+        self._last = self._read()
+
+    @staticmethod
+    def _read():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+            return sum(fields), idle
+        except OSError:
+            return None
+
+    def utilization(self) -> float:
+        now = self._read()
+        if now is None or self._last is None:
+            return 0.0
+        total, idle = now[0] - self._last[0], now[1] - self._last[1]
+        self._last = now
+        return 0.0 if total <= 0 else max(0.0, min(1.0, 1.0 - idle / total))
+
+
+def _meminfo() -> tuple[int, int]:
+    try:
+        values = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, rest = line.split(":", 1)
+                values[key] = int(rest.split()[0]) * 1024
+        total = values["MemTotal"]
+        return total, total - values.get("MemAvailable", values.get("MemFree", 0))
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+class InferenceCollector:
+    def __init__(self, repository, extra_collectors=()):
+        self.repository = repository
+        self.extra = list(extra_collectors)
+        self._cpu = _HostCpu()
+
+    def collect(self):
+        versions = sorted(self.repository.loaded_versions(), key=lambda v: (v.name, v.version))
+        counters = {
+            "nv_inference_request_success": "Number of successful inference requests, all batch sizes",
+            "nv_inference_count": "Number of inferences performed (does not include cached requests)",
+            "nv_inference_exec_count": "Number of model executions performed (does not include cached requests)",
+            "nv_inference_request_duration_us": "Cumulative inference request duration in microseconds (includes cached requests)",
+            "nv_inference_queue_duration_us": "Cumulative inference queuing duration in microseconds (includes cached requests)",
+            "nv_inference_compute_input_duration_us": "Cumulative compute input duration in microseconds (does not include cached requests)",
+            "nv_inference_compute_infer_duration_us": "Cumulative compute inference duration in microseconds (does not include cached requests)",
+            "nv_inference_compute_output_duration_us": "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        }
+        fams = {n: _family(n, d, "counter") for n, d in counters.items()}
+        failure = _family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter")
+        pending = _family("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
+        load = _family("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
+        hist = _family("nv_inference_queue_duration_histogram_us", "Queue duration of successful requests in microseconds", "histogram")
+        for v in versions:
+            s = v.stats
+            labels = {"model": v.name, "version": v.version_str}
+            fams["nv_inference_request_success"].add_sample("nv_inference_request_success", labels, s.success.count)
+            fams["nv_inference_count"].add_sample("nv_inference_count", labels, s.inference_count)
+            fams["nv_inference_exec_count"].add_sample("nv_inference_exec_count", labels, s.execution_count)
+            for name, ns in (
+                ("nv_inference_request_duration_us", s.success.ns + s.fail.ns),
+                ("nv_inference_queue_duration_us", s.queue.ns),
+                ("nv_inference_compute_input_duration_us", s.compute_input.ns),
+                ("nv_inference_compute_infer_duration_us", s.compute_infer.ns),
+                ("nv_inference_compute_output_duration_us", s.compute_output.ns),
+            ):
+                fams[name].add_sample(name, labels, ns // 1000)
+            for reason in FAIL_REASONS:
+                failure.add_sample("nv_inference_request_failure", {**labels, "reason": reason}, s.fail_reasons.get(reason, 0))
+            pending.add_sample("nv_inference_pending_request_count", labels, v.scheduler.pending if v.scheduler else 0)
+            load.add_sample("nv_model_load_duration_secs", labels, v.load_duration_s)
+            cumulative = 0
+            for bound, count in zip(QUEUE_BUCKETS_US + (float("inf"),), s.queue_hist):
+                cumulative += count
+                le = "+Inf" if bound == float("inf") else str(bound)
+                hist.add_sample("nv_inference_queue_duration_histogram_us_bucket", {**labels, "le": le}, cumulative)
+            hist.add_sample("nv_inference_queue_duration_histogram_us_count", labels, cumulative)
+            hist.add_sample("nv_inference_queue_duration_histogram_us_sum", labels, s.queue.ns / 1000)
+        yield from fams.values()
+        yield failure
+        yield pending
+        yield load
+        yield hist
+        cpu = _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+        cpu.add_sample("nv_cpu_utilization", {}, self._cpu.utilization())
+        total, used = _meminfo()
+        mem_total = _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
+        mem_total.add_sample("nv_cpu_memory_total_bytes", {}, total)
+        mem_used = _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge")
+        mem_used.add_sample("nv_cpu_memory_used_bytes", {}, used)
+        yield cpu
+        yield mem_total
+        yield mem_used
+        for extra in self.extra:
+            yield from extra.collect()
+
+
+class Metrics:
+    """The registry served on --metrics-port."""
+
+    def __init__(self, repository):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = InferenceCollector(repository)
+        self.registry.register(self.collector)
+        ProcessCollector(registry=self.registry)
+
+    def add_collector(self, collector) -> None:
+        """Further families (device telemetry) rendered with the same scrape."""
+        self.collector.extra.append(collector)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
