@@ -217,7 +217,7 @@ class DynamicBatcher(Scheduler):
             level.delayed = collections.deque(r for r in level.delayed if id(r) not in ids)
         return batch
 
-    async def next_batch(self) -> list[InferenceRequest]:
+    async def next_batch(self, instance: ModelInstance) -> list[InferenceRequest]:
         # One instance forms a batch at a time; the others wait their turn, so a batch is
         # formed exactly when an instance is free (Triton's "instance available" trigger).
         async with self._form_lock:

@@ -54,6 +54,8 @@ class InferenceRequest:
     # decoupled models: called from the instance thread with each response's
     # list[EncodedOutput] as the model yields it (the future then resolves to [])
     emit: Callable[[list[EncodedOutput]], None] | None = None
+    # a filler row the sequence batcher adds to keep batch slots in place (never answered)
+    padding: bool = False
     # set by a batcher at enqueue: queue deadline (0 = none) and arrival sequence number
     deadline_ns: int = 0
     seq: int = 0

@@ -76,6 +76,9 @@ class ModelInstance:
                 offset += rows
             else:
                 mine = outputs
+            if r.padding:
+                results.append(None)
+                continue
             try:
                 results.append(codec.encode_outputs(r, mine, self.shm))
             except InferenceError as e:
@@ -114,7 +117,7 @@ class ModelInstance:
         model = self.model
         if not isinstance(outputs, dict):
             raise internal(f"model '{model.name}' execute() must return a dict of arrays, got {type(outputs).__name__}")
-        needed = {o.spec.name: o.spec for r in batch for o in r.outputs}
+        needed = {o.spec.name: o.spec for r in batch if not r.padding for o in r.outputs}
         checked = {}
         for name, spec in needed.items():
             if name not in outputs:
@@ -178,7 +181,7 @@ class Scheduler:
         self._wakeup.set()
         return request.future
 
-    async def next_batch(self) -> list[InferenceRequest]:
+    async def next_batch(self, instance: ModelInstance) -> list[InferenceRequest]:
         """One live request (Triton without dynamic_batching: each request runs alone)."""
         while True:
             while self._queue:
@@ -198,7 +201,7 @@ class Scheduler:
     async def _instance_loop(self, instance: ModelInstance) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = await self.next_batch()
+            batch = await self.next_batch(instance)
             if not batch:
                 return
             try:
@@ -218,14 +221,17 @@ class Scheduler:
             err = e if isinstance(e, InferenceError) else internal(str(e) or type(e).__name__)
             end = time.monotonic_ns()
             for r in batch:
-                stats.record_failure(end - r.arrival_ns, "BACKEND")
-                self._complete(r, None, err)
+                if not r.padding:
+                    stats.record_failure(end - r.arrival_ns, "BACKEND")
+                    self._complete(r, None, err)
             return
         finally:
             self.executing -= len(batch)
         end = time.monotonic_ns()
         stats.record_execution(sum(r.batch_size for r in batch), timings)
         for r, result in zip(batch, results):
+            if r.padding:
+                continue
             if isinstance(result, InferenceError):
                 stats.record_failure(end - r.arrival_ns, "OTHER")
                 self._complete(r, None, result)
@@ -261,6 +267,10 @@ def make_scheduler(model, instances: list[ModelInstance]) -> Scheduler:
     """Triton's choice: a ``dynamic_batching`` block (on a batching model, not decoupled)
     gets the dynamic batcher; otherwise every request executes alone."""
     config = model.config
+    if config.HasField("sequence_batching"):
+        from .sequence import SequenceBatcher
+
+        return SequenceBatcher(model, instances)
     if config.HasField("dynamic_batching") and model.max_batch_size > 0 and not model.decoupled:
         from .batcher import DynamicBatcher
 

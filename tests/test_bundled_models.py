@@ -109,7 +109,8 @@ def test_config_parses_and_names_its_directory(model_dir):
 
 def test_expected_models_present():
     assert {p.name for p in ALL_MODEL_DIRS} == {
-        "facile", "simple", "simple_int8", "simple_string", "simple_identity", "repeat_int32"}
+        "facile", "simple", "simple_int8", "simple_string", "simple_identity", "repeat_int32",
+        "simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence"}
 
 
 def _dt(name: str) -> int:

@@ -220,6 +220,99 @@ class Model:
         time.sleep(float(wait[0]) / 1000.0)
 '''
 
+SIMPLE_SEQUENCE_PY = f'''\
+"""simple_sequence: Triton's stateless sequence example (Direct strategy).
+
+{GENERATED}
+
+OUTPUT = READY * (INPUT + START): the server synthesizes the START and READY controls; padded
+batch slots have READY = 0 and give 0.
+"""
+
+
+class Model:
+    def execute(self, inputs: dict) -> dict:
+        return {{"OUTPUT": inputs["READY"] * (inputs["INPUT"] + inputs["START"])}}
+'''
+
+SIMPLE_DYNA_SEQUENCE_PY = f'''\
+"""simple_dyna_sequence: Triton's sequence example for the Oldest strategy.
+
+{GENERATED}
+
+OUTPUT = READY * (INPUT + START + END * CORRID), computed in int64 (CORRID is UINT64) and
+returned as the configured INT32.
+"""
+
+import numpy as np
+
+
+class Model:
+    def execute(self, inputs: dict) -> dict:
+        i64 = lambda name: inputs[name].astype(np.int64)
+        out = i64("READY") * (i64("INPUT") + i64("START") + i64("END") * i64("CORRID"))
+        return {{"OUTPUT": out.astype(np.int32)}}
+'''
+
+SIMPLE_STRING_DYNA_SEQUENCE_PY = f'''\
+"""simple_string_dyna_sequence: an accumulating sequence model keyed by a string CORRID.
+
+{GENERATED}
+
+Per correlation id: acc = (0 if START else acc) + INPUT; OUTPUT = acc, plus int(CORRID) on
+the END request (what simple_grpc_sequence_*_client.py -d expects). State lives in this
+instance, so the config has a single instance.
+"""
+
+import numpy as np
+
+
+class Model:
+    def initialize(self, config, model_dir):
+        self.acc = {{}}
+
+    def execute(self, inputs: dict) -> dict:
+        out = np.zeros(inputs["INPUT"].shape, dtype=np.int32)
+        for row in range(out.shape[0]):
+            if not inputs["READY"][row, 0]:
+                continue
+            corrid = inputs["CORRID"][row, 0]
+            base = 0 if inputs["START"][row, 0] else self.acc.get(corrid, 0)
+            self.acc[corrid] = base + int(inputs["INPUT"][row, 0])
+            out[row, 0] = self.acc[corrid]
+            if inputs["END"][row, 0]:
+                out[row, 0] += int(corrid)
+                del self.acc[corrid]
+        return {{"OUTPUT": out}}
+'''
+
+
+def sequence_config(name: str, strategy: str, idle_us: int, controls: list[tuple[str, str, str]],
+                    instances: int) -> str:
+    """config.pbtxt of a sequence model: INPUT/OUTPUT INT32 [1], max_batch_size 8.
+    ``controls`` are (tensor name, CONTROL_SEQUENCE_* kind, value line)."""
+    blocks = ",\n".join(
+        f'    {{\n      name: "{tname}"\n      control [\n        {{\n          kind: {kind}\n'
+        f"          {value}\n        }}\n      ]\n    }}"
+        for tname, kind, value in controls
+    )
+    base = config_pbtxt(name, 'backend: "numpy"', 8, [("INPUT", "TYPE_INT32", [1])],
+                        [("OUTPUT", "TYPE_INT32", [1])])
+    return (
+        base
+        + "sequence_batching {\n"
+        + f"  max_sequence_idle_microseconds: {idle_us}\n"
+        + strategy
+        + f"  control_input [\n{blocks}\n  ]\n"
+        + "}\n"
+        + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n"
+    )
+
+
+_FLAG = "int32_false_true: [ 0, 1 ]"
+_OLDEST = "  oldest {\n    max_candidate_sequences: 1024\n    max_queue_delay_microseconds: 10000\n  }\n"
+
+
 REPEAT_INT32_CONFIG_EXTRA = """model_transaction_policy {
   decoupled: true
 }
@@ -261,6 +354,29 @@ def build(out: Path) -> list[Path]:
             [("IN", "TYPE_INT32", [-1]), ("DELAY", "TYPE_UINT32", [-1]), ("WAIT", "TYPE_UINT32", [1])],
             [("OUT", "TYPE_INT32", [1]), ("IDX", "TYPE_UINT32", [1])]) + REPEAT_INT32_CONFIG_EXTRA).encode()),
         _write(out / "repeat_int32" / "1" / "model.py", REPEAT_INT32_PY.encode()),
+    ]
+
+    written += [
+        _write(out / "simple_sequence" / "config.pbtxt", sequence_config(
+            "simple_sequence", "", 5_000_000,
+            [("START", "CONTROL_SEQUENCE_START", _FLAG), ("READY", "CONTROL_SEQUENCE_READY", _FLAG)],
+            1).encode()),
+        _write(out / "simple_sequence" / "1" / "model.py", SIMPLE_SEQUENCE_PY.encode()),
+        _write(out / "simple_dyna_sequence" / "config.pbtxt", sequence_config(
+            "simple_dyna_sequence", _OLDEST, 10_000_000,
+            [("START", "CONTROL_SEQUENCE_START", _FLAG), ("END", "CONTROL_SEQUENCE_END", _FLAG),
+             ("READY", "CONTROL_SEQUENCE_READY", _FLAG),
+             ("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_UINT64")],
+            2).encode()),
+        _write(out / "simple_dyna_sequence" / "1" / "model.py", SIMPLE_DYNA_SEQUENCE_PY.encode()),
+        _write(out / "simple_string_dyna_sequence" / "config.pbtxt", sequence_config(
+            "simple_string_dyna_sequence", _OLDEST, 10_000_000,
+            [("START", "CONTROL_SEQUENCE_START", _FLAG), ("END", "CONTROL_SEQUENCE_END", _FLAG),
+             ("READY", "CONTROL_SEQUENCE_READY", _FLAG),
+             ("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_STRING")],
+            1).encode()),
+        _write(out / "simple_string_dyna_sequence" / "1" / "model.py",
+               SIMPLE_STRING_DYNA_SEQUENCE_PY.encode()),
     ]
     return written
 
