@@ -301,13 +301,26 @@ def decode_request(request, model, shm) -> InferenceRequest:
     # --- input count, unknown inputs. Triton's core keeps inputs in a hash map whose
     # iteration order is the reverse of insertion, which shows in its texts; we match it.
     order = list(reversed(received))
-    if len(received) > len(model.inputs) or len(received) < model.required_input_count:
+    # Triton only compares counts, so a request with an optional input in place of a required
+    # one reaches the backend; we reject it here, with the same text
+    if (
+        len(received) > len(model.inputs)
+        or len(received) < model.required_input_count
+        or (
+            model.required_input_count < len(model.inputs)
+            and any(not s.optional and n not in received for n, s in model.inputs.items())
+        )
+    ):
         got = "[" + ",".join(f"'{n}'" for n in order) + "]"
         missing = [f"'{n}'" for n, s in model.inputs.items() if not s.optional and n not in received]
         # (sic) Triton drops the opening bracket of an empty missing list
         missing_text = "[" + ",".join(missing) + "]" if missing else "]"
+        if len(model.inputs) == model.required_input_count:
+            expected = f"expected {len(model.inputs)} inputs"
+        else:  # the model has optional inputs
+            expected = f"expected number of inputs between {model.required_input_count} and {len(model.inputs)}"
         raise invalid_argument(
-            f"{prefix}expected {len(model.inputs)} inputs but got {len(received)} inputs for model "
+            f"{prefix}{expected} but got {len(received)} inputs for model "
             f"'{name}'. Got input(s) {got}, but missing required input(s) {missing_text}. "
             f"Please provide all required input(s)."
         )

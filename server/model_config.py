@@ -99,11 +99,12 @@ def normalize(config: ModelConfig, model_name: str, default_model_filename: str 
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:
-        config.instance_group.add()
-    single = len(config.instance_group) == 1
+        # the group Triton adds is named after the model; groups written without a name
+        # get "<model>_<index>" (core model_config_utils.cc SetDefaultInstanceCount)
+        config.instance_group.add(name=config.name)
     for i, group in enumerate(config.instance_group):
         if not group.name:
-            group.name = config.name if single else f"{config.name}_{i}"
+            group.name = f"{config.name}_{i}"
         if group.count < 1:
             group.count = 1
         if group.kind == pb.ModelInstanceGroup.Kind.Value("KIND_AUTO"):

@@ -156,6 +156,20 @@ def _select_versions(config, available: list[int], source: str) -> list[int]:
     return chosen
 
 
+# Triton's AutoCompleteBackendFields: a config naming neither platform nor backend (e.g. a
+# RepositoryModelLoad override such as {"max_batch_size": 16}) gets them from the model file
+# found in the newest version folder.
+_DETECTED_BACKENDS = (("model.onnx", "onnxruntime_onnx", "onnxruntime"), ("model.py", "", "numpy"))
+
+
+def _detect_backend(config, model_dir: Path) -> None:
+    for version in reversed(_available_versions(model_dir)):
+        for filename, platform, backend in _DETECTED_BACKENDS:
+            if (model_dir / str(version) / filename).is_file():
+                config.platform, config.backend = platform, backend
+                return
+
+
 def _auto_complete(config, backend_cls, version_dir: str) -> None:
     """Triton's auto-complete: fill inputs/outputs (and batching) from the model files."""
     if config.input and config.output:
@@ -357,6 +371,8 @@ class ModelRepository:
                 source = f"config override of '{name}'"
             else:
                 config = mc.read_config_file(model_dir / "config.pbtxt")
+            if not mc.backend_name(config):
+                _detect_backend(config, model_dir)
             try:
                 cls = backend_class(mc.backend_name(config))
             except BackendError as e:
