@@ -1,13 +1,17 @@
 """Triton's dynamic batcher (core dynamic_batch_scheduler.cc, scheduler_utils.cc), in asyncio.
 
-Batch size counts *rows* (the sum of each request's dim 0), never above ``max_batch_size``
-nor the largest preferred size; a request is never split or reordered past another. A batch
-is formed whenever an instance is free:
+Batch size counts *rows* (the sum of each request's dim 0), never above ``max_batch_size``;
+a request is never split or reordered past another. A batch is formed whenever an instance
+is free:
 
 * walk the queues (highest priority first, FIFO within a level) and add requests while they
-  fit and their variable-dim input shapes agree with the first request's (unless the input
-  allows ragged batching);
-* if a prefix of that walk hits a preferred size, send the largest such prefix now;
+  fit in ``max_batch_size`` and their variable-dim input shapes agree with the first
+  request's (unless the input allows ragged batching);
+* if a prefix of that walk hits a preferred size, send the largest such prefix now; if the
+  walk grows past the largest preferred size without hitting one, send the prefix before
+  that point now (core GetDynamicBatch's ``best_preferred_batch_size``) -- unless the
+  oldest request has waited ``max_queue_delay``: then the whole walk goes, up to
+  ``max_batch_size`` ("the largest batch possible", batcher.md);
 * if the walk cannot grow (the next request does not fit, or its shape differs), or the
   queue delay is 0, or the *oldest* pending request has waited ``max_queue_delay``, send
   what is pending;
@@ -17,7 +21,8 @@ is formed whenever an instance is free:
 Queue policies per priority level: ``max_queue_size`` rejects at enqueue with UNAVAILABLE
 "Exceeds maximum queue size"; a request whose queue timeout expires is rejected with
 UNAVAILABLE "Request timeout expired" (REJECT) or moved behind the live requests of its
-level (DELAY). ``preserve_ordering`` releases responses in arrival order.
+level (DELAY) -- also while every instance is busy, as Triton's batcher does while it waits
+for a free slot. ``preserve_ordering`` releases responses in arrival order.
 """
 
 from __future__ import annotations
@@ -52,9 +57,11 @@ class QueuePolicy:
 
     def timeout_us(self, requested_us: int) -> int:
         """The request's queue timeout: the policy default, lowered by the request's own
-        ``timeout`` parameter when the policy allows overrides."""
+        ``timeout`` parameter when the policy allows overrides. A default of 0 means no
+        timeout, which a request cannot lower (core PolicyQueue::Enqueue: override only if
+        ``0 < requested < default``)."""
         t = self.default_timeout_us
-        if self.allow_timeout_override and requested_us > 0 and (t == 0 or requested_us < t):
+        if self.allow_timeout_override and 0 < requested_us < t:
             t = requested_us
         return t
 
@@ -82,7 +89,7 @@ class DynamicBatcher(Scheduler):
         self.max_batch_size = max(1, model.max_batch_size)
         preferred = sorted(set(p for p in db.preferred_batch_size if p > 0)) or [self.max_batch_size]
         self.preferred = set(preferred)
-        # Triton never grows a batch beyond the largest preferred size
+        # a batch grows past the largest preferred size only once the queue delay is exceeded
         self.max_preferred = min(max(preferred), self.max_batch_size)
         self.delay_ns = db.max_queue_delay_microseconds * 1000
         self.preserve_ordering = db.preserve_ordering
@@ -136,8 +143,16 @@ class DynamicBatcher(Scheduler):
         request.seq = self._next_seq
         self._next_seq += 1
         level.live.append(request)
+        if request.deadline_ns:
+            # expire it on time even if no instance is free to run next_batch (Triton's
+            # batcher rejects timed-out requests while it waits for a payload slot)
+            delay_s = (request.deadline_ns - time.monotonic_ns()) / 1e9 + 0.001
+            loop.call_later(max(0.0, delay_s), self._expire_now)
         self._wakeup.set()
         return request.future
+
+    def _expire_now(self) -> None:
+        self._expire(time.monotonic_ns())
 
     # ------------------------------------------------------------------ batch formation
     def _expire(self, now: int) -> int:
@@ -177,7 +192,8 @@ class DynamicBatcher(Scheduler):
     def _walk(self):
         """The pending prefix Triton's batcher would consider, and whether it must send now.
 
-        Returns (requests in order, rows, best preferred prefix length (0 = none),
+        Returns (requests in order, rows, best prefix length (0 = none): the largest prefix
+        at a preferred size, or the prefix before the walk passed the largest preferred size,
         send_now).
         """
         picked: list[InferenceRequest] = []
@@ -190,7 +206,9 @@ class DynamicBatcher(Scheduler):
             for r in self.levels[p]:
                 size = max(1, r.batch_size)
                 if picked:
-                    if rows + size > self.max_preferred:
+                    if rows + size > self.max_preferred and best == 0:
+                        best = len(picked)  # past every preferred size: this prefix is "best"
+                    if rows + size > self.max_batch_size:
                         send_now = True
                         break
                     if self._shapes(r) != shapes or frozenset(r.inputs) != inputs_present:
@@ -221,6 +239,12 @@ class DynamicBatcher(Scheduler):
         # One instance forms a batch at a time; the others wait their turn, so a batch is
         # formed exactly when an instance is free (Triton's "instance available" trigger).
         async with self._form_lock:
+            # Let RPCs that are already runnable enqueue before the batch is formed: keep
+            # yielding to the loop (a few microseconds each) while arrivals keep coming,
+            # bounded. "Whatever is pending" then means the current burst, not its first
+            # request: under load batches grow and the per-batch hop to the instance thread
+            # (the dominant cost at batch 1, measured) is amortized; idle, it costs one yield.
+            await self._gather_burst()
             while True:
                 now = time.monotonic_ns()
                 self._drop_withdrawn()
@@ -230,6 +254,7 @@ class DynamicBatcher(Scheduler):
                     if self._stopping:
                         return []
                     await self._sleep(_IDLE_WAKEUP_S)
+                    await self._gather_burst()
                     continue
                 oldest = min(r.arrival_ns for r in picked)
                 waited = now - oldest
@@ -242,6 +267,15 @@ class DynamicBatcher(Scheduler):
                 if nearest_deadline:
                     wait_ns = min(wait_ns, max(1000, nearest_deadline - now))
                 await self._sleep(wait_ns / 1e9)
+
+    async def _gather_burst(self, max_yields: int = 8) -> None:
+        before = -1
+        for _ in range(max_yields):
+            pending = self.pending
+            if pending == before or pending >= self.max_preferred:
+                return
+            before = pending
+            await asyncio.sleep(0)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep until a new request arrives or ``seconds`` pass."""
