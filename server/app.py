@@ -76,6 +76,7 @@ class InferenceServer:
         self.grpc_port = None
         self.http_port = None
         self.metrics_port = None
+        self.abandoned = False  # set when shutdown gave up on a stuck backend
 
     def _grpc_options(self):
         o = self.options
@@ -115,13 +116,23 @@ class InferenceServer:
             log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
 
     async def stop(self) -> None:
+        """Drain, then release. Everything shares one --exit-timeout-secs budget: a backend
+        stuck inside execute() must not keep the process alive past it (``abandoned`` tells
+        the caller to exit without waiting for that thread)."""
         self.servicer.exiting = True
-        log.info("shutting down: draining in-flight requests (up to %.0f s)", self.options.exit_timeout_secs)
+        timeout = self.options.exit_timeout_secs
+        deadline = asyncio.get_running_loop().time() + timeout
+        log.info("shutting down: draining in-flight requests (up to %.0f s)", timeout)
         if self._grpc is not None:
-            await self._grpc.stop(grace=self.options.exit_timeout_secs)
+            await self._grpc.stop(grace=timeout)
         await self.http.stop()
         await self.metrics_http.stop()
-        await self.repository.stop()
+        remaining = max(0.1, deadline - asyncio.get_running_loop().time())
+        try:
+            await asyncio.wait_for(self.repository.stop(), timeout=remaining)
+        except asyncio.TimeoutError:
+            self.abandoned = True
+            log.error("models did not finish within --exit-timeout-secs; exiting without them")
         self.shm.close()
         log.info("server stopped")
         self._stopped.set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from . import __version__
@@ -145,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         if e.code not in (None, 0):
             logging.getLogger("fpgaserve").error("%s", e.code)
             return 1
+    if server.abandoned:
+        # a backend thread is stuck in execute(); interpreter shutdown would wait for it
+        logging.shutdown()
+        os._exit(0)
     return 0
 
 
