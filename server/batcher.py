@@ -288,28 +288,39 @@ class DynamicBatcher(Scheduler):
     # ------------------------------------------------------------------ completion
     def _fail(self, request: InferenceRequest, error: InferenceError, reason: str) -> None:
         self.model.stats.record_failure(time.monotonic_ns() - request.arrival_ns, reason)
-        self._complete(request, None, error)
+        self._complete(request, None, error, immediate=True)
 
     def _withdrawn(self, request: InferenceRequest) -> None:
         super()._withdrawn(request)
-        self._complete(request, None, None)
+        self._complete(request, None, None, immediate=True)
 
-    def _complete(self, request: InferenceRequest, result, error) -> None:
+    def _complete(self, request: InferenceRequest, result, error, immediate: bool = False) -> None:
+        """Resolve, or with preserve_ordering hold until every earlier request is resolved.
+
+        Requests that never executed (rejected, expired, withdrawn) are answered at once,
+        as Triton does; they only stop holding up the ones behind them.
+        """
         if not self.preserve_ordering:
             _resolve(request, result, error)
             return
-        self._held[request.seq] = (request, result, error)
+        if immediate:
+            _resolve(request, result, error)
+            self._held[request.seq] = None
+        else:
+            self._held[request.seq] = (request, result, error)
         while self._next_release in self._held:
-            r, res, err = self._held.pop(self._next_release)
-            _resolve(r, res, err)
+            entry = self._held.pop(self._next_release)
+            if entry is not None:
+                _resolve(*entry)
             self._next_release += 1
 
     async def stop(self) -> None:
         await super().stop()
         # anything still held (preserve_ordering) is released
         for seq in sorted(self._held):
-            r, res, err = self._held.pop(seq)
-            _resolve(r, res, err)
+            entry = self._held.pop(seq)
+            if entry is not None:
+                _resolve(*entry)
 
 
 def _resolve(request: InferenceRequest, result, error) -> None:

@@ -96,6 +96,36 @@ class InstanceThread(concurrent.futures.Executor):
             self._thread.join()
 
 
+def _batch_input_specs(config) -> list[tuple[str, str, np.dtype, str]]:
+    """(target name, kind, dtype, source input) for each ``batch_input`` of the config."""
+    from fpgaserve.protos import inference as pb
+
+    from . import datatypes
+
+    specs = []
+    for bi in config.batch_input:
+        kind = pb.BatchInput.Kind.Name(bi.kind)
+        dtype = datatypes.BY_CONFIG[pb.DataType.Name(bi.data_type or pb.DataType.Value("TYPE_INT32"))].dtype
+        for target in bi.target_name:
+            specs.append((target, kind, dtype, bi.source_input[0] if bi.source_input else ""))
+    return specs
+
+
+def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.ndarray:
+    """Triton's batch_input kinds (ragged_batching.md), one entry per request of the batch."""
+    counts = np.array([a.size for a in sources], dtype=np.int64)
+    if kind == "BATCH_ELEMENT_COUNT":
+        return counts.astype(dtype)
+    if kind == "BATCH_ACCUMULATED_ELEMENT_COUNT":
+        return np.cumsum(counts).astype(dtype)
+    if kind == "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO":
+        return np.concatenate([[0], np.cumsum(counts)]).astype(dtype)
+    if kind == "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE":
+        return np.zeros(int(counts.max()) if counts.size else 0, dtype=dtype)
+    shapes = np.array([a.shape[1:] for a in sources], dtype=np.int64)  # BATCH_ITEM_SHAPE(_FLATTEN)
+    return (shapes.reshape(-1) if kind.endswith("FLATTEN") else shapes).astype(dtype)
+
+
 class ModelInstance:
     def __init__(self, model, backend: Backend, index: int, shm):
         self.model = model
@@ -106,6 +136,7 @@ class ModelInstance:
         self.ragged_inputs = frozenset(
             s.name for s in model.inputs.values() if s.allow_ragged_batch and model.max_batch_size > 0
         )
+        self.batch_inputs = _batch_input_specs(model.config)
         self.executor = InstanceThread(f"{model.name}-{index}")
 
     # ------------------------------------------------------------------ worker thread
@@ -127,11 +158,13 @@ class ModelInstance:
             # Ragged batching (allow_ragged_batch; Triton's ragged_batching.md): as Triton's
             # backends do, the model gets a ragged input as ONE 1-D tensor, the concatenation
             # of every request's flattened elements (a lone request's too, so the model sees
-            # one layout). batch_input tensors describing the split are not generated.
+            # one layout); the config's batch_input tensors describe how to split it.
             inputs = {
                 name: np.concatenate([r.inputs[name].reshape(-1) if name in ragged else r.inputs[name] for r in batch])
                 for name in batch[0].inputs
             }
+        for target, kind, dtype, source in self.batch_inputs:
+            inputs[target] = _batch_input(kind, dtype, [r.inputs[source] for r in batch if source in r.inputs])
         t1 = time.monotonic_ns()
         try:
             outputs = self.backend.execute(inputs)
