@@ -31,11 +31,13 @@ log = logging.getLogger("fpgaserve.grpc")
 # Only what really works (ServerMetadata is how clients discover features).
 EXTENSIONS = [
     "classification",
-    "model_configuration",
+    "sequence",  # sequence batching + ModelStreamInfer
     "model_repository",
+    "schedule_policy",  # priorities, queue policies, request timeouts
+    "model_configuration",
+    "system_shared_memory",
     "parameters",
     "statistics",
-    "system_shared_memory",
     "logging",
 ]
 
