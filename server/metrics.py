@@ -18,6 +18,7 @@ autoscaling query uses those names, so samples are added under the family name i
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -26,6 +27,7 @@ from prometheus_client.core import Metric
 from .statistics import QUEUE_BUCKETS_US
 
 FAIL_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+_NV_COUNTER_META = re.compile(rb"^# (HELP|TYPE) (nv_\w+?)_total ", re.MULTILINE)
 
 
 def _family(name: str, doc: str, kind: str) -> Metric:
@@ -100,7 +102,7 @@ class InferenceCollector:
             fams["nv_inference_count"].add_sample("nv_inference_count", labels, s.inference_count)
             fams["nv_inference_exec_count"].add_sample("nv_inference_exec_count", labels, s.execution_count)
             for name, ns in (
-                ("nv_inference_request_duration_us", s.success.ns + s.fail.ns),
+                ("nv_inference_request_duration_us", s.success.ns),  # as Triton: successes only
                 ("nv_inference_queue_duration_us", s.queue.ns),
                 ("nv_inference_compute_input_duration_us", s.compute_input.ns),
                 ("nv_inference_compute_infer_duration_us", s.compute_infer.ns),
@@ -151,4 +153,6 @@ class Metrics:
         self.collector.extra.append(collector)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        # prometheus_client names a counter family "<name>_total" in its HELP/TYPE lines; Triton's
+        # nv_* counters have no such suffix (the samples already carry the bare name)
+        return _NV_COUNTER_META.sub(rb"# \1 \2 ", generate_latest(self.registry))

@@ -14,8 +14,9 @@ the model strictly in order, one at a time.
   with the preferred sizes and queue delay like the dynamic batcher. The model keys state
   by the CORRID control.
 
-A sequence ends after its END request, or when it has been idle for
-``max_sequence_idle_microseconds``; a later request without START is then rejected.
+A sequence ends with its END request (its ID is forgotten as soon as the END is enqueued),
+or when it has been idle for ``max_sequence_idle_microseconds``; a later request without
+START is then rejected. Requests must have batch size 1.
 """
 
 from __future__ import annotations
@@ -107,6 +108,14 @@ class SequenceBatcher(Scheduler):
     def submit(self, request: InferenceRequest) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         request.future = loop.create_future()
+        if self.model.max_batch_size > 0 and request.batch_size > 1:
+            request.future.set_exception(
+                invalid_argument(
+                    f"inference request to model '{self.model.name}' must specify batch-size 1 due to "
+                    "requirements of sequence batcher"
+                )
+            )
+            return request.future
         corrid = request.parameters.get("sequence_id")
         if corrid is None or corrid == 0 or corrid == "":
             request.future.set_exception(
@@ -119,7 +128,9 @@ class SequenceBatcher(Scheduler):
         key = (type(corrid).__name__, corrid)
         start = bool(request.parameters.get("sequence_start"))
         seq = self.sequences.get(key)
-        if seq is None or (seq.ended and not seq.queue and not seq.in_flight):
+        # Triton forgets a correlation ID as soon as its END request is *enqueued*: from then
+        # on only a START may use the ID again (it queues behind the old END, in the same slot).
+        if seq is None or seq.ended:
             if not start:
                 request.future.set_exception(
                     invalid_argument(
@@ -128,10 +139,11 @@ class SequenceBatcher(Scheduler):
                     )
                 )
                 return request.future
-            seq = _Sequence(key, corrid)
-            self.sequences[key] = seq
-            self._admit(seq)
-        seq.ended = False
+            if seq is None:
+                seq = _Sequence(key, corrid)
+                self.sequences[key] = seq
+                self._admit(seq)
+        seq.ended = bool(request.parameters.get("sequence_end"))
         seq.queue.append(request)
         seq.last_ns = request.arrival_ns
         self._wake(seq)
@@ -301,10 +313,8 @@ class SequenceBatcher(Scheduler):
             return
         seq.in_flight = False
         seq.last_ns = time.monotonic_ns()
-        if request.parameters.get("sequence_end"):
-            seq.ended = True
-            if not seq.queue:
-                self._release(seq)
+        if request.parameters.get("sequence_end") and not seq.queue:
+            self._release(seq)  # else a new sequence with this ID (START) is queued behind it
         self._wake(seq)
 
     async def stop(self) -> None:
