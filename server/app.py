@@ -102,17 +102,32 @@ class InferenceServer:
         self._grpc.add_generic_rpc_handlers(
             (self.servicer.generic_handler(), HealthServicer(self.servicer).generic_handler())
         )
-        self.grpc_port = self._grpc.add_insecure_port(f"{o.grpc_address}:{o.grpc_port}")
+        try:
+            self.grpc_port = self._grpc.add_insecure_port(f"{o.grpc_address}:{o.grpc_port}")
+        except RuntimeError:  # grpcio raises instead of returning 0 on a taken port
+            self.grpc_port = 0
         if self.grpc_port == 0:
-            raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{o.grpc_port}")
+            await self.repository.stop()
+            raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{o.grpc_port} (address in use?)")
         await self._grpc.start()
         # tritonserver prints exactly this; launchers (cmsTriton) wait for it
         log.info("Started GRPCInferenceService at %s:%d", o.grpc_address, self.grpc_port)
         if o.http_port >= 0:
-            self.http_port = await self.http.start(o.http_address, o.http_port)
+            try:
+                self.http_port = await self.http.start(o.http_address, o.http_port)
+            except OSError as e:
+                await self._grpc.stop(grace=0)
+                await self.repository.stop()
+                raise SystemExit(f"error: cannot bind HTTP to {o.http_address}:{o.http_port}: {e.strerror}")
             log.info("Started HTTPService at %s:%d (health endpoints)", o.http_address, self.http_port)
         if o.metrics_port >= 0:
-            self.metrics_port = await self.metrics_http.start(o.metrics_address, o.metrics_port)
+            try:
+                self.metrics_port = await self.metrics_http.start(o.metrics_address, o.metrics_port)
+            except OSError as e:
+                await self._grpc.stop(grace=0)
+                await self.http.stop()
+                await self.repository.stop()
+                raise SystemExit(f"error: cannot bind metrics to {o.metrics_address}:{o.metrics_port}: {e.strerror}")
             log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
 
     async def stop(self) -> None:

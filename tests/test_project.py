@@ -52,3 +52,20 @@ def test_import_names_are_namespaced():
     code = "import importlib.util as u; print(u.find_spec('server'), u.find_spec('backends'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     assert out.strip() == "None None"
+
+
+def test_taken_port_is_a_clear_error_not_a_traceback(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "fpgaserve.server.cli", "--model-repository", str(tmp_path),
+             "--grpc-address", "127.0.0.1", "--grpc-port", str(port), "--http-port", "-1", "--metrics-port", "-1"],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert r.returncode == 1
+    assert f"cannot bind gRPC to 127.0.0.1:{port}" in r.stderr
+    assert "Traceback" not in r.stderr
