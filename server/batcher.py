@@ -239,12 +239,6 @@ class DynamicBatcher(Scheduler):
         # One instance forms a batch at a time; the others wait their turn, so a batch is
         # formed exactly when an instance is free (Triton's "instance available" trigger).
         async with self._form_lock:
-            # Let RPCs that are already runnable enqueue before the batch is formed: keep
-            # yielding to the loop (a few microseconds each) while arrivals keep coming,
-            # bounded. "Whatever is pending" then means the current burst, not its first
-            # request: under load batches grow and the per-batch hop to the instance thread
-            # (the dominant cost at batch 1, measured) is amortized; idle, it costs one yield.
-            await self._gather_burst()
             while True:
                 now = time.monotonic_ns()
                 self._drop_withdrawn()
@@ -254,7 +248,6 @@ class DynamicBatcher(Scheduler):
                     if self._stopping:
                         return []
                     await self._sleep(_IDLE_WAKEUP_S)
-                    await self._gather_burst()
                     continue
                 oldest = min(r.arrival_ns for r in picked)
                 waited = now - oldest
@@ -268,22 +261,9 @@ class DynamicBatcher(Scheduler):
                     wait_ns = min(wait_ns, max(1000, nearest_deadline - now))
                 await self._sleep(wait_ns / 1e9)
 
-    async def _gather_burst(self, max_yields: int = 8) -> None:
-        before = -1
-        for _ in range(max_yields):
-            pending = self.pending
-            if pending == before or pending >= self.max_preferred:
-                return
-            before = pending
-            await asyncio.sleep(0)
-
     async def _sleep(self, seconds: float) -> None:
         """Sleep until a new request arrives or ``seconds`` pass."""
-        self._wakeup.clear()
-        try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
+        await self._wakeup.wait(seconds)
 
     # ------------------------------------------------------------------ completion
     def _fail(self, request: InferenceRequest, error: InferenceError, reason: str) -> None:

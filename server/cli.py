@@ -8,9 +8,17 @@ import logging
 import os
 import sys
 
-from . import __version__
-from .app import INT32_MAX, InferenceServer, ServerOptions
-from .repository import CONTROL_MODES
+# One BLAS/OpenMP thread per process unless the user says otherwise, set before numpy is
+# imported: model instances (one thread each) are the unit of parallelism, and BLAS threads
+# on top of them fight the event loop for the cores (measured on FACILE, batch 16000, 2 cores:
+# compute 11.6 ms -> 7.1 ms per request, throughput +40 %). The same reason the ONNX Runtime
+# backend defaults to one intra-op thread.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+from . import __version__  # noqa: E402
+from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
+from .repository import CONTROL_MODES  # noqa: E402
 
 
 def _bool(text: str) -> bool:

@@ -33,7 +33,7 @@ from fpgaserve.protos import inference as pb
 from . import datatypes
 from .errors import invalid_argument
 from .request import InferenceRequest
-from .scheduler import ModelInstance, Scheduler
+from .scheduler import ModelInstance, Scheduler, Wakeup
 
 _IDLE_WAKEUP_S = 0.5
 _Kind = pb.ModelSequenceBatching.Control.Kind
@@ -98,7 +98,7 @@ class SequenceBatcher(Scheduler):
             self.delay_ns = sb.direct.max_queue_delay_microseconds * 1000
             # owners[i][j]: the sequence pinned to row j of instance i
             self.owners = [[None] * self.slots_per_instance for _ in instances]
-            self._instance_wakeups = [asyncio.Event() for _ in instances]
+            self._instance_wakeups = [Wakeup() for _ in instances]
 
     @property
     def pending(self) -> int:
@@ -259,11 +259,7 @@ class SequenceBatcher(Scheduler):
                 return [rows[j] if j in rows else self._padding_like(first) for j in range(max(rows) + 1)]
             if self._stopping and not any(s.queue for s in self.sequences.values()):
                 return []
-            wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=timeout)
-            except asyncio.TimeoutError:
-                pass
+            await wake.wait(timeout)
 
     async def _next_oldest(self) -> list[InferenceRequest]:
         while True:
@@ -298,11 +294,7 @@ class SequenceBatcher(Scheduler):
                 timeout = min(timeout, (self.delay_ns - waited) / 1e9)
             elif self._stopping and not any(s.queue for s in self.sequences.values()):
                 return []
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
-            except asyncio.TimeoutError:
-                pass
+            await self._wakeup.wait(timeout)
 
     # ------------------------------------------------------------------ completion
     def _complete(self, request: InferenceRequest, result, error) -> None:
