@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from .errors import InferenceError, unavailable
 from .request import InferenceRequest
-from .scheduler import ModelInstance, Scheduler
+from .scheduler import ModelInstance, Scheduler, resolve
 
 _IDLE_WAKEUP_S = 0.5  # Triton's batcher thread wakes at least this often
 
@@ -281,17 +281,17 @@ class DynamicBatcher(Scheduler):
         as Triton does; they only stop holding up the ones behind them.
         """
         if not self.preserve_ordering:
-            _resolve(request, result, error)
+            resolve(request, result, error)
             return
         if immediate:
-            _resolve(request, result, error)
+            resolve(request, result, error)
             self._held[request.seq] = None
         else:
             self._held[request.seq] = (request, result, error)
         while self._next_release in self._held:
             entry = self._held.pop(self._next_release)
             if entry is not None:
-                _resolve(*entry)
+                resolve(*entry)
             self._next_release += 1
 
     async def stop(self) -> None:
@@ -300,13 +300,5 @@ class DynamicBatcher(Scheduler):
         for seq in sorted(self._held):
             entry = self._held.pop(seq)
             if entry is not None:
-                _resolve(*entry)
+                resolve(*entry)
 
-
-def _resolve(request: InferenceRequest, result, error) -> None:
-    if request.future.done():
-        return
-    if error is not None:
-        request.future.set_exception(error)
-    else:
-        request.future.set_result(result)

@@ -97,6 +97,16 @@ class _PreciseTimer:
 _PRECISE_BELOW_S = 0.002  # waits shorter than this use _PreciseTimer
 
 
+def resolve(request: InferenceRequest, result, error) -> None:
+    """Hand a request its result or error, unless it already has one (e.g. it was cancelled)."""
+    if request.future.done():
+        return
+    if error is not None:
+        request.future.set_exception(error)
+    else:
+        request.future.set_result(result)
+
+
 class Wakeup:
     """Wake whoever waits for new work; cheaper than ``asyncio.Event`` + ``wait_for``.
 
@@ -443,12 +453,7 @@ class Scheduler:
 
     def _complete(self, request: InferenceRequest, result, error) -> None:
         """Release a request's outcome to its caller (a batcher may hold it for ordering)."""
-        if request.future.done():
-            return
-        if error is not None:
-            request.future.set_exception(error)
-        else:
-            request.future.set_result(result)
+        resolve(request, result, error)
 
     async def stop(self) -> None:
         """Finish queued and executing work, then release the instances."""
