@@ -17,9 +17,7 @@ autoscaling query uses those names, so samples are added under the family name i
 
 from __future__ import annotations
 
-import os
 import re
-import time
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import Metric

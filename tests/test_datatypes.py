@@ -12,7 +12,6 @@ since r26.06); both directions are checked bit for bit.
 
 from __future__ import annotations
 
-import textwrap
 
 import grpc
 import ml_dtypes

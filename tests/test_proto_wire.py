@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from google.protobuf import descriptor_pool, text_format, unknown_fields

@@ -13,7 +13,6 @@ Deliberate deviations (not compared here, tested in test_errors.py):
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import grpc
 import pytest

@@ -18,7 +18,6 @@ Prints infer/s, p50, p99, and the ratios fpgaserve/ceiling, fpgaserve/Triton, ba
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 import shutil

@@ -19,7 +19,6 @@ from pathlib import Path
 import grpc
 
 from fpgaserve.protos import SERVICE_NAME, inference as pb, service_methods
-from fpgaserve.server import datatypes
 from fpgaserve.server.model_config import input_specs, normalize, output_specs, read_config_file
 
 INT32_MAX = 2**31 - 1
