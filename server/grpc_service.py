@@ -41,6 +41,8 @@ EXTENSIONS = [
     "logging",
 ]
 
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."  # Triton's text
+
 _SERVING = health_pb.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb.HealthCheckResponse.NOT_SERVING
 _UNKNOWN = health_pb.HealthCheckResponse.UNKNOWN
@@ -165,6 +167,9 @@ class InferenceServicer:
     # ------------------------------------------------------------------ inference
     async def _infer(self, request, model=None):
         """Decode, schedule, await, encode. Raises InferenceError."""
+        if self.exiting:
+            # a call gRPC dispatched while shutdown was starting; in-flight ones are past this
+            raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         if model is None:
             model = self.repository.get(request.model_name, request.model_version)
         ireq = codec.decode_request(request, model, self.shm)
@@ -175,6 +180,8 @@ class InferenceServicer:
 
     async def ModelInfer(self, request, context):
         try:
+            if self.exiting:
+                raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
             model = self.repository.get(request.model_name, request.model_version)
             if model.decoupled:
                 raise InferenceError(
