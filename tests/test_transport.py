@@ -602,7 +602,12 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
             try:
                 with pytest.raises(InferenceServerException) as e:
                     fresh.infer("simple", simple_inputs(1)[0], client_timeout=5)
-                assert status_of(e.value) == "StatusCode.UNAVAILABLE", e.value
+                # Never served. Usually UNAVAILABLE (listener closed); on a loaded machine the
+                # connection can land in the backlog of a gRPC core that is shutting down and
+                # is then never answered (deadline) or cancelled by the core's shutdown.
+                assert status_of(e.value) in (
+                    "StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED", "StatusCode.CANCELLED"
+                ), e.value
             finally:
                 fresh.close()
             with pytest.raises(InferenceServerException) as e:
