@@ -722,3 +722,18 @@ def test_aio_client(server):
             await c.close()
 
     asyncio.run(main())
+
+
+def test_classification_extension_top_k(client):
+    """OUTPUT0 = IN0 + IN1 classified top-3: b"value:index", highest first, per batch item."""
+    in0 = np.array([[3, 9, -2, 7, 0, 11, 5, 5, 1, 8, -6, 4, 2, 10, 6, -1]] * 2, dtype=np.int32)
+    in0[1] = in0[1][::-1]
+    in1 = np.ones((2, 16), dtype=np.int32)
+    inputs = [grpcclient.InferInput("INPUT0", [2, 16], "INT32"), grpcclient.InferInput("INPUT1", [2, 16], "INT32")]
+    inputs[0].set_data_from_numpy(in0)
+    inputs[1].set_data_from_numpy(in1)
+    result = client.infer("simple", inputs, outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=3)])
+    got = result.as_numpy("OUTPUT0")
+    assert got.shape == (2, 3)
+    assert got[0].tolist() == [b"12:5", b"11:13", b"10:1"]
+    assert got[1].tolist() == [b"12:10", b"11:2", b"10:14"]

@@ -306,3 +306,27 @@ def test_unregistered_shm_region_in_infer_matches_triton(servers):
     t.parameters["shared_memory_region"].string_param = "nope_region"
     t.parameters["shared_memory_byte_size"].int64_param = 64
     assert _call(ours, "ModelInfer", req, pb.ModelInferResponse) == _call(triton, "ModelInfer", req, pb.ModelInferResponse)
+
+
+def _infer_outputs(url: str, request):
+    with grpc.insecure_channel(url) as channel:
+        rpc = channel.unary_unary(
+            SERVICE + "ModelInfer", request_serializer=None, response_deserializer=pb.ModelInferResponse.FromString
+        )
+        response = rpc(request.SerializeToString(), timeout=30)
+    return [(o.name, o.datatype, list(o.shape)) for o in response.outputs], list(response.raw_output_contents)
+
+
+def test_classification_output_matches_triton(servers):
+    """The classification extension: top-k as BYTES "value:index", same bytes as Triton."""
+    import numpy as np
+
+    triton, ours = servers
+    req = pb.ModelInferRequest(model_name="simple")
+    in0 = np.array([[3, 9, -2, 7, 0, 11, 5, 5, 1, 8, -6, 4, 2, 10, 6, -1]], dtype=np.int32)
+    _tensor(req, "INPUT0", "INT32", [1, 16], in0.tobytes())
+    _tensor(req, "INPUT1", "INT32", [1, 16], np.ones((1, 16), np.int32).tobytes())
+    out = req.outputs.add()
+    out.name = "OUTPUT0"
+    out.parameters["classification"].int64_param = 3
+    assert _infer_outputs(ours, req) == _infer_outputs(triton, req)
