@@ -166,9 +166,13 @@ class InstanceThread(concurrent.futures.Executor):
                 return
             fn, args, done = item
             try:
-                done(fn(*args), None)
+                value, exc = fn(*args), None
             except BaseException as e:  # delivered to the caller, never kills the thread
-                done(None, e)
+                value, exc = None, e
+            try:
+                done(value, exc)
+            except RuntimeError:  # the event loop is already closed (shutdown): nobody waits
+                pass
 
     def run_async(self, loop: asyncio.AbstractEventLoop, fn, *args) -> asyncio.Future:
         fut = loop.create_future()
