@@ -1,0 +1,539 @@
+"""Bit-exact numpy emulation of hls4ml io_parallel firmware (the C-simulation, vectorised).
+
+``FixedPointModel(project).predict(x)`` computes what the firmware's top function computes
+(for a VivadoAccelerator project: the ``myproject_axi`` wrapper, i.e. T_in -> input_t ->
+layers -> result_t -> T_out), with every value held as an int64 ``ap_fixed`` raw and every
+cast done with the type's quantization and overflow modes (see ``fixed_point.py``).
+
+Layers supported, each checked bit for bit against hls4ml's own C-simulation
+(``HLSModel.predict``) in ``tests/test_hls4ml_emulator.py``:
+
+* ``nnet::dense``: latency strategy and resource strategy (``DenseResource_rf_leq_nin`` and
+  ``DenseResource_rf_gt_nin_rem0``, their loop order replayed), ``product::mult`` only;
+  every product cast to ``accum_t``; float64 BLAS on the raws where that is exact;
+* ``nnet::relu``, ``nnet::linear``, ``nnet::leaky_relu``;
+* ``nnet::normalize`` (BatchNormalization);
+* ``nnet::softmax`` with the ``latency``, ``stable``, ``legacy`` and ``argmax``
+  implementations: the exp/inverse tables are rebuilt as the C++ builds them (float maths,
+  glibc ``expf``) and indexed from the same input bits;
+* ``nnet::sigmoid`` and ``nnet::tanh`` lookup tables.
+
+Everything else raises ``UnsupportedLayerError`` when the model is built (never in
+``predict``), naming the layer and what is unsupported; io_stream projects are refused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import re
+from typing import Callable
+
+import numpy as np
+
+from .firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, const_int, read_firmware_graph
+from .fixed_point import FixedType
+from .project import Hls4mlProject, ProjectError
+
+__all__ = ["FixedPointModel", "UnsupportedLayerError"]
+
+_LIBM = None
+
+
+def _libm():
+    """glibc's single-precision maths, the functions the C-sim's table initialisers call."""
+    global _LIBM
+    if _LIBM is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        for fn in ("expf", "tanhf"):
+            getattr(lib, fn).restype = ctypes.c_float
+            getattr(lib, fn).argtypes = [ctypes.c_float]
+        _LIBM = lib
+    return _LIBM
+
+
+def _f32_map(fn: str, values: np.ndarray) -> np.ndarray:
+    f = getattr(_libm(), fn)
+    return np.array([f(float(v)) for v in np.asarray(values, np.float32)], dtype=np.float32)
+
+
+def _ceillog2(n: int) -> int:
+    return max(0, (n - 1).bit_length())
+
+
+def _trunc_div(num: np.ndarray, den: int) -> np.ndarray:
+    """C integer division (toward zero) of an int64 array by a positive integer."""
+    q = np.abs(num) // np.int64(den)
+    return np.where(num < 0, -q, q)
+
+
+def _scaled_trunc(layer: Layer, bits: int, mul: int, den: int):
+    """x -> trunc(x * mul / den) in C semantics, for int64 x of ``bits`` bits; the common
+    factor is cancelled first so wide inputs with power-of-two table sizes never overflow."""
+    g = math.gcd(mul, den)
+    mul, den = mul // g, den // g
+    if bits + mul.bit_length() > 62:
+        raise UnsupportedLayerError(f"{layer.describe()}: x * table_size needs more than 62 bits (int64 raws)")
+    m = np.int64(mul)
+    if den == 1:
+        return lambda x: x * m
+    return lambda x: _trunc_div(x * m, den)
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    return ((v + np.int64(1 << 31)) & np.int64((1 << 32) - 1)) - np.int64(1 << 31)
+
+
+Op = Callable[[np.ndarray], np.ndarray]
+
+
+class FixedPointModel:
+    """The firmware of an hls4ml io_parallel project as a chain of vectorised int64 ops."""
+
+    def __init__(self, project: Hls4mlProject):
+        self.project = project
+        self.graph: FirmwareGraph = read_firmware_graph(project)
+        self._ops: list[Op] = []
+        in_type = self._type(project.input.ctype, None)
+        self.input_type = in_type
+        current = in_type
+        for layer in self.graph.layers:
+            builder = getattr(self, f"_build_{layer.kind}", None)
+            if builder is None:
+                raise UnsupportedLayerError(
+                    f"{layer.describe()}: nnet::{layer.kind} is not supported by the numpy emulator"
+                )
+            declared_in = self._type(layer.template[0], layer)
+            if declared_in != current:
+                raise UnsupportedLayerError(f"{layer.describe()}: input type {declared_in} differs from the previous output {current}")
+            op, current = builder(layer, current)
+            self._ops.append(op)
+        self.output_type = current
+        self.n_in = project.input.size
+        self.n_out = project.output.size
+        self._io_in, self._io_out = self._accelerator_io()
+
+    # ------------------------------------------------------------------ types
+    def _type(self, name: str, layer: Layer | None) -> FixedType:
+        seen = set()
+        text = name.strip()
+        local = layer.config.get("types", {}) if layer is not None else {}
+        while text in local or text in self.graph.typedefs:
+            if text in seen:
+                break
+            seen.add(text)
+            text = local[text] if text in local else self.graph.typedefs[text]
+        try:
+            return FixedType.parse(text)
+        except ValueError as e:
+            where = layer.describe() if layer is not None else f"firmware type {name}"
+            raise UnsupportedLayerError(f"{where}: type '{name}' = '{text}': {e}") from None
+
+    # typedefs a config struct inherits from its nnet:: base when it does not override them
+    _BASE_TYPES = {("activ_config", "table_t"): "ap_fixed<18,8>"}
+
+    def _cfg_type(self, layer: Layer, key: str) -> FixedType:
+        inherited = self._BASE_TYPES.get((layer.config.get("base", ""), key))
+        if key not in layer.config.get("types", {}) and inherited is not None:
+            return FixedType.parse(inherited)
+        if key not in layer.config.get("types", {}):
+            raise UnsupportedLayerError(f"{layer.describe()}: {layer.config_name} defines no {key}")
+        return self._type(key, layer)
+
+    def _weights(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
+        values = self.graph.weight_array(layer, arg)
+        if t.integer_type:
+            raise UnsupportedLayerError(f"{layer.describe()}: integer weight type {t} (parsed as text by ap_int) is not emulated")
+        try:
+            return t.from_float(values)
+        except ValueError as e:
+            raise UnsupportedLayerError(f"{layer.describe()}: weights '{arg}': {e}") from None
+
+    @staticmethod
+    def _check_width(layer: Layer, bits: int, what: str) -> None:
+        if bits > 62:
+            raise UnsupportedLayerError(f"{layer.describe()}: {what} needs {bits} bits, beyond the emulator's int64 raws")
+
+    # ------------------------------------------------------------------ dense
+    def _dense_triplets(self, layer: Layer, n_in: int, n_out: int) -> list[tuple[int, int, int]]:
+        """(input index, weight index, output index) of every product, in the C loop order."""
+        kernel = layer.config.get("using", {}).get("kernel", "nnet::DenseLatency")
+        rf = const_int(layer, "reuse_factor")
+        total = n_in * n_out
+        trip: list[tuple[int, int, int]] = []
+        if kernel.endswith("DenseLatency"):
+            return [(i, i * n_out + j, j) for i in range(n_in) for j in range(n_out)]
+        multfactor = min(n_in, rf)
+        multiplier_limit = -(-total // multfactor)
+        if kernel.endswith("DenseResource_rf_leq_nin"):
+            block = -(-total // rf)
+            multscale = multiplier_limit // n_out
+            if not ((multiplier_limit % n_out == 0 or rf >= n_in) and multiplier_limit == block):
+                raise UnsupportedLayerError(f"{layer.describe()}: reuse factor {rf} violates the kernel's assertions")
+            for ir in range(rf):
+                w, i, o, step = ir, ir, 0, 0
+                for _ in range(block):
+                    trip.append((i, w, o))
+                    w += rf
+                    i += rf
+                    if i >= n_in:
+                        i = ir
+                    if step + 1 >= multscale:
+                        step, o = 0, o + 1
+                    else:
+                        step += 1
+        elif kernel.endswith("DenseResource_rf_gt_nin_rem0"):
+            ru = min(rf, total)
+            block = -(-total // rf)
+            if not ((multiplier_limit % n_out == 0 or ru >= n_in) and ru > n_in and ru % n_in == 0):
+                raise UnsupportedLayerError(f"{layer.describe()}: reuse factor {rf} violates the kernel's assertions")
+            outscale = ru // n_in
+            outidx, outstep = [], 0
+            for ir in range(ru):
+                outidx.append(outstep)
+                if (ir + 1) % n_in == 0:
+                    outstep += 1
+            i = 0
+            for ir in range(ru):
+                w, o = ir, outidx[ir]
+                for _ in range(block):
+                    trip.append((i, w, o))
+                    w += ru
+                    if w >= total:
+                        break
+                    o += outscale
+                i += 1
+                if i >= n_in:
+                    i = 0
+        else:
+            raise UnsupportedLayerError(f"{layer.describe()}: dense kernel {kernel} is not supported")
+        for i, w, o in trip:
+            if not (0 <= i < n_in and 0 <= w < total and 0 <= o < n_out):
+                raise UnsupportedLayerError(f"{layer.describe()}: kernel {kernel} indexes outside its arrays")
+        return trip
+
+    def _build_dense(self, layer: Layer, in_t: FixedType):
+        product = layer.config.get("using", {}).get("product", "nnet::product::mult")
+        if not product.endswith("product::mult"):
+            raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported (only product::mult)")
+        if in_t.integer_type and in_t.width == 1 and not in_t.signed:
+            raise UnsupportedLayerError(f"{layer.describe()}: binary (ap_uint<1>) dense input is not supported")
+        n_in, n_out = const_int(layer, "n_in"), const_int(layer, "n_out")
+        out_t = self._type(layer.template[1], layer)
+        acc_t, w_t, b_t = (self._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+        w = self._weights(layer, layer.args[2], w_t)
+        b = self._weights(layer, layer.args[3], b_t)
+        if w.size != n_in * n_out or b.size != n_out:
+            raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}")
+        self._check_width(layer, in_t.width + w_t.width, "the product")
+        trip = self._dense_triplets(layer, n_in, n_out)
+        wmat = np.zeros((n_in, n_out), np.int64)
+        used = np.zeros((n_in, n_out), np.int64)
+        for i, wi, o in trip:
+            wmat[i, o] += w[wi]
+            used[i, o] += 1
+        bias_acc = acc_t.cast(b, b_t)
+        fp = in_t.frac + w_t.frac  # fractional bits of each exact product
+        fa = acc_t.frac
+        modular = acc_t.overflow == "AP_WRAP" and acc_t.sat_bits == 0
+        xmax = in_t.max_abs_raw()
+        colsum = np.abs(wmat).sum(axis=0)  # |w| per output (object maths below stays exact)
+        linear = fa >= fp and used.max(initial=0) <= 1
+        if linear and not modular:
+            # saturating accumulators: the order of additions cannot matter if no partial sum can leave the range
+            bound = int(np.abs(bias_acc).max(initial=0)) + (int(colsum.max(initial=0)) * xmax << (fa - fp))
+            linear = bound <= min(acc_t.raw_max, -acc_t.raw_min)
+        if linear:
+            matmul = self._exact_matmul(wmat, xmax)
+            shift = np.int64(fa - fp)
+
+            def dense_linear(x, matmul=matmul, shift=shift):
+                acc = (matmul(x) << shift) + bias_acc
+                if modular:
+                    acc = acc_t._wrap(acc)
+                return out_t.cast(acc, acc_t)
+
+            return dense_linear, out_t
+        if modular:
+            # each product is quantized into accum_t on its own, the sum is modular: group by input
+            rows = [(i, wmat[i], used[i] > 0) for i in range(n_in)]
+
+            def dense_per_input(x):
+                acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
+                for i, wrow, mask in rows:
+                    prod = acc_t.from_raw(x[:, i : i + 1] * wrow, fp)
+                    acc += np.where(mask, prod, 0)
+                return out_t.cast(acc_t._wrap(acc), acc_t)
+
+            return dense_per_input, out_t
+
+        # saturating accumulator that may overflow: replay every addition in the C loop order
+        wflat = w
+
+        def dense_sequential(x):
+            acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
+            for i, wi, o in trip:
+                prod = acc_t.from_raw(x[:, i] * wflat[wi], fp)
+                acc[:, o] = acc_t.from_raw(acc[:, o] + prod, fa)
+            return out_t.cast(acc, acc_t)
+
+        return dense_sequential, out_t
+
+    @staticmethod
+    def _exact_matmul(wmat: np.ndarray, xmax: int) -> Callable[[np.ndarray], np.ndarray]:
+        """x_raw @ wmat exactly: float64 BLAS while every partial sum stays below 2**53,
+        splitting x into bit slices when it would not; int64 maths as the last resort."""
+        colsum = int(np.abs(wmat).sum(axis=0).max(initial=0))
+        wf = wmat.astype(np.float64)
+        if colsum == 0 or xmax * colsum < 2**53:
+            return lambda x: (x.astype(np.float64) @ wf).astype(np.int64)
+        slice_bits = (2**53 // colsum).bit_length() - 1  # 2**slice_bits * colsum < 2**53
+        if slice_bits >= 8 and int(np.abs(wmat).max(initial=0)) * 4096 < 2**62:
+            nslices = -(-(xmax.bit_length() + 1) // slice_bits)
+            mask = np.int64((1 << slice_bits) - 1)
+
+            def sliced(x):
+                acc = np.zeros((x.shape[0], wmat.shape[1]), np.int64)
+                rest = x
+                for k in range(nslices):
+                    low = rest & mask  # non-negative slice; the last slice carries the sign
+                    rest = rest >> np.int64(slice_bits)
+                    part = (low.astype(np.float64) @ wf).astype(np.int64)
+                    acc += part << np.int64(k * slice_bits)
+                acc += (rest.astype(np.float64) @ wf).astype(np.int64) << np.int64(nslices * slice_bits)
+                return acc
+
+            return sliced
+        return lambda x: x @ wmat
+
+    # ------------------------------------------------------------------ activations
+    def _build_relu(self, layer: Layer, in_t: FixedType):
+        out_t = self._type(layer.template[1], layer)
+        return (lambda x: out_t.cast(np.where(x > 0, x, 0), in_t)), out_t
+
+    def _build_linear(self, layer: Layer, in_t: FixedType):
+        out_t = self._type(layer.template[1], layer)
+        return (lambda x: out_t.cast(x, in_t)), out_t
+
+    def _build_leaky_relu(self, layer: Layer, in_t: FixedType):
+        param_t = self._type(layer.template[1], layer)
+        out_t = self._type(layer.template[2], layer)
+        try:
+            alpha_value = float(layer.args[1].rstrip("fF"))
+        except ValueError:
+            raise UnsupportedLayerError(f"{layer.describe()}: cannot read alpha '{layer.args[1]}'") from None
+        alpha = int(param_t.from_float(np.array([alpha_value]))[0])
+        self._check_width(layer, in_t.width + param_t.width, "alpha * x")
+        frac = in_t.frac + param_t.frac
+
+        def leaky(x):
+            neg = out_t.from_raw(x * np.int64(alpha), frac)
+            return np.where(x > 0, out_t.cast(x, in_t), neg)
+
+        return leaky, out_t
+
+    def _build_normalize(self, layer: Layer, in_t: FixedType):
+        out_t = self._type(layer.template[1], layer)
+        s_t, b_t = self._cfg_type(layer, "scale_t"), self._cfg_type(layer, "bias_t")
+        n_in = const_int(layer, "n_in")
+        n_filt_text = layer.config.get("consts", {}).get("n_filt", "-1").strip()
+        n_filt = -1 if n_filt_text == "-1" else const_int(layer, "n_filt")
+        scale = self._weights(layer, layer.args[2], s_t)
+        bias = self._weights(layer, layer.args[3], b_t)
+        idx = np.arange(n_in) if n_filt == -1 else np.arange(n_in) % n_filt
+        if idx.max(initial=0) >= min(scale.size, bias.size):
+            raise UnsupportedLayerError(f"{layer.describe()}: scale/bias arrays shorter than n_in")
+        scale, bias = scale[idx], bias[idx]
+        fprod = in_t.frac + s_t.frac
+        frac = max(fprod, b_t.frac)
+        self._check_width(layer, in_t.width + s_t.width + (frac - fprod) + 1, "x * scale + bias")
+        self._check_width(layer, b_t.width + (frac - b_t.frac) + 1, "x * scale + bias")
+        bias_up = bias << np.int64(frac - b_t.frac)
+        sh = np.int64(frac - fprod)
+        return (lambda x: out_t.from_raw(((x * scale) << sh) + bias_up, frac)), out_t
+
+    def _lut_activation(self, layer: Layer, in_t: FixedType, table: np.ndarray, table_t: FixedType, span: int):
+        """hls4ml's sigmoid/tanh indexing: index = int(x * N / span) + (span/2) * N / span, clamped."""
+        out_t = self._type(layer.template[1], layer)
+        n = const_int(layer, "table_size")
+        scaled = _scaled_trunc(layer, in_t.width, n << max(0, -in_t.frac), span << max(0, in_t.frac))
+        offset = (span // 2) * n // span
+        values = out_t.cast(table, table_t)
+
+        def lut(x):
+            r = _wrap32(scaled(x))
+            index = np.clip(_wrap32(r + offset), 0, n - 1)
+            return values[index]
+
+        return lut, out_t
+
+    def _build_sigmoid(self, layer: Layer, in_t: FixedType):
+        table_t = self._cfg_type(layer, "table_t")
+        n = const_int(layer, "table_size")
+        ii = np.arange(n, dtype=np.float64)
+        in_val = (2 * 8.0 * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+        e = _f32_map("expf", -in_val)
+        val = (1.0 / (np.float32(1) + e).astype(np.float64)).astype(np.float32)  # 1.0 / float: double division
+        table = table_t.from_float(val.astype(np.float64))
+        return self._lut_activation(layer, in_t, table, table_t, 16)
+
+    def _build_tanh(self, layer: Layer, in_t: FixedType):
+        table_t = self._cfg_type(layer, "table_t")
+        n = const_int(layer, "table_size")
+        ii = np.arange(n, dtype=np.float64)
+        in_val = (2 * 4.0 * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+        table = table_t.from_float(_f32_map("tanhf", in_val).astype(np.float64))
+        return self._lut_activation(layer, in_t, table, table_t, 8)
+
+    # ------------------------------------------------------------------ softmax
+    @staticmethod
+    def _idx_from_raw(raw: np.ndarray, t: FixedType, n_bits: int) -> np.ndarray:
+        """softmax_idx_from_real_val: the top n_bits of the W-bit pattern, as unsigned."""
+        pattern = raw & np.int64((1 << t.width) - 1)
+        return (pattern >> np.int64(t.width - n_bits)) & np.int64((1 << n_bits) - 1)
+
+    @staticmethod
+    def _real_from_idx(t: FixedType, size: int) -> np.ndarray:
+        """softmax_real_val_from_idx: (float) of the value whose top bits are the index."""
+        n_bits = _ceillog2(size)
+        pattern = np.arange(size, dtype=np.int64) << np.int64(t.width - n_bits)
+        raw = t._wrap(pattern)
+        return t.to_float32(raw)
+
+    def _build_softmax(self, layer: Layer, in_t: FixedType):
+        out_t = self._type(layer.template[1], layer)
+        consts = layer.config.get("consts", {})
+        n = const_int(layer, "n_in")
+        if "n_slice" in consts and const_int(layer, "n_slice") != n:
+            raise UnsupportedLayerError(f"{layer.describe()}: multi-dimensional softmax is not supported")
+        impl = consts.get("implementation", "nnet::softmax_implementation::latency").split("::")[-1]
+        if impl == "argmax":
+            one = int(out_t.from_raw(np.array([1], np.int64), 0)[0])
+
+            def argmax(x):
+                res = np.zeros(x.shape, np.int64)
+                res[np.arange(x.shape[0]), np.argmax(x, axis=1)] = one  # first maximum wins, as the strict > loop
+                return res
+
+            return argmax, out_t
+        if impl == "legacy":
+            return self._softmax_legacy(layer, in_t, out_t, n)
+        if impl not in ("latency", "stable"):
+            raise UnsupportedLayerError(f"{layer.describe()}: softmax implementation '{impl}' is not supported")
+        exp_t, inv_t = self._cfg_type(layer, "exp_table_t"), self._cfg_type(layer, "inv_table_t")
+        acc_t, inv_inp_t = self._cfg_type(layer, "accum_t"), self._cfg_type(layer, "inv_inp_t")
+        n_exp, n_inv = const_int(layer, "exp_table_size"), const_int(layer, "inv_table_size")
+        exp_scale = np.float32(float(consts.get("exp_scale", "1.0").rstrip("fF")))
+        norm_t = self._cfg_type(layer, "inp_norm_t") if impl == "stable" else in_t
+        bits_exp, bits_inv = _ceillog2(n_exp), _ceillog2(n_inv)
+        if norm_t.width < bits_exp or inv_inp_t.width < bits_inv:
+            raise UnsupportedLayerError(f"{layer.describe()}: softmax table larger than its index type")
+        xs = self._real_from_idx(norm_t, n_exp) * exp_scale
+        if impl == "stable":
+            xs = -xs
+        exp_table = acc_t.cast(exp_t.from_float(_f32_map("expf", xs).astype(np.float64)), exp_t)
+        with np.errstate(divide="ignore"):
+            inv_vals = (np.float32(1) / self._real_from_idx(inv_inp_t, n_inv)).astype(np.float32)
+        inv_table = inv_t.from_float(inv_vals.astype(np.float64))
+        self._check_width(layer, acc_t.width + inv_t.width, "exp * inverse")
+        self._check_width(layer, in_t.width + 1, "x_max - x")
+        fres = acc_t.frac + inv_t.frac
+
+        def reduce_add(cols: list[np.ndarray]) -> np.ndarray:
+            # nnet::reduce: left part = largest power of two below N, right part = the rest
+            if len(cols) == 1:
+                return cols[0]
+            if len(cols) == 2:
+                return acc_t.from_raw(cols[0] + cols[1], acc_t.frac)
+            left = 1 << ((len(cols) - 1).bit_length() - 1)
+            return acc_t.from_raw(reduce_add(cols[:left]) + reduce_add(cols[left:]), acc_t.frac)
+
+        def softmax(x):
+            if impl == "stable":
+                d = norm_t.cast(x.max(axis=1, keepdims=True) - x, in_t)
+            else:
+                d = x
+            e = exp_table[self._idx_from_raw(d, norm_t, bits_exp)]
+            total = inv_inp_t.cast(reduce_add([e[:, j] for j in range(n)]), acc_t)
+            inv = inv_table[self._idx_from_raw(total, inv_inp_t, bits_inv)]
+            return out_t.from_raw(e * inv[:, None], fres)
+
+        return softmax, out_t
+
+    def _softmax_legacy(self, layer: Layer, in_t: FixedType, out_t: FixedType, n: int):
+        table_t = self._cfg_type(layer, "table_t")
+        n_exp, n_inv = const_int(layer, "exp_table_size"), const_int(layer, "inv_table_size")
+        ii = np.arange(n_exp, dtype=np.float64)
+        in_val = (2 * 8.0 * (ii - float(n_exp) / 2.0) / float(n_exp)).astype(np.float32)
+        exp_table = table_t.from_float(_f32_map("expf", in_val).astype(np.float64))
+        inv_in = (64.0 * np.arange(n_inv, dtype=np.float64) / float(n_inv)).astype(np.float32).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            inv_vals = np.where(inv_in > 0, 1.0 / inv_in, 0.0)
+        inv_table = out_t.cast(table_t.from_float(inv_vals), table_t)
+        one = int(table_t.from_raw(np.array([1], np.int64), 0)[0])
+        scale_exp = _scaled_trunc(layer, in_t.width + 1, n_exp << max(0, -in_t.frac), 16 << max(0, in_t.frac))
+        off = 8 * n_exp // 16
+        scale_inv = _scaled_trunc(layer, table_t.width, n_inv << max(0, -table_t.frac), 64 << max(0, table_t.frac))
+
+        def legacy(x):
+            res = np.empty(x.shape, np.int64)
+            for i in range(n):
+                acc = np.zeros(x.shape[0], np.int64)
+                for j in range(n):
+                    if i == j:
+                        diff = np.int64(one)
+                    else:
+                        r = _wrap32(scale_exp(x[:, j] - x[:, i]))
+                        diff = exp_table[np.clip(_wrap32(r + off), 0, n_exp - 1)]
+                    acc = table_t.from_raw(acc + diff, table_t.frac)
+                k = _wrap32(scale_inv(acc))
+                res[:, i] = inv_table[np.clip(k, 0, n_inv - 1)]
+            return res
+
+        return legacy, out_t
+
+    # ------------------------------------------------------------------ I/O
+    def _accelerator_io(self):
+        """Casts of the VivadoAccelerator wrapper: T_in -> input_t and result_t -> T_out."""
+        acc = self.project.accelerator
+        if acc is None:
+            return None, None
+        names = {"T_in": acc.input_precision, "T_out": acc.output_precision}
+        axi = self.project.firmware_dir / f"{self.project.name}_axi.h"
+        if axi.is_file():
+            # the wrapper header is what was compiled: its typedefs win over the yaml
+            found = {name: t for t, name in re.findall(r"typedef\s+([^;{}]+?)\s+(T_in|T_out)\s*;", axi.read_text())}
+            names.update({k: " ".join(v.split()) for k, v in found.items()})
+        out = []
+        for key in ("T_in", "T_out"):
+            text = names[key].strip()
+            if text == "float":
+                out.append("float")
+                continue
+            try:
+                out.append(FixedType.parse(text))
+            except ValueError as e:
+                raise ProjectError(f"accelerator {key} precision '{text}': {e}") from None
+        return out[0], out[1]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if x.ndim == 1:
+            x = x[None, :]
+        x = x.reshape(x.shape[0], -1)
+        if x.shape[1] != self.n_in:
+            raise ValueError(f"expected {self.n_in} input values per sample, got {x.shape[1]}")
+        if self._io_in is None:
+            raw = self.input_type.from_float(x.astype(np.float64))
+        elif self._io_in == "float":
+            raw = self.input_type.from_float(x.astype(np.float32).astype(np.float64))
+        else:
+            raw = self.input_type.cast(self._io_in.from_float(x.astype(np.float64)), self._io_in)
+        for op in self._ops:
+            raw = op(raw)
+        if self._io_out is None:
+            return self.output_type.to_float(raw)
+        if self._io_out == "float":
+            return self.output_type.to_float32(raw).astype(np.float64)
+        return self._io_out.to_float(self._io_out.cast(raw, self.output_type))

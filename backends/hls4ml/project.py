@@ -1,0 +1,286 @@
+"""An hls4ml project on disk, as fpgaserve reads it.
+
+A model version folder (``bitstreams/<model>/<version>/``) holds the hls4ml project that the
+firmware was built from: ``hls4ml_config.yml`` and ``firmware/`` (the top function, defines.h,
+parameters.h, weights). Everything the execution modes need is read from here and nothing
+else: the C-simulation compiles these sources, the numpy emulator parses the same headers,
+the card runs the xclbin that was synthesised from them.
+
+hls4ml's own template library (``firmware/nnet_utils``, ``firmware/ap_types``) is part of any
+project hls4ml writes, but it is hls4ml's code, identical for every model: projects in the
+repository leave it out and it is taken from the installed hls4ml when the C-simulation is
+compiled. A project that carries its own copy uses that copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..base import BackendError
+
+CONFIG_FILE = "hls4ml_config.yml"
+TEMPLATE_LIBRARIES = ("nnet_utils", "ap_types")
+
+
+class ProjectError(BackendError):
+    """The hls4ml project cannot be served: the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class IoPort:
+    """One argument of the firmware's top function: ``input_t x[47]`` -> ("x", 47, "input_t")."""
+
+    name: str
+    size: int
+    ctype: str
+
+
+@dataclass(frozen=True)
+class AcceleratorIo:
+    """How the card's kernel exchanges data (hls4ml AcceleratorConfig.Precision): "float" or "ap_fixed<W,I>"."""
+
+    input_precision: str
+    output_precision: str
+    board: str = ""
+    platform: str = ""
+    interface: str = ""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """hls4ml writes its config with PyYAML's default dumper, which tags tuples as
+    ``!!python/tuple``; a safe loader with that one constructor reads it without ever
+    executing ``!!python/object`` payloads (other python tags become their plain value)."""
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda loader, node: tuple(loader.construct_sequence(node)))
+
+
+def _plain(loader, suffix, node):
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node)
+    return loader.construct_scalar(node)
+
+
+_ConfigLoader.add_multi_constructor("tag:yaml.org,2002:python/", _plain)
+
+# void myproject(input_t x[47], result_t layer6_out[1]) -- io_parallel arrays; io_stream uses
+# hls::stream<input_t> &x, which carries no size in the prototype
+_PROTOTYPE = re.compile(r"void\s+(\w+)\s*\(([^)]*)\)\s*;", re.S)
+_ARRAY_ARG = re.compile(r"^(?:const\s+)?(\w+)\s+(\w+)\s*\[([^\]]+)\]$")
+_STREAM_ARG = re.compile(r"^hls::stream\s*<\s*(\w+)\s*>\s*&\s*(\w+)$")
+_DEFINE = re.compile(r"^\s*#define\s+(\w+)\s+(\d+)\s*$", re.M)
+_WEIGHT_LOAD = re.compile(r'load_weights_from_txt\s*<[^>]*>\s*\(\s*\w+\s*,\s*"([^"]+)"\s*\)')
+
+
+def installed_templates_dir() -> Path:
+    """hls4ml's Vivado template folder, found without importing hls4ml (which is slow)."""
+    spec = importlib.util.find_spec("hls4ml")
+    if spec is None or not spec.submodule_search_locations:
+        raise ProjectError(
+            "hls4ml is not installed: the project has no firmware/nnet_utils and firmware/ap_types "
+            "of its own, so the installed hls4ml must provide them"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / "templates" / "vivado"
+
+
+def hls4ml_version() -> str:
+    try:
+        return importlib.metadata.version("hls4ml")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def load_config(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            config = yaml.load(f, Loader=_ConfigLoader)
+    except OSError as e:
+        raise ProjectError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ProjectError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(config, dict):
+        raise ProjectError(f"{path} does not hold an hls4ml configuration (a mapping)")
+    return config
+
+
+def _eval_size(expr: str, defines: dict[str, int], where: str) -> int:
+    total = 1
+    for factor in expr.split("*"):
+        factor = factor.strip()
+        if factor.isdigit():
+            total *= int(factor)
+        elif factor in defines:
+            total *= defines[factor]
+        else:
+            raise ProjectError(f"{where}: cannot evaluate the array size '{expr}'")
+    return total
+
+
+class Hls4mlProject:
+    """Read-only view of one hls4ml project folder."""
+
+    def __init__(self, path: Path, config: dict):
+        self.path = path
+        self.config = config
+        self.name = str(config.get("ProjectName") or "myproject")
+        self.backend = str(config.get("Backend") or "Vivado")
+        self.io_type = str(config.get("IOType") or "io_parallel")
+        self.firmware_dir = path / "firmware"
+        if not self.firmware_dir.is_dir():
+            raise ProjectError(f"hls4ml project {path} has no firmware/ folder")
+        self.input, self.output = self._read_ports()
+        self.accelerator = self._read_accelerator()
+
+    @classmethod
+    def load(cls, directory) -> Hls4mlProject:
+        """The project in ``directory`` itself, or in its only subfolder holding hls4ml_config.yml."""
+        directory = Path(directory)
+        if (directory / CONFIG_FILE).is_file():
+            root = directory
+        else:
+            found = sorted(p.parent for p in directory.glob(f"*/{CONFIG_FILE}"))
+            if len(found) != 1:
+                what = "no" if not found else f"{len(found)}"
+                raise ProjectError(
+                    f"{what} hls4ml project in {directory}: expected {CONFIG_FILE} and firmware/ in the version "
+                    "folder (or in exactly one subfolder of it)"
+                )
+            root = found[0]
+        return cls(root, load_config(root / CONFIG_FILE))
+
+    # ------------------------------------------------------------------ reading
+    def read_firmware(self, relpath: str) -> str:
+        path = self.firmware_dir / relpath
+        try:
+            return path.read_text()
+        except OSError as e:
+            raise ProjectError(f"hls4ml project {self.path}: cannot read firmware/{relpath}: {e.strerror}") from None
+
+    def defines(self) -> dict[str, int]:
+        return {k: int(v) for k, v in _DEFINE.findall(self.read_firmware("defines.h"))}
+
+    def _read_ports(self) -> tuple[IoPort, IoPort]:
+        header = f"{self.name}.h"
+        text = self.read_firmware(header)
+        proto = next((m for m in _PROTOTYPE.finditer(text) if m.group(1) == self.name), None)
+        where = f"{self.firmware_dir / header}"
+        if proto is None:
+            raise ProjectError(f"{where}: no prototype of the top function '{self.name}'")
+        args = [" ".join(a.split()) for a in re.sub(r"//[^\n]*", "", proto.group(2)).split(",") if a.strip()]
+        defines = None
+        ports = []
+        for arg in args:
+            m = _ARRAY_ARG.match(arg)
+            if m is None:
+                if _STREAM_ARG.match(arg):
+                    raise ProjectError(
+                        f"{where}: the project uses io_stream ('{arg}'); fpgaserve serves io_parallel projects "
+                        "(convert with io_type='io_parallel')"
+                    )
+                raise ProjectError(f"{where}: cannot read the argument '{arg}' of {self.name}()")
+            ctype, name, size_expr = m.groups()
+            if not size_expr.strip().isdigit() and defines is None:
+                defines = self.defines()
+            ports.append(IoPort(name, _eval_size(size_expr, defines or {}, where), ctype))
+        if len(ports) != 2:
+            raise ProjectError(
+                f"{where}: {self.name}() has {len(ports)} arguments; fpgaserve serves firmware with exactly one "
+                "input and one output array (the Alveo kernel streams one tensor each way)"
+            )
+        return ports[0], ports[1]
+
+    def _read_accelerator(self) -> AcceleratorIo | None:
+        acc = self.config.get("AcceleratorConfig")
+        if not isinstance(acc, dict):
+            return None
+        precision = acc.get("Precision") or {}
+        return AcceleratorIo(
+            input_precision=str(precision.get("Input", "float")),
+            output_precision=str(precision.get("Output", "float")),
+            board=str(acc.get("Board", "")),
+            platform=str(acc.get("Platform", "")),
+            interface=str(acc.get("Interface", "")),
+        )
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The model's input shape without batch (hls4ml's InputShape when it matches the port)."""
+        shape = self.config.get("InputShape")
+        if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) and d > 0 for d in shape):
+            if int(_product(shape)) == self.input.size:
+                return tuple(shape)
+        return (self.input.size,)
+
+    def weight_files(self) -> list[Path]:
+        """Weight files the top function loads at run time, all checked to exist.
+
+        hls4ml's loader calls exit(1) on a missing file, which would take the whole server
+        down: this check turns that into a load error for this one model.
+        """
+        text = self.read_firmware(f"{self.name}.cpp")
+        names = _WEIGHT_LOAD.findall(text)
+        files = [self.firmware_dir / "weights" / n for n in names]
+        missing = [str(p.relative_to(self.path)) for p in files if not p.is_file()]
+        if missing:
+            raise ProjectError(f"hls4ml project {self.path}: missing weight file(s) {', '.join(missing)}")
+        return files
+
+    def template_dirs(self) -> dict[str, Path]:
+        own = {lib: self.firmware_dir / lib for lib in TEMPLATE_LIBRARIES}
+        if all(p.is_dir() for p in own.values()):
+            return own
+        installed = installed_templates_dir()
+        dirs = {lib: own[lib] if own[lib].is_dir() else installed / lib for lib in TEMPLATE_LIBRARIES}
+        for lib, p in dirs.items():
+            if not p.is_dir():
+                raise ProjectError(f"hls4ml template library {lib} not found at {p}")
+        return dirs
+
+    def source_files(self) -> list[Path]:
+        """The project's own files the C-simulation depends on (templates excluded)."""
+        skip = set(TEMPLATE_LIBRARIES)
+        files = []
+        for p in sorted(self.firmware_dir.rglob("*")):
+            rel = p.relative_to(self.firmware_dir)
+            if rel.parts[0] in skip or not p.is_file():
+                continue
+            if p.suffix in (".h", ".hpp", ".cpp", ".cc", ".txt"):
+                files.append(p)
+        return files
+
+    def content_hash(self) -> str:
+        """sha256 of everything a compiled C-simulation depends on: rebuilt when any of it changes."""
+        h = hashlib.sha256()
+        h.update(f"hls4ml {hls4ml_version()}\n".encode())
+        for p in self.source_files():
+            _hash_file(h, p, p.relative_to(self.path).as_posix())
+        for lib, root in sorted(self.template_dirs().items()):
+            for p in sorted(root.rglob("*")):
+                if p.is_file():
+                    _hash_file(h, p, f"{lib}/{p.relative_to(root).as_posix()}")
+        return h.hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Hls4mlProject({str(self.path)!r}, {self.name}, {self.backend}, {self.io_type})"
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _hash_file(h, path: Path, label: str) -> None:
+    data = path.read_bytes()
+    h.update(f"{label}\0{len(data)}\0".encode())
+    h.update(data)
