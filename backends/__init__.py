@@ -9,12 +9,27 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendError, TensorDescription
+from .base import Backend, BackendError, DeviceUnavailableError, TensorDescription
 
 _REGISTRY = {
     "numpy": ("fpgaserve.backends.numpy_backend", "NumpyBackend"),
     "onnxruntime": ("fpgaserve.backends.onnxruntime_backend", "OnnxRuntimeBackend"),
+    "hls4ml": ("fpgaserve.backends.hls4ml.backend", "Hls4mlBackend"),
 }
+
+
+# Device telemetry collectors (prometheus_client-style objects with collect()) that backends
+# register when they open a device; the server's /metrics renders them with every scrape.
+_TELEMETRY: list = []
+
+
+def register_telemetry(collector) -> None:
+    if collector not in _TELEMETRY:
+        _TELEMETRY.append(collector)
+
+
+def telemetry_collectors() -> list:
+    return list(_TELEMETRY)
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -26,4 +41,5 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-__all__ = ["Backend", "BackendError", "TensorDescription", "backend_class"]
+__all__ = ["Backend", "BackendError", "DeviceUnavailableError", "TensorDescription", "backend_class",
+           "register_telemetry", "telemetry_collectors"]

@@ -17,6 +17,14 @@ class BackendError(Exception):
     """Load-time problem with a model's files or settings (the model becomes UNAVAILABLE)."""
 
 
+class DeviceUnavailableError(Exception):
+    """A batch failed because its device did not answer (kernel timeout, card lost).
+
+    Raised from ``execute``: that batch fails with gRPC UNAVAILABLE (Triton's code for "try
+    again"), the instance stays loaded and keeps taking batches once its device is back.
+    """
+
+
 class TensorDescription(NamedTuple):
     """An input/output as a backend knows it, for auto-completing config.pbtxt.
 
@@ -33,10 +41,12 @@ class Backend(ABC):
     #: file the version folder must contain (used for the error message when it is absent)
     default_filename: str = ""
 
-    def __init__(self, config: dict, version_dir: str, instance_index: int):
+    def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         self.config = config
         self.version_dir = version_dir
         self.instance_index = instance_index
+        # server-wide settings for this backend (tritonserver's --backend-config=<backend>,k=v)
+        self.backend_config = backend_config or {}
 
     @classmethod
     def describe_io(

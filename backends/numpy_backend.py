@@ -23,8 +23,8 @@ _module_ids = itertools.count()
 class NumpyBackend(Backend):
     default_filename = "model.py"
 
-    def __init__(self, config: dict, version_dir: str, instance_index: int):
-        super().__init__(config, version_dir, instance_index)
+    def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
+        super().__init__(config, version_dir, instance_index, backend_config)
         filename = config.get("default_model_filename") or self.default_filename
         path = os.path.join(version_dir, filename)
         if not os.path.isfile(path):

@@ -73,8 +73,8 @@ def _describe(args) -> list[tuple[str, str, list]]:
 class OnnxRuntimeBackend(Backend):
     default_filename = "model.onnx"
 
-    def __init__(self, config: dict, version_dir: str, instance_index: int):
-        super().__init__(config, version_dir, instance_index)
+    def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
+        super().__init__(config, version_dir, instance_index, backend_config)
         self.session = _session(_model_path(config, version_dir), config)
         self._inputs = {a.name: a.type for a in self.session.get_inputs()}
         self._output_names = [o["name"] for o in config.get("output", [])] or [

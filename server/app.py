@@ -52,6 +52,9 @@ class ServerOptions:
     grpc_http2_max_pings_without_data: int = 0
     grpc_http2_min_recv_ping_interval_without_data_ms: int = 1_000
     grpc_http2_max_ping_strikes: int = 0
+    # {backend: {setting: value}}, tritonserver's --backend-config (the hls4ml backend's
+    # fpga-mode lives here)
+    backend_config: dict = field(default_factory=dict)
 
 
 class InferenceServer:
@@ -66,6 +69,7 @@ class InferenceServer:
             poll_secs=options.repository_poll_secs,
             shm=self.shm,
             strict_readiness=options.strict_readiness,
+            backend_config=options.backend_config,
         )
         self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings)
         self.http = TinyHttpServer(HealthRoutes(self.servicer))

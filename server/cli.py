@@ -19,6 +19,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 from . import __version__  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
 from .repository import CONTROL_MODES  # noqa: E402
+from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
 
 def _bool(text: str) -> bool:
@@ -104,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-http2-max-ping-strikes", type=int, default=0,
         help="bad pings tolerated before GOAWAY (0 = unlimited, so keepalive clients are never cut).",
     )
+    g = p.add_argument_group("backends")
+    g.add_argument(
+        "--fpga-mode", choices=FPGA_MODES, default=None,
+        help="how hls4ml models run: hardware (PYNQ card), csim (hls4ml C-simulation, bit-exact), numpy "
+        "(vectorized fixed-point emulation, bit-exact), onnx (float reference, not bit-exact); auto = "
+        "hardware when a card and an xclbin are found, else csim. Same as --backend-config=hls4ml,fpga-mode=MODE.",
+    )
+    g.add_argument(
+        "--backend-config", action="append", default=[], metavar="BACKEND,SETTING=VALUE",
+        help="a backend setting, as tritonserver's flag (e.g. hls4ml,kernel-timeout-secs=2). Repeatable.",
+    )
     g = p.add_argument_group("logging and shutdown")
     g.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (>0 enables debug logs).")
     g.add_argument("--log-file", default="", help="write the log to this file instead of stderr.")
@@ -115,8 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_backend_config(items: list[str], fpga_mode: str | None) -> dict[str, dict[str, str]]:
+    """tritonserver's --backend-config=<backend>,<setting>=<value> into {backend: {setting: value}}."""
+    config: dict[str, dict[str, str]] = {}
+    for item in items:
+        backend, sep, setting = item.partition(",")
+        key, eq, value = setting.partition("=")
+        if not sep or not eq or not backend or not key:
+            raise SystemExit(f"error: --backend-config expects <backend>,<setting>=<value>, got '{item}'")
+        config.setdefault(backend, {})[key] = value
+    if fpga_mode is not None:
+        config.setdefault("hls4ml", {})["fpga-mode"] = fpga_mode
+    mode = config.get("hls4ml", {}).get("fpga-mode", "auto")
+    if mode not in FPGA_MODES:
+        raise SystemExit(f"error: unknown fpga-mode '{mode}' (choose from {', '.join(FPGA_MODES)})")
+    return config
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     return ServerOptions(
+        backend_config=parse_backend_config(args.backend_config, args.fpga_mode),
         model_repositories=args.model_repository,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
@@ -144,6 +174,12 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pack"]:
+        # `fpgaserve pack ...`: the model packer (hls4ml conversion), not the server
+        from fpgaserve.backends.hls4ml.pack import main as pack_main
+
+        return pack_main(argv[1:])
     args = build_parser().parse_args(argv)
     server = InferenceServer(options_from_args(args))
     try:

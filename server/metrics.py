@@ -17,12 +17,17 @@ autoscaling query uses those names, so samples are added under the family name i
 
 from __future__ import annotations
 
+import logging
 import re
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
 
+from fpgaserve.backends import telemetry_collectors
+
 from .statistics import QUEUE_BUCKETS_US
+
+log = logging.getLogger("fpgaserve.metrics")
 
 FAIL_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 _NV_COUNTER_META = re.compile(rb"^# (HELP|TYPE) (nv_\w+?)_total ", re.MULTILINE)
@@ -137,6 +142,37 @@ class InferenceCollector:
             yield from extra.collect()
 
 
+_GPU_EXPONENT = re.compile(rb"^(nv_(?:gpu|cpu_memory)_\w+(?:\{[^}]*\})?) ([0-9]+)(?:\.([0-9]+))?e\+([0-9]+)$", re.MULTILINE)
+
+
+def plain_gpu_values(text: bytes) -> bytes:
+    """Rewrite ``nv_gpu_*`` (and ``nv_cpu_memory_*``) sample values from exponent notation to plain decimals.
+
+    prometheus_client prints 16 GiB as ``1.7179869184e+10``; perf_analyzer's
+    ``(\\d+\\.?\\d*)`` would read that as 1.7 bytes. Call on the rendered exposition text.
+    """
+
+    def plain(m: re.Match) -> bytes:
+        digits = m.group(2) + (m.group(3) or b"")
+        shift = int(m.group(4)) - len(m.group(3) or b"")
+        if shift >= 0:
+            return m.group(1) + b" " + digits + b"0" * shift
+        return m.group(1) + b" " + digits[:shift] + b"." + digits[shift:]
+
+    return _GPU_EXPONENT.sub(plain, text)
+
+
+class BackendTelemetry:
+    """Device families (FPGA cards) that backends registered, rendered with every scrape."""
+
+    def collect(self):
+        for collector in telemetry_collectors():
+            try:
+                yield from collector.collect()
+            except Exception:  # a broken sensor must not take /metrics down
+                log.debug("device telemetry collector failed", exc_info=True)
+
+
 class Metrics:
     """The registry served on --metrics-port."""
 
@@ -145,6 +181,7 @@ class Metrics:
         self.collector = InferenceCollector(repository)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)
+        self.add_collector(BackendTelemetry())
 
     def add_collector(self, collector) -> None:
         """Further families (device telemetry) rendered with the same scrape."""
@@ -153,4 +190,4 @@ class Metrics:
     def render(self) -> bytes:
         # prometheus_client names a counter family "<name>_total" in its HELP/TYPE lines; Triton's
         # nv_* counters have no such suffix (the samples already carry the bare name)
-        return _NV_COUNTER_META.sub(rb"# \1 \2 ", generate_latest(self.registry))
+        return plain_gpu_values(_NV_COUNTER_META.sub(rb"# \1 \2 ", generate_latest(self.registry)))

@@ -16,6 +16,7 @@ building backend instances) runs in a thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -205,6 +206,7 @@ class ModelRepository:
         poll_secs: float = 15.0,
         shm=None,
         strict_readiness: bool = True,
+        backend_config: dict | None = None,
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{control_mode}'")
@@ -214,6 +216,7 @@ class ModelRepository:
         self.poll_secs = poll_secs
         self.shm = shm
         self.strict_readiness = strict_readiness
+        self.backend_config = backend_config or {}
         self.models: dict[str, ModelEntry] = {}
         self._lock = asyncio.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -409,6 +412,7 @@ class ModelRepository:
         version_dir = str(model_dir / str(version))
         mv = ModelVersion(name, version, config, version_dir, str(model_dir))
         cfg_dict = mc.config_dict(config)
+        backend_settings = self.backend_config.get(mc.backend_name(config), {})
         instances: list[ModelInstance] = []
         index = 0
         try:
@@ -419,7 +423,8 @@ class ModelRepository:
                     # thread-affine state (device handles) are then created where they run.
                     try:
                         instance.backend = await loop.run_in_executor(
-                            instance.executor, cls, cfg_dict, version_dir, index
+                            instance.executor,
+                            functools.partial(cls, cfg_dict, version_dir, index, backend_config=backend_settings),
                         )
                     except BaseException:
                         instance.executor.shutdown(wait=False)

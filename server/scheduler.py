@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from fpgaserve.backends import Backend
+from fpgaserve.backends import Backend, DeviceUnavailableError
 
 from . import codec
-from .errors import InferenceError, internal
+from .errors import InferenceError, internal, unavailable
 from .request import EncodedOutput, InferenceRequest
 from .statistics import BatchTimings
 
@@ -278,6 +278,8 @@ class ModelInstance:
             outputs = self.backend.execute(inputs)
         except InferenceError:
             raise
+        except DeviceUnavailableError as e:
+            raise unavailable(str(e)) from e
         except Exception as e:
             log.debug("model %s execute failed", model.name, exc_info=True)
             raise internal(str(e) or type(e).__name__) from e

@@ -1,0 +1,250 @@
+"""``backend: "hls4ml"``: one hls4ml firmware, run on a card or emulated bit for bit.
+
+The model repository says *what* the firmware is (the hls4ml project, the xclbin, the float
+reference); the server's ``--fpga-mode`` says *how* it runs, so the same repository serves
+on an Alveo host and in CI:
+
+=========  =================================================================  ===========
+mode       what runs                                                          exactness
+=========  =================================================================  ===========
+hardware   the xclbin on a PYNQ card (one Overlay per card, see cards.py)     the firmware
+csim       hls4ml's C-simulation, compiled with g++ at load (csim.py)         bit-exact
+numpy      vectorized ap_fixed emulation of the same firmware (emulator.py)   bit-exact
+onnx       the float reference model.onnx through ONNX Runtime                float, not exact
+=========  =================================================================  ===========
+
+``auto`` is hardware when a card is present and the version has an xclbin, else csim.
+
+config.pbtxt ``parameters`` (all optional):
+``xclbin`` (file in the version folder; default: the only .xclbin/.awsxclbin there),
+``compute_unit`` (default ``krnl_rtl_1``), ``cards`` (e.g. "0,1": the cards this model's
+instances use, round-robin; default all), ``kernel_timeout_secs`` (default from
+``--backend-config=hls4ml,kernel-timeout-secs=S``, else 5).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from ..base import Backend, BackendError, TensorDescription
+from . import FPGA_MODES
+from .project import Hls4mlProject, ProjectError
+
+log = logging.getLogger("fpgaserve.hls4ml")
+
+DEFAULT_KERNEL_TIMEOUT_S = 5.0
+DEFAULT_COMPUTE_UNIT = "krnl_rtl_1"
+_BITSTREAM_SUFFIXES = (".xclbin", ".awsxclbin")
+# the wire types the firmware's float ports take; anything else is a config mistake
+_FLOAT_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP64": np.float64}
+
+
+def _parameter(config: dict, key: str, default: str | None = None) -> str | None:
+    value = config.get("parameters", {}).get(key, {}).get("string_value")
+    return default if value in (None, "") else value
+
+
+def find_bitstream(config: dict, version_dir: str) -> Path | None:
+    """The xclbin/awsxclbin of this version: the ``xclbin`` parameter, else the only one there."""
+    named = _parameter(config, "xclbin")
+    if named:
+        path = Path(version_dir) / named
+        if not path.is_file():
+            raise BackendError(f"parameter xclbin names '{named}', which is not in {version_dir}")
+        return path
+    found = sorted(p for p in Path(version_dir).iterdir() if p.suffix in _BITSTREAM_SUFFIXES and p.is_file())
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise BackendError(f"{version_dir} holds several bitstreams ({names}); name one with parameter xclbin")
+    return found[0] if found else None
+
+
+def resolve_mode(requested: str, config: dict, version_dir: str) -> tuple[str, str]:
+    """(mode, why) for this model version; ``why`` goes into the load log line."""
+    if requested not in FPGA_MODES:
+        raise BackendError(f"unknown fpga-mode '{requested}' (choose from {', '.join(FPGA_MODES)})")
+    if requested != "auto":
+        return requested, "--fpga-mode " + requested
+    bitstream = find_bitstream(config, version_dir)
+    if bitstream is None:
+        return "csim", "auto: no xclbin in the version folder"
+    from .cards import available_cards
+
+    cards = available_cards()
+    if not cards:
+        return "csim", f"auto: {bitstream.name} present but no FPGA card found"
+    return "hardware", f"auto: {len(cards)} card(s) found, {bitstream.name}"
+
+
+class Hls4mlBackend(Backend):
+    default_filename = "hls4ml_config.yml"
+
+    @classmethod
+    def describe_io(cls, config: dict, version_dir: str):
+        project = Hls4mlProject.load(version_dir)
+        ins = [TensorDescription(project.input.name, "FP32", project.input_shape)]
+        outs = [TensorDescription(project.output.name, "FP32", (project.output.size,))]
+        return ins, outs, True
+
+    def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
+        super().__init__(config, version_dir, instance_index, backend_config)
+        self.project = Hls4mlProject.load(version_dir)
+        self._check_io(config)
+        self.mode, why = resolve_mode(self.backend_config.get("fpga-mode", "auto"), config, version_dir)
+        self._runner = self._make_runner()
+        if instance_index == 0:
+            log.info(
+                "model %s: hls4ml project %s (%s, %s) runs in %s mode (%s)%s",
+                config.get("name"), self.project.path, self.project.backend, self.project.io_type,
+                self.mode, why, self._runner_note(),
+            )
+
+    # ------------------------------------------------------------------ load
+    def _check_io(self, config: dict) -> None:
+        ins, outs = config.get("input", []), config.get("output", [])
+        if len(ins) != 1 or len(outs) != 1:
+            raise BackendError(
+                f"an hls4ml model has one input and one output tensor; config declares {len(ins)} input(s) "
+                f"and {len(outs)} output(s)"
+            )
+        inp, out = ins[0], outs[0]
+        self.input_name, self.output_name = inp["name"], out["name"]
+        for spec, port, what in ((inp, self.project.input, "input"), (out, self.project.output, "output")):
+            dtype = spec.get("data_type", "TYPE_INVALID")
+            if dtype not in _FLOAT_TYPES:
+                raise BackendError(
+                    f"{what} '{spec['name']}' is {dtype}; the hls4ml backend takes TYPE_FP32 or TYPE_FP64 "
+                    "(the firmware quantizes to its ap_fixed types itself)"
+                )
+            dims = [int(d) for d in spec.get("dims", [])]
+            count = int(np.prod(dims)) if dims else 1
+            if -1 in dims or count != port.size:
+                raise BackendError(
+                    f"{what} '{spec['name']}' has dims {dims} ({count} elements) but the firmware's "
+                    f"{port.name}[] has {port.size}"
+                )
+        self.output_dtype = _FLOAT_TYPES[outs[0]["data_type"]]
+        self.output_dims = tuple(int(d) for d in outs[0].get("dims", []))
+        self.max_batch_size = int(config.get("max_batch_size", 0))
+
+    def _make_runner(self):
+        if self.mode in ("numpy", "csim"):
+            self.project.weight_files()  # one clear error for missing weights, whichever mode
+        if self.mode == "numpy":
+            from .emulator import FixedPointModel
+
+            return FixedPointModel(self.project)
+        if self.mode == "csim":
+            from .csim import CsimLibrary
+
+            return CsimLibrary.load(self.project)
+        if self.mode == "onnx":
+            return OnnxReference(self.config, self.version_dir)
+        return self._hardware_runner()
+
+    def _hardware_runner(self):
+        from .cards import CardPool
+        from .hardware import HardwareRunner
+
+        bitstream = find_bitstream(self.config, self.version_dir)
+        if bitstream is None:
+            raise BackendError(
+                f"fpga-mode hardware needs an .xclbin or .awsxclbin in {self.version_dir} "
+                "(build one with `fpgaserve pack --build-xclbin`, or serve with --fpga-mode csim)"
+            )
+        if self.project.accelerator is None:
+            raise ProjectError(
+                f"hls4ml project {self.project.path} is a {self.project.backend} project; a card runs "
+                "VivadoAccelerator projects (the krnl_rtl kernel)"
+            )
+        pool = CardPool.instance()
+        _export_telemetry(pool)
+        cards = _card_list(_parameter(self.config, "cards"), pool.count())
+        card_index = cards[self.instance_index % len(cards)]
+        timeout = float(
+            _parameter(self.config, "kernel_timeout_secs")
+            or self.backend_config.get("kernel-timeout-secs", DEFAULT_KERNEL_TIMEOUT_S)
+        )
+        card = pool.acquire(card_index, str(bitstream))
+        self.card = card
+        return HardwareRunner(
+            self.project, card, _parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
+            max(self.max_batch_size, 1), timeout,
+        )
+
+    def _runner_note(self) -> str:
+        card = getattr(self, "card", None)
+        return f"; instance 0 on {card}" if card is not None else ""
+
+    # ------------------------------------------------------------------ run
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = inputs[self.input_name]
+        rows = x.shape[0] if self.max_batch_size > 0 else 1
+        x = x.reshape(rows, self.project.input.size)
+        y = self._runner.predict(x)
+        y = y.astype(self.output_dtype, copy=False)
+        shape = (rows, *self.output_dims) if self.max_batch_size > 0 else self.output_dims
+        return {self.output_name: y.reshape(shape)}
+
+    def close(self) -> None:
+        close = getattr(self._runner, "close", None)
+        if close is not None:
+            close()
+
+
+_TELEMETRY_POOLS: set[int] = set()
+
+
+def _export_telemetry(pool) -> None:
+    """Card telemetry appears on /metrics from the first model that opens a card."""
+    if id(pool) in _TELEMETRY_POOLS:
+        return
+    from .. import register_telemetry
+    from .telemetry import FpgaTelemetryCollector
+
+    register_telemetry(FpgaTelemetryCollector(pool))
+    _TELEMETRY_POOLS.add(id(pool))
+
+
+def _card_list(spec: str | None, count: int) -> list[int]:
+    if count == 0:
+        raise BackendError(
+            "fpga-mode hardware: no FPGA card found (pynq.Device.devices is empty: is XRT installed and "
+            "XILINX_XRT set, e.g. by sourcing /opt/xilinx/xrt/setup.sh?)"
+        )
+    if not spec:
+        return list(range(count))
+    try:
+        cards = [int(c) for c in spec.replace(" ", "").split(",") if c]
+    except ValueError:
+        raise BackendError(f"parameter cards must list card indices such as \"0,1\", got '{spec}'") from None
+    bad = [c for c in cards if not 0 <= c < count]
+    if not cards or bad:
+        raise BackendError(f"parameter cards '{spec}' names card(s) {bad or spec}; this host has {count} card(s)")
+    return cards
+
+
+class OnnxReference:
+    """The float reference ``model.onnx`` (fpga-mode onnx): quick, but not the firmware's
+    fixed-point arithmetic; the README gives the measured deviation from csim."""
+
+    def __init__(self, config: dict, version_dir: str):
+        from ..onnxruntime_backend import _session
+
+        path = Path(version_dir) / "model.onnx"
+        if not path.is_file():
+            raise BackendError(f"fpga-mode onnx needs the float reference {path}, which is missing")
+        self.session = _session(str(path), config)
+        ins, outs = self.session.get_inputs(), self.session.get_outputs()
+        if len(ins) != 1 or len(outs) < 1:
+            raise BackendError(f"{path} must have one input (has {len(ins)})")
+        self.input_name = ins[0].name
+        self.output_name = outs[0].name
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.session.run([self.output_name], {self.input_name: np.ascontiguousarray(x, dtype=np.float32)})[0]
+
+
