@@ -24,10 +24,13 @@ FEATURES = 47
 # The weights of the bundled model, relative to this file (client_examples/ sits beside bitstreams/).
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "bitstreams" / "facile" / "1" / "weights.npz"
 
-# The served model runs in float32 (ONNX Runtime); numpy sums in another order, so allow
-# float32 rounding. A wrong row, a wrong weight or a shifted batch is off by far more.
-RTOL = 1e-4
-ATOL = 1e-4
+# The served FACILE is hls4ml firmware: ap_fixed<16,6> weights and activations, on a card or
+# in its bit-exact emulation (--fpga-mode csim/numpy). Its outputs differ from this float
+# re-computation by the quantization: at most 0.054 on unit-scale rows (16000 rows measured,
+# outputs spanning -2.6..4.4; see the README). A wrong row, a wrong weight or a shifted batch
+# is off by O(1). Against --fpga-mode onnx (the float reference) --atol 1e-4 holds.
+RTOL = 0.0
+ATOL = 0.1
 
 
 def add_reference_args(parser) -> None:

@@ -5,9 +5,25 @@ Tests that need their own repository or flags start a ``ServerProcess`` themselv
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
+
+
+@pytest.fixture(scope="session", autouse=True)
+def csim_cache(tmp_path_factory):
+    """One C-simulation build cache per test run, shared by every server the tests start
+    (they inherit the environment): each hls4ml project compiles once, never into ~/.cache."""
+    path = tmp_path_factory.mktemp("csim-cache")
+    previous = os.environ.get("FPGASERVE_CACHE_DIR")
+    os.environ["FPGASERVE_CACHE_DIR"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("FPGASERVE_CACHE_DIR", None)
+    else:
+        os.environ["FPGASERVE_CACHE_DIR"] = previous
 
 
 @pytest.fixture(scope="session")

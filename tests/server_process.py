@@ -26,8 +26,11 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, repositories, *extra_args: str, log_path: Path | None = None, env=None):
+    def __init__(self, repositories, *extra_args: str, log_path: Path | None = None, env=None, entry=None):
         self.repositories = [str(r) for r in repositories]
+        # the program to run instead of ``-m fpgaserve.server.cli`` (e.g. tests/fpga_sim/serve.py,
+        # which registers the simulated PYNQ card first and then runs the same CLI)
+        self.entry = [str(e) for e in entry] if entry else ["-m", "fpgaserve.server.cli"]
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.metrics_port = free_port()
@@ -43,7 +46,7 @@ class ServerProcess:
 
     @property
     def args(self) -> list[str]:
-        args = [sys.executable, "-m", "fpgaserve.server.cli"]
+        args = [sys.executable, *self.entry]
         for r in self.repositories:
             args += ["--model-repository", r]
         args += [

@@ -109,7 +109,7 @@ def test_config_parses_and_names_its_directory(model_dir):
 
 def test_expected_models_present():
     assert {p.name for p in ALL_MODEL_DIRS} == {
-        "facile", "simple", "simple_int8", "simple_string", "simple_identity", "repeat_int32",
+        "facile", "jet_tagger", "simple", "simple_int8", "simple_string", "simple_identity", "repeat_int32",
         "simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence"}
 
 
@@ -141,16 +141,27 @@ def test_simple_identity_config():
         ("OUTPUT0", _dt("TYPE_STRING"), [-1])]
 
 
-def test_facile_config():
-    config = _config(BITSTREAMS / "facile")
-    assert config.platform == "onnxruntime_onnx"
+@pytest.mark.parametrize("name, n_in, output, n_out", [
+    ("facile", 47, "output/BiasAdd", 1),
+    ("jet_tagger", 16, "output", 5),
+])
+def test_hls4ml_model_config(name, n_in, output, n_out):
+    config = _config(BITSTREAMS / name)
+    assert config.backend == "hls4ml" and not config.platform
     assert config.max_batch_size == 16384
     assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
-        ("input", _dt("TYPE_FP32"), [47])]
+        ("input", _dt("TYPE_FP32"), [n_in])]
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [
-        ("output/BiasAdd", _dt("TYPE_FP32"), [1])]
+        (output, _dt("TYPE_FP32"), [n_out])]
     [group] = config.instance_group
-    assert group.count == 1 and group.kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert group.count == 1 and group.kind == model_config_pb2.ModelInstanceGroup.KIND_MODEL
+    # the version folder holds the model's hls4ml project and nothing of hls4ml's own library
+    version = BITSTREAMS / name / "1"
+    assert (version / "hls4ml_config.yml").is_file() and (version / "firmware" / "myproject.cpp").is_file()
+    assert not (version / "firmware" / "nnet_utils").exists() and not (version / "firmware" / "ap_types").exists()
+    text = (version / "hls4ml_config.yml").read_text()
+    assert "!!python/object" not in text and "OutputDir: ." in text
+    assert "typedef ap_fixed<16,6> input_t;" in (version / "firmware" / "defines.h").read_text()
 
 
 # ---------------------------------------------------------------------------------------
@@ -236,6 +247,21 @@ def test_facile_weights():
         assert sum(w[k].size for k in w.files) == 3097
     assert shapes == {"W1": (47, 36), "b1": (36,), "W2": (36, 36), "b2": (36,),
                       "W3": (36, 1), "b3": (1,)}
+
+
+def test_jet_tagger_reference_is_a_softmax():
+    sess = _session(BITSTREAMS / "jet_tagger")
+    x = np.random.default_rng(3).standard_normal((64, 16), dtype=np.float32)
+    [y] = sess.run(["output"], {"input": x})
+    w = np.load(BITSTREAMS / "jet_tagger" / "1" / "weights.npz")
+    h = x
+    for k in (1, 2, 3):
+        h = np.maximum(h @ w[f"W{k}"] + w[f"b{k}"], 0)
+    z = h @ w["W4"] + w["b4"]
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(y.sum(1), 1, rtol=1e-5)
 
 
 @pytest.mark.parametrize("batch", [1, 7, 16384])

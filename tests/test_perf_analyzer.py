@@ -40,9 +40,11 @@ SERVER_COLUMNS = ("Server Queue", "Server Compute Input", "Server Compute Infer"
 
 @pytest.fixture(scope="module")
 def pa_server(tmp_path_factory):
-    """Our own server, so the statistics deltas see only perf_analyzer's traffic."""
+    """Our own server, so the statistics deltas see only perf_analyzer's traffic. FACILE runs
+    in the numpy emulation (bit-exact with csim, ~20x faster): these tests are about the
+    protocol and the statistics perf_analyzer reads, not about the C-simulation."""
     log = tmp_path_factory.mktemp("pa_server") / "fpgaserve.log"
-    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], log_path=log) as srv:
+    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--fpga-mode", "numpy", log_path=log) as srv:
         yield srv
         rc = srv.stop()
         assert rc == 0, f"server exited with {rc}: {srv.log()}"

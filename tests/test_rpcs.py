@@ -86,11 +86,13 @@ def simple_request(batch: int = 1, rid: str = "", outputs=(), version: str = "")
 
 
 def facile_reference(x: np.ndarray) -> np.ndarray:
-    """The facile network in numpy, from the weights its README documents."""
-    w = np.load(Path(BUNDLED_REPO) / "facile" / "1" / "weights.npz")
-    h = np.maximum(x @ w["W1"] + w["b1"], 0)
-    h = np.maximum(h @ w["W2"] + w["b2"], 0)
-    return h @ w["W3"] + w["b3"]
+    """What the served FACILE must return, bit for bit: the session server runs
+    --fpga-mode auto, which is hls4ml's C-simulation of the firmware when no card is there."""
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    lib = CsimLibrary.load(Hls4mlProject.load(Path(BUNDLED_REPO) / "facile" / "1"))
+    return lib.predict(x).astype(np.float32)
 
 
 def stats_of(client, model: str, version: str = ""):
@@ -179,7 +181,7 @@ def test_server_metadata(client, channel):
             [("OUTPUT0", "BYTES", [-1, 16]), ("OUTPUT1", "BYTES", [-1, 16])],
         ),
         ("simple_identity", "numpy", [("INPUT0", "BYTES", [-1, -1])], [("OUTPUT0", "BYTES", [-1, -1])]),
-        ("facile", "onnxruntime_onnx", [("input", "FP32", [-1, 47])], [("output/BiasAdd", "FP32", [-1, 1])]),
+        ("facile", "hls4ml", [("input", "FP32", [-1, 47])], [("output/BiasAdd", "FP32", [-1, 1])]),
     ],
 )
 @pytest.mark.parametrize("version", ["", "1"])
@@ -227,8 +229,8 @@ def test_model_config_as_written_plus_normalizations(client):
 def test_model_config_keeps_written_instance_group(client):
     cfg = client.get_model_config("facile", "1").config
     assert cfg.name == "facile" and cfg.max_batch_size == 16384
-    # written: instance_group [{count: 1, kind: KIND_CPU}] without a name -> "<model>_<index>"
-    assert [(g.name, g.count, g.kind) for g in cfg.instance_group] == [("facile_0", 1, 2)]
+    # written: instance_group [{count: 1, kind: KIND_MODEL}] without a name -> "<model>_<index>"
+    assert [(g.name, g.count, g.kind) for g in cfg.instance_group] == [("facile_0", 1, 3)]
 
 
 def test_model_config_numpy_backend(client):
@@ -370,7 +372,7 @@ def test_infer_facile(client):
     result = client.infer("facile", [inp], outputs=[grpcclient.InferRequestedOutput("output/BiasAdd")])
     y = result.as_numpy("output/BiasAdd")
     assert y.shape == (6, 1) and y.dtype == np.float32
-    np.testing.assert_allclose(y, facile_reference(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(y, facile_reference(x))
 
 
 def test_infer_typed_contents_get_raw_outputs(channel):
@@ -399,7 +401,7 @@ def test_infer_typed_fp32_contents(channel):
     response = infer_raw(channel, r)
     (out,) = response.outputs
     y = decode("FP32", out.shape, response.raw_output_contents[0])
-    np.testing.assert_allclose(y, facile_reference(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(y, facile_reference(x))
 
 
 def test_infer_typed_bytes_contents(channel):

@@ -198,7 +198,8 @@ def _unforbidden_port() -> int:
 
 
 def start_fpgaserve(workdir: Path) -> ServerProcess:
-    server = ServerProcess([BUNDLED_REPO], log_path=workdir / "fpgaserve.log")
+    # the float reference (--fpga-mode onnx): Triton serves the same float network
+    server = ServerProcess([BUNDLED_REPO], "--fpga-mode", "onnx", log_path=workdir / "fpgaserve.log")
     for attr in ("grpc_port", "http_port", "metrics_port"):
         if getattr(server, attr) in FORBIDDEN_PORTS:
             setattr(server, attr, _unforbidden_port())

@@ -1,0 +1,357 @@
+"""hls4ml models served through gRPC in the emulation modes, with the real tritonclient.
+
+One server per ``--fpga-mode`` (csim, numpy, onnx) serves the bundled repository
+(``bitstreams/``: FACILE and the jet tagger). The bit-exactness claims are checked on the
+wire: the FP32 bytes a client receives from the numpy emulation equal those from hls4ml's
+C-simulation, for random rows and for edge rows (saturating/wrapping magnitudes, negatives,
+zeros, values on and next to the ap_fixed<16,6> grid). The float reference (onnx) must stay
+within the deviation the README documents. Bad projects give load errors that name the
+problem while the server keeps serving the other models.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from server_process import BUNDLED_REPO, ServerProcess
+
+# name, input, output, features, outputs
+MODELS = {
+    "facile": ("input", "output/BiasAdd", 47, 1),
+    "jet_tagger": ("input", "output", 16, 5),
+}
+# |onnx - csim| bounds on unit-scale inputs, as documented in README.md ("Execution modes"):
+# quantization of ap_fixed<16,6> firmware vs the float network (the jet tagger's softmax
+# adds hls4ml's lookup-table error on top).
+ONNX_TOLERANCE = {"facile": 0.08, "jet_tagger": 0.25}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(csim_cache):
+    return csim_cache
+
+
+def _serve(mode, repos, tmp_path_factory, cache_dir, *extra):
+    import os
+
+    log = tmp_path_factory.mktemp(f"srv-{mode}") / "fpgaserve.log"
+    env = dict(os.environ, FPGASERVE_CACHE_DIR=str(cache_dir))
+    return ServerProcess(repos, "--fpga-mode", mode, *extra, log_path=log, env=env).start(timeout=240)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, cache_dir):
+    started = {}
+    try:
+        for mode in ("csim", "numpy", "onnx"):
+            started[mode] = _serve(mode, [BUNDLED_REPO], tmp_path_factory, cache_dir)
+        yield started
+    finally:
+        for proc in started.values():
+            proc.stop()
+
+
+def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
+    inp, out, _, _ = MODELS[model]
+    with grpcclient.InferenceServerClient(url) as client:
+        t = grpcclient.InferInput(inp, list(x.shape), "FP32")
+        t.set_data_from_numpy(x)
+        result = client.infer(model, [t], outputs=[grpcclient.InferRequestedOutput(out)])
+        return result.as_numpy(out)
+
+
+def _edge_rows(features: int) -> np.ndarray:
+    """Rows that probe the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
+    lsb = 2.0 ** -10
+    rng = np.random.default_rng(99)
+    values = np.array([
+        0.0, -0.0, lsb, -lsb, lsb / 2, -lsb / 2, 1 - lsb / 3, -1 + lsb / 3, 0.5, -0.5,
+        31.999, 32.0, -32.0, -32.001, 40.0, -40.0, 100.0, -100.0, 1e4, -1e4, 3.14159, -2.71828,
+    ], dtype=np.float32)
+    rows = [np.full(features, v, np.float32) for v in values]           # constant rows
+    rows += [rng.choice(values, features).astype(np.float32) for _ in range(40)]  # mixed
+    grid = (rng.integers(-2 ** 15, 2 ** 15, (40, features)) * lsb).astype(np.float32)  # exactly on the grid
+    return np.concatenate([np.stack(rows), grid, grid + np.float32(lsb / 4), grid - np.float32(lsb / 4)])
+
+
+def _inputs(features: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(features)
+    return {
+        "unit": rng.standard_normal((3000, features), dtype=np.float32),
+        "scale8": rng.standard_normal((1000, features), dtype=np.float32) * 8,    # saturates / wraps
+        "scale40": rng.standard_normal((1000, features), dtype=np.float32) * 40,  # beyond the input range
+        "negative": -np.abs(rng.standard_normal((500, features), dtype=np.float32)) * 4,
+        "zeros": np.zeros((7, features), np.float32),
+        "edges": _edge_rows(features),
+    }
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_numpy_equals_csim_bit_for_bit(servers, model):
+    features = MODELS[model][2]
+    for name, x in _inputs(features).items():
+        csim = _infer(servers["csim"].url, model, x)
+        emulated = _infer(servers["numpy"].url, model, x)
+        assert csim.dtype == emulated.dtype == np.float32 and csim.shape == (len(x), MODELS[model][3])
+        mismatched = np.flatnonzero((csim.view(np.uint32) != emulated.view(np.uint32)).any(axis=1))
+        assert mismatched.size == 0, (
+            f"{model} {name}: {mismatched.size} rows differ, first row {mismatched[0]}: "
+            f"csim {csim[mismatched[0]]} numpy {emulated[mismatched[0]]}"
+        )
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_csim_is_fixed_point_not_float(servers, model):
+    """The emulations are the firmware's arithmetic, so they differ from the float reference
+    (if they did not, the bit-exactness test above would prove nothing about ap_fixed)."""
+    x = _inputs(MODELS[model][2])["unit"]
+    csim = _infer(servers["csim"].url, model, x)
+    ref = _infer(servers["onnx"].url, model, x)
+    assert np.count_nonzero(csim != ref) > len(x) // 2
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_onnx_within_documented_tolerance(servers, model):
+    x = _inputs(MODELS[model][2])["unit"]
+    csim = _infer(servers["csim"].url, model, x).astype(np.float64)
+    ref = _infer(servers["onnx"].url, model, x).astype(np.float64)
+    deviation = np.abs(csim - ref).max()
+    assert deviation <= ONNX_TOLERANCE[model], f"{model}: max |onnx - csim| = {deviation}"
+
+
+def test_jet_tagger_outputs_are_probabilities(servers):
+    x = _inputs(16)["unit"]
+    for mode in ("csim", "numpy"):
+        y = _infer(servers[mode].url, "jet_tagger", x)
+        assert (y >= 0).all() and (y <= 1).all()
+        # hls4ml's softmax normalizes through a 1024-entry lookup table of 1/sum indexed by
+        # the top bits of ap_fixed<18,8> (steps of 1/4 around sums of 1..5): close to 1, not 1
+        assert np.abs(y.sum(axis=1) - 1).max() < 0.3
+        assert len(np.unique(y)) > 50  # not a constant (see build_bitstreams: fc4's precision)
+
+
+def test_batches_are_sliced_per_request(servers):
+    """Concurrent requests, batched together by the dynamic batcher, each get their own rows."""
+    import queue
+
+    x = _inputs(47)["unit"][:64]
+    whole = _infer(servers["csim"].url, "facile", x)
+    done: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(servers["numpy"].url) as client:
+        for i in range(16):
+            t = grpcclient.InferInput("input", [4, 47], "FP32")
+            t.set_data_from_numpy(x[4 * i: 4 * i + 4])
+            client.async_infer("facile", [t], callback=lambda result, error, i=i: done.put((i, result, error)))
+        for _ in range(16):
+            i, result, error = done.get(timeout=60)
+            assert error is None, error
+            piece = result.as_numpy("output/BiasAdd")
+            assert np.array_equal(piece.view(np.uint32), whole[4 * i: 4 * i + 4].view(np.uint32)), i
+
+
+def test_log_names_the_mode(servers):
+    for mode, proc in servers.items():
+        assert re.search(rf"model facile: hls4ml project .* runs in {mode} mode \(--fpga-mode {mode}\)", proc.log())
+
+
+def test_auto_mode_without_card_runs_csim(tmp_path_factory, cache_dir):
+    proc = _serve("auto", [BUNDLED_REPO], tmp_path_factory, cache_dir)
+    try:
+        x = _inputs(47)["edges"]
+        auto = _infer(proc.url, "facile", x)
+        assert re.search(r"model facile: .* runs in csim mode \(auto: no xclbin in the version folder\)", proc.log())
+    finally:
+        proc.stop()
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    lib = CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1"), cache_dir=cache_dir)
+    assert np.array_equal(auto, lib.predict(x).astype(np.float32))
+
+
+# ---------------------------------------------------------------------- bad projects
+def _broken_repo(tmp_path: Path, name: str, change) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(BUNDLED_REPO / "facile", repo / name)
+    text = (repo / name / "config.pbtxt").read_text().replace('name: "facile"', f'name: "{name}"')
+    (repo / name / "config.pbtxt").write_text(text)
+    change(repo / name)
+    return repo
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))
+
+
+BROKEN = {
+    "missing_weights": (
+        lambda d: (d / "1/firmware/weights/w4.txt").unlink(),
+        ("csim", "numpy"), r"missing weight file\(s\) firmware/weights/w4\.txt",
+    ),
+    "bad_precision": (
+        lambda d: _edit(d / "1/firmware/defines.h", "typedef ap_fixed<16,6> layer3_t;", "typedef ap_fixed<16,6,AP_FOO> layer3_t;"),
+        ("csim", "numpy"), r"AP_FOO",
+    ),
+    "not_a_project": (
+        lambda d: (d / "1/hls4ml_config.yml").unlink(),
+        ("csim", "numpy", "onnx"), r"no hls4ml project in .*: expected hls4ml_config\.yml",
+    ),
+    "wrong_dims": (
+        lambda d: _edit(d / "config.pbtxt", "dims: [ 47 ]", "dims: [ 46 ]"),
+        ("csim", "numpy", "onnx"), r"input 'input' has dims \[46\] \(46 elements\) but the firmware's input_1\[\] has 47",
+    ),
+    "unsupported_layer": (
+        lambda d: _edit(d / "1/firmware/myproject.cpp", "nnet::relu<", "nnet::elu<"),
+        ("numpy",), r"relu1.*elu|elu.*relu1",
+    ),
+    "missing_reference": (
+        lambda d: (d / "1/model.onnx").unlink(),
+        ("onnx",), r"fpga-mode onnx needs the float reference .*model\.onnx, which is missing",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["csim", "numpy", "onnx"])
+def test_bad_projects_fail_to_load_with_clear_errors(tmp_path, tmp_path_factory, cache_dir, mode):
+    repo = tmp_path / "repo"
+    shutil.copytree(BUNDLED_REPO / "facile", repo / "facile")
+    cases = {name: case for name, case in BROKEN.items() if mode in case[1]}
+    for name, (change, _, _) in cases.items():
+        _broken_repo(tmp_path, name, change)
+    proc = _serve(mode, [repo], tmp_path_factory, cache_dir, "--model-control-mode", "explicit", "--load-model", "facile")
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            for name, (_, _, pattern) in cases.items():
+                with pytest.raises(InferenceServerException) as err:
+                    client.load_model(name)
+                assert re.search(pattern, err.value.message()), f"{mode}/{name}: {err.value.message()}"
+                assert not client.is_model_ready(name)
+            # the good model still serves
+            y = _infer(proc.url, "facile", np.ones((3, 47), np.float32))
+            assert y.shape == (3, 1) and np.isfinite(y).all()
+    finally:
+        proc.stop()
+
+
+# ---------------------------------------------------------------------- fpgaserve pack
+PACK_MODEL = textwrap.dedent('''
+    import numpy as np
+    import torch
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(10, 24)
+            self.bn1 = torch.nn.BatchNorm1d(24)
+            self.act1 = torch.nn.ReLU()
+            self.fc2 = torch.nn.Linear(24, 3)
+
+        def forward(self, x):
+            return self.fc2(self.act1(self.bn1(self.fc1(x))))
+
+    def build():
+        torch.manual_seed(5)
+        m = Tagger()
+        with torch.no_grad():
+            m.bn1.running_mean.uniform_(-0.5, 0.5)
+            m.bn1.running_var.uniform_(0.5, 2.0)
+        return m.eval()
+''')
+
+
+def test_pack_pytorch_model_and_serve(tmp_path, tmp_path_factory, cache_dir):
+    """One command from a PyTorch model to a served model; the packed firmware serves
+    bit-exactly in csim and numpy mode and agrees with the float network."""
+    (tmp_path / "tagger.py").write_text(PACK_MODEL)
+    precision = tmp_path / "precision.yml"
+    precision.write_text("LayerName:\n  fc2:\n    Precision:\n      result: ap_fixed<18,8>\n")
+    repo = tmp_path / "repo"
+    cmd = [
+        sys.executable, "-m", "fpgaserve.server.cli", "pack", "tagger", "--pytorch", f"{tmp_path / 'tagger.py'}:build",
+        "--input-shape", "10", "--repository", str(repo), "--precision-config", str(precision),
+        "--max-batch-size", "256", "--max-queue-delay-us", "100",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "packed tagger into" in done.stdout
+    version = repo / "tagger" / "1"
+    assert (version / "model.onnx").is_file() and (version / "firmware" / "myproject.cpp").is_file()
+    assert "ap_fixed<18,8>" in (version / "firmware" / "defines.h").read_text()
+    config = (repo / "tagger" / "config.pbtxt").read_text()
+    assert 'backend: "hls4ml"' in config and "max_batch_size: 256" in config
+
+    # packing again without --force refuses to overwrite
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "exists; pass --force" in again.stderr
+
+    x = np.random.default_rng(1).standard_normal((200, 10)).astype(np.float32)
+    outputs = {}
+    for mode in ("csim", "numpy", "onnx"):
+        proc = _serve(mode, [repo], tmp_path_factory, cache_dir)
+        try:
+            with grpcclient.InferenceServerClient(proc.url) as client:
+                meta = client.get_model_metadata("tagger")
+                [inp], [out] = meta.inputs, meta.outputs
+                t = grpcclient.InferInput(inp.name, [200, 10], "FP32")
+                t.set_data_from_numpy(x)
+                outputs[mode] = client.infer("tagger", [t]).as_numpy(out.name)
+        finally:
+            proc.stop()
+    assert outputs["csim"].shape == (200, 3)
+    assert np.array_equal(outputs["csim"].view(np.uint32), outputs["numpy"].view(np.uint32))
+    assert np.abs(outputs["csim"] - outputs["onnx"]).max() < 0.1
+
+
+def test_pack_errors_are_clear(tmp_path):
+    def pack(*args):
+        return subprocess.run([sys.executable, "-m", "fpgaserve.server.cli", "pack", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    done = pack("m", "--repository", str(tmp_path))
+    assert done.returncode == 2 and "give exactly one of --pytorch" in done.stderr
+    done = pack("m", "--hls4ml-project", str(tmp_path), "--repository", str(tmp_path / "r"))
+    assert done.returncode == 2 and "is not an hls4ml project" in done.stderr
+    done = pack("m", "--pytorch", str(tmp_path / "nope.pt"), "--input-shape", "3", "--repository", str(tmp_path / "r"))
+    assert done.returncode == 2 and "cannot load the PyTorch model" in done.stderr
+    done = pack("m", "--hls4ml-project", str(BUNDLED_REPO / "facile" / "1"), "--build-xclbin",
+                "--repository", str(tmp_path / "r"))
+    assert done.returncode == 2 and "--build-xclbin needs vivado and v++ on PATH" in done.stderr
+
+
+def test_pack_existing_hls4ml_project(tmp_path, tmp_path_factory, cache_dir):
+    """--hls4ml-project re-packs a project (here the bundled FACILE) under a new name."""
+    repo = tmp_path / "repo"
+    done = subprocess.run(
+        [sys.executable, "-m", "fpgaserve.server.cli", "pack", "facile_copy", "--hls4ml-project",
+         str(BUNDLED_REPO / "facile" / "1"), "--float-reference", str(BUNDLED_REPO / "facile" / "1" / "model.onnx"),
+         "--repository", str(repo)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    proc = _serve("numpy", [repo], tmp_path_factory, cache_dir)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            meta = client.get_model_metadata("facile_copy")
+            x = _inputs(47)["edges"]
+            t = grpcclient.InferInput(meta.inputs[0].name, list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            y = client.infer("facile_copy", [t]).as_numpy(meta.outputs[0].name)
+    finally:
+        proc.stop()
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    lib = CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1"), cache_dir=cache_dir)
+    assert np.array_equal(y, lib.predict(x).astype(np.float32))
