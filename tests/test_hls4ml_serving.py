@@ -355,3 +355,27 @@ def test_pack_existing_hls4ml_project(tmp_path, tmp_path_factory, cache_dir):
 
     lib = CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1"), cache_dir=cache_dir)
     assert np.array_equal(y, lib.predict(x).astype(np.float32))
+
+
+def test_inputs_and_outputs_come_from_the_firmware(tmp_path, tmp_path_factory, cache_dir):
+    """A config.pbtxt without input/output gets them from the firmware's top function."""
+    repo = tmp_path / "repo"
+    shutil.copytree(BUNDLED_REPO / "jet_tagger", repo / "jet_tagger")
+    (repo / "jet_tagger" / "config.pbtxt").write_text('backend: "hls4ml"\nmax_batch_size: 64\n')
+    proc = _serve("numpy", [repo], tmp_path_factory, cache_dir)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            meta = client.get_model_metadata("jet_tagger")
+            assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("input_1", "FP32", [-1, 16])]
+            assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [("layer9_out", "FP32", [-1, 5])]
+            x = _inputs(16)["edges"][:64]
+            t = grpcclient.InferInput("input_1", list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            y = client.infer("jet_tagger", [t]).as_numpy("layer9_out")
+    finally:
+        proc.stop()
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    want = FixedPointModel(Hls4mlProject.load(BUNDLED_REPO / "jet_tagger" / "1")).predict(x).astype(np.float32)
+    assert np.array_equal(y, want)
