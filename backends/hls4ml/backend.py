@@ -25,6 +25,7 @@ instances use, round-robin; default all), ``kernel_timeout_secs`` (default from
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -162,17 +163,42 @@ class Hls4mlBackend(Backend):
             )
         pool = CardPool.instance()
         _export_telemetry(pool)
-        cards = _card_list(_parameter(self.config, "cards"), pool.count())
-        card_index = cards[self.instance_index % len(cards)]
         timeout = float(
             _parameter(self.config, "kernel_timeout_secs")
             or self.backend_config.get("kernel-timeout-secs", DEFAULT_KERNEL_TIMEOUT_S)
         )
-        card = pool.acquire(card_index, str(bitstream))
+        card = self._place(pool, str(bitstream))
         self.card = card
         return HardwareRunner(
             self.project, card, _parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
             max(self.max_batch_size, 1), timeout,
+        )
+
+    def _place(self, pool, bitstream: str):
+        """Acquire this instance's card.
+
+        With a ``cards`` list the placement is the user's: instance i on cards[i mod n].
+        Without one, a card holds one bitstream, so only cards already running this
+        bitstream or unused ones qualify (other models may own the rest); instance i takes
+        the i-th of those, so a model's instances spread over free cards.
+        """
+        spec = _parameter(self.config, "cards")
+        cards = _card_list(spec, pool.count())
+        if spec:
+            return pool.acquire(cards[self.instance_index % len(cards)], bitstream)
+        real = os.path.realpath(bitstream)
+        usable = [i for i in cards if pool.card(i).users == 0 or pool.card(i).xclbin_path == real]
+        start = self.instance_index % len(usable) if usable else 0
+        errors = []
+        for i in usable[start:] + usable[:start]:  # another model may take a card meanwhile
+            try:
+                return pool.acquire(i, bitstream)
+            except BackendError as e:
+                errors.append(str(e))
+        busy = ", ".join(f"card {i} runs {pool.card(i).xclbin_path}" for i in cards if i not in usable)
+        raise BackendError(
+            f"no FPGA card free for {bitstream}: {busy or '; '.join(errors)}. A card holds one bitstream: "
+            "free a card, or link both kernels into one xclbin"
         )
 
     def _runner_note(self) -> str:

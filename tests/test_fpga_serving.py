@@ -1,0 +1,571 @@
+"""The hardware path through gRPC, with the real tritonclient, against simulated Alveo cards.
+
+The server is the unmodified fpgaserve CLI started through ``tests/fpga_sim/serve.py``, which
+registers the simulated cards with PYNQ first (``tests/fpga_sim/device.py``). The models are
+the bundled FACILE and jet tagger projects, copied into a temporary repository with an xclbin
+written next to each (``fpga_sim.xclbin``), so ``--fpga-mode hardware`` and ``auto`` find a
+card and a bitstream. A simulated kernel computes with hls4ml's C-simulation of the project
+it was "linked" from, so a client must receive exactly the bytes the in-process
+``CsimLibrary`` gives: any difference is a fault on the hardware path (encoding, buffer
+handling, lengths, syncs, slicing of batches).
+
+The simulator writes ``stats-card<N>.json`` into its control folder after every change: they
+show which card ran what (kernel starts, downloads, hangs) without reading a clock. Where two
+things must happen at the same time, the simulator's rendezvous proves it (a held kernel is
+released only when two kernels execute at once; a serializing server would make it time out).
+
+One module-scoped server runs four simulated cards in hardware mode:
+
+=====  ===================  ===================================================
+card   model                why
+=====  ===================  ===================================================
+0      facile               ``cards: "0"``, ``kernel_timeout_secs: "2"``: the hang test
+1      jet_tagger           ``cards: "1"``: pinning
+2, 3   facile_pair          ``count: 2``, ``cards: "2,3"``, no dynamic batcher:
+                            one model on two cards
+=====  ===================  ===================================================
+
+``bad_cards`` (``cards: "1,7"``) and ``no_xclbin`` are in the repository too; the server runs
+with ``--model-control-mode explicit`` so their load errors come back from RepositoryModelLoad.
+Other servers: ``--fpga-mode auto`` on two cards, and ``hardware`` with no card at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pynq")
+import tritonclient.grpc as grpcclient
+from server_process import BUNDLED_REPO, ROOT, ServerProcess
+from tools import perf_analyzer_path
+from tritonclient.utils import InferenceServerException
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("g++") is None, reason="the simulated kernels run hls4ml's C-simulation (g++)"),
+    pytest.mark.timeout(600),
+]
+
+SERVE = ROOT / "tests" / "fpga_sim" / "serve.py"
+# model -> (input, output, features, outputs)
+MODELS = {
+    "facile": ("input", "output/BiasAdd", 47, 1),
+    "jet_tagger": ("input", "output", 16, 5),
+}
+CARD_OF = {"facile": 0, "jet_tagger": 1}
+PAIR_CARDS = (2, 3)
+HANG_TIMEOUT_S = 2  # facile's kernel_timeout_secs: the length of a hang
+# facile_pair's kernel timeout outlasts the simulator's rendezvous timeout (20 s), so a server
+# that serialized the two cards fails on the rendezvous fault, not on a kernel timeout
+PAIR_TIMEOUT_S = 60
+SIM_ENV = ("FPGASERVE_SIM_CARDS", "FPGASERVE_SIM_CONTROL_DIR", "FPGASERVE_SIM_KERNEL_DELAY_MS",
+           "FPGASERVE_SIM_RENDEZVOUS", "FPGASERVE_SIM_RENDEZVOUS_TIMEOUT_S", "FPGASERVE_SIM_PLATFORM")
+# perf_analyzer's metrics parser (client_backend/triton/triton_client_backend.cc): one label,
+# a plain decimal
+GPU_SAMPLE = re.compile(r'^(nv_gpu_\w+)\{gpu_uuid="([^"]+)"\} (\d+\.?\d*)$')
+
+
+# ------------------------------------------------------------------------------ repository
+def _model(repo: Path, source: str, name: str, params: dict[str, str], count: int = 1, xclbin: bool = True,
+           batcher: bool = True):
+    """Copy a bundled model under ``name`` with extra config parameters; returns its xclbin uuid."""
+    from fpga_sim.xclbin import write_hls4ml_xclbin
+
+    folder = repo / name
+    shutil.copytree(BUNDLED_REPO / source, folder)
+    config = folder / "config.pbtxt"
+    text = config.read_text()
+    for old, new in ((f'name: "{source}"', f'name: "{name}"'), ("count: 1", f"count: {count}")):
+        assert old in text, (old, config)
+        text = text.replace(old, new)
+    if not batcher:
+        old = "dynamic_batching {\n  max_queue_delay_microseconds: 0\n}\n"
+        assert old in text, config
+        text = text.replace(old, "")
+    for key, value in params.items():
+        text += f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{value}" }}\n}}\n'
+    config.write_text(text)
+    # the simulated cards run the default shell: the xclbin must be linked for it
+    return write_hls4ml_xclbin(folder / "1" / "model.xclbin") if xclbin else None
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fpga_repo")
+    uuids = {
+        "facile": _model(root, "facile", "facile", {"cards": "0", "kernel_timeout_secs": str(HANG_TIMEOUT_S)}),
+        "jet_tagger": _model(root, "jet_tagger", "jet_tagger", {"cards": "1"}),
+        "facile_pair": _model(root, "facile", "facile_pair", {"cards": "2,3", "kernel_timeout_secs": str(PAIR_TIMEOUT_S)},
+                              count=2, batcher=False),
+        "bad_cards": _model(root, "facile", "bad_cards", {"cards": "1,7"}),
+        "no_xclbin": _model(root, "facile", "no_xclbin", {"cards": "0"}, xclbin=False),
+    }
+    return type("Repo", (), {"path": root, "uuids": uuids})
+
+
+def _serve(repo_path: Path, tmp_path_factory, label: str, mode: str, cards: int, *load: str) -> ServerProcess:
+    control = tmp_path_factory.mktemp(f"{label}-control")
+    log = tmp_path_factory.mktemp(label) / "fpgaserve.log"
+    env = {k: v for k, v in os.environ.items() if k not in SIM_ENV}
+    env.update(FPGASERVE_SIM_CARDS=str(cards), FPGASERVE_SIM_CONTROL_DIR=str(control))
+    args = ["--fpga-mode", mode, "--model-control-mode", "explicit"]
+    for name in load:
+        args += ["--load-model", name]
+    proc = ServerProcess([repo_path], *args, log_path=log, env=env, entry=[SERVE])
+    proc.control = control
+    return proc.start(timeout=240)
+
+
+@pytest.fixture(scope="module")
+def hw(repo, tmp_path_factory, csim_cache):
+    proc = _serve(repo.path, tmp_path_factory, "hw", "hardware", 4, "facile", "jet_tagger", "facile_pair")
+    yield proc
+    rc = proc.stop()
+    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+
+
+def _stats(server: ServerProcess, card: int) -> dict:
+    return json.loads((server.control / f"stats-card{card}.json").read_text())
+
+
+def _all_stats(server: ServerProcess, cards: int = 4) -> list[dict]:
+    return [_stats(server, c) for c in range(cards)]
+
+
+def _wait_for(what: str, predicate, timeout: float = 60.0):
+    """Poll until ``predicate()`` is truthy; the bound only turns a hang into a failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what} after {timeout} s")
+        time.sleep(0.02)
+
+
+# ------------------------------------------------------------------------------ clients
+def _input(model: str, x: np.ndarray):
+    name = MODELS[model.replace("_pair", "")][0]
+    t = grpcclient.InferInput(name, list(x.shape), "FP32")
+    t.set_data_from_numpy(x)
+    return t
+
+
+def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
+    out = MODELS[model.replace("_pair", "")][1]
+    with grpcclient.InferenceServerClient(url) as client:
+        result = client.infer(model, [_input(model, x)], outputs=[grpcclient.InferRequestedOutput(out)])
+        return result.as_numpy(out)
+
+
+@functools.cache
+def _csim(model: str, cache_dir: str):
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    return CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / model / "1"), cache_dir=cache_dir)
+
+
+def _reference(model: str, x: np.ndarray, cache_dir) -> np.ndarray:
+    """What --fpga-mode csim serves: hls4ml's C-simulation of the bundled project, as FP32."""
+    return _csim(model.replace("_pair", ""), str(cache_dir)).predict(x).astype(np.float32)
+
+
+def _assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape, (what, got.shape, want.shape)
+    bad = np.flatnonzero((got.view(np.uint32) != want.view(np.uint32)).reshape(len(got), -1).any(axis=1))
+    assert bad.size == 0, f"{what}: {bad.size} rows differ, first {bad[0]}: got {got[bad[0]]} want {want[bad[0]]}"
+
+
+def _inputs(features: int) -> dict[str, np.ndarray]:
+    """Random rows and the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
+    rng = np.random.default_rng(features)
+    lsb = 2.0**-10
+    corners = np.array([0.0, -0.0, lsb, -lsb, lsb / 2, -lsb / 2, 31.999, 32.0, -32.0, -32.001, 40.0, -40.0,
+                        100.0, -100.0, 1e4, -1e4, 1e30, -1e30], dtype=np.float32)
+    grid = (rng.integers(-(2**15), 2**15, (40, features)) * lsb).astype(np.float32)
+    return {
+        "unit": rng.standard_normal((2000, features), dtype=np.float32),
+        "saturating": rng.standard_normal((500, features), dtype=np.float32) * 40,  # beyond the input range
+        "negative": -np.abs(rng.standard_normal((300, features), dtype=np.float32)) * 4,
+        "zeros": np.zeros((5, features), np.float32),
+        "corners": np.concatenate([
+            np.stack([np.full(features, v, np.float32) for v in corners]),
+            rng.choice(corners, (30, features)).astype(np.float32),
+            grid, grid + np.float32(lsb / 4), grid - np.float32(lsb / 4),
+        ]),
+        "single": rng.standard_normal((1, features), dtype=np.float32),
+    }
+
+
+# ------------------------------------------------------------------------------ bit-exactness
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_hardware_equals_csim_bit_for_bit(hw, csim_cache, model):
+    card = CARD_OF[model]
+    before = _stats(hw, card)
+    sets = _inputs(MODELS[model][2])
+    for name, x in sets.items():
+        _assert_bitwise(_infer(hw.url, model, x), _reference(model, x, csim_cache), f"{model} {name}")
+    after = _stats(hw, card)
+    # every request was one kernel call on the model's card (not a silent fallback to emulation)
+    assert after["kernel_starts"] - before["kernel_starts"] == len(sets)
+    assert after["kernel_completions"] - before["kernel_completions"] == len(sets)
+    assert after["bytes_to_device"] - before["bytes_to_device"] == sum(x.size for x in sets.values()) * 4
+    assert after["hung"] == [] and after["downloads"] == before["downloads"]
+
+
+def test_hardware_mode_is_logged_per_model(hw):
+    log = hw.log()
+    for model, card in CARD_OF.items():
+        assert re.search(
+            rf"model {model}: hls4ml project .* runs in hardware mode \(--fpga-mode hardware\); "
+            rf"instance 0 on card {card} FPGA-{card}-\S+ \(simulated\) running model\.xclbin", log
+        ), log
+
+
+def test_auto_mode_picks_hardware_when_card_and_xclbin_exist(repo, tmp_path_factory, csim_cache):
+    proc = _serve(repo.path, tmp_path_factory, "auto", "auto", 2, "facile", "jet_tagger")
+    try:
+        for model in MODELS:
+            assert re.search(
+                rf"model {model}: hls4ml project .* runs in hardware mode \(auto: 2 card\(s\) found, model\.xclbin\)",
+                proc.log(),
+            ), proc.log()
+            before = _stats(proc, CARD_OF[model])
+            sets = _inputs(MODELS[model][2])
+            for name in ("unit", "saturating", "negative", "zeros", "corners"):
+                x = sets[name]
+                _assert_bitwise(_infer(proc.url, model, x), _reference(model, x, csim_cache), f"auto {model} {name}")
+            assert _stats(proc, CARD_OF[model])["kernel_starts"] - before["kernel_starts"] == 5
+    finally:
+        assert proc.stop() == 0, proc.log()
+
+
+def test_unpinned_models_get_cards_of_their_own(tmp_path_factory, csim_cache):
+    """Without a cards parameter each model takes a card that is free or already runs its
+    bitstream: two models with different xclbins share a two-card host."""
+    root = tmp_path_factory.mktemp("unpinned_repo")
+    for model in MODELS:
+        _model(root, model, model, {})
+    proc = _serve(root, tmp_path_factory, "unpinned", "hardware", 2, *MODELS)
+    try:
+        used = {}
+        for model in MODELS:
+            before = [s["kernel_starts"] for s in _all_stats(proc, 2)]
+            x = _inputs(MODELS[model][2])["corners"]
+            _assert_bitwise(_infer(proc.url, model, x), _reference(model, x, csim_cache), f"unpinned {model}")
+            after = [s["kernel_starts"] for s in _all_stats(proc, 2)]
+            used[model] = [card for card in range(2) if after[card] > before[card]]
+        assert sorted(used.values()) == [[0], [1]], used
+    finally:
+        assert proc.stop() == 0, proc.log()
+
+
+# ------------------------------------------------------------------------------ a hung kernel
+def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache):
+    card = CARD_OF["facile"]
+    before = _stats(hw, card)
+    other_before = _stats(hw, CARD_OF["jet_tagger"])
+    x_hung = _inputs(47)["unit"][:5]
+    queued = [_inputs(47)["unit"][10 * i: 10 * i + 3 + i] for i in range(1, 4)]
+    y_other = _inputs(16)["unit"][:8]
+    with grpcclient.InferenceServerClient(hw.url) as client:
+        fails_before = client.get_inference_statistics("facile").model_stats[0].inference_stats.fail.count
+        done: queue.Queue = queue.Queue()
+        # the other model, on another card, is served in a steady stream all along
+        stop = threading.Event()
+        other_results: list = []
+
+        def other_traffic():
+            while True:
+                try:
+                    other_results.append(_infer(hw.url, "jet_tagger", y_other))
+                except Exception as e:  # noqa: BLE001 - reported below
+                    other_results.append(e)
+                if stop.is_set():
+                    return
+
+        streamer = threading.Thread(target=other_traffic)
+        streamer.start()
+        try:
+            (hw.control / f"hang-card{card}").touch()  # the next kernel start on card 0 hangs
+            client.async_infer("facile", [_input("facile", x_hung)],
+                               callback=lambda result, error: done.put(("hung", result, error)))
+            _wait_for("the kernel on card 0 to hang", lambda: _stats(hw, card)["hangs"] > before["hangs"])
+            # requests arriving during the hang queue behind the hung batch; they are not part of it
+            for i, x in enumerate(queued):
+                client.async_infer("facile", [_input("facile", x)],
+                                   callback=lambda result, error, i=i: done.put((i, result, error)))
+            outcomes = {}
+            for _ in range(1 + len(queued)):
+                key, result, error = done.get(timeout=120)
+                outcomes[key] = (result, error)
+        finally:
+            stop.set()
+            streamer.join()
+        fails_after = client.get_inference_statistics("facile").model_stats[0].inference_stats.fail.count
+
+    _, error = outcomes.pop("hung")
+    assert isinstance(error, InferenceServerException), error
+    assert error.status() == "StatusCode.UNAVAILABLE", (error.status(), error.message())
+    message = error.message()
+    assert re.search(
+        rf"kernel krnl_rtl_1 on card {card} \(FPGA-{card}-\S+\) did not finish a batch of 5 within "
+        rf"{HANG_TIMEOUT_S} s; the card is being reprogrammed", message
+    ), message
+    want_other = _reference("jet_tagger", y_other, csim_cache)
+    for y in other_results:
+        assert isinstance(y, np.ndarray), y
+        _assert_bitwise(y, want_other, "jet_tagger during the hang")
+    for i, x in enumerate(queued):
+        result, error = outcomes[i]
+        assert error is None, error
+        _assert_bitwise(result.as_numpy("output/BiasAdd"), _reference("facile", x, csim_cache), f"queued request {i}")
+    assert fails_after - fails_before == 1  # exactly the hung batch failed
+
+    after = _stats(hw, card)
+    assert after["downloads"] == before["downloads"] + 1  # reprogrammed with the same xclbin
+    assert after["hangs"] == before["hangs"] + 1 and after["hung"] == []
+    assert "hang requested through the control folder" in after["faults"][-1]
+    other = _stats(hw, CARD_OF["jet_tagger"])
+    assert other["downloads"] == other_before["downloads"] and other["hangs"] == other_before["hangs"]
+    # at least one jet_tagger kernel started while card 0 was hung: nothing card-wide or
+    # server-wide waited for the hung card (the simulator counts it at the kernel start)
+    moved = other["starts_while_another_card_hung"] - other_before["starts_while_another_card_hung"]
+    assert moved >= 1, (len(other_results), other)
+    # and the card serves again
+    x = _inputs(47)["corners"]
+    _assert_bitwise(_infer(hw.url, "facile", x), _reference("facile", x, csim_cache), "facile after the reload")
+
+
+# ------------------------------------------------------------------------------ cards
+def test_one_model_on_two_cards_executes_on_both_at_once(hw, csim_cache):
+    before = _all_stats(hw)
+    # arm the simulator's rendezvous: the next kernel is held until two execute at the same
+    # moment; only a server that runs the two instances' cards in parallel gets there
+    (hw.control / "rendezvous").write_text("2")
+    # no dynamic batching: each request is one execution, so while the first is held on one
+    # card the next goes to the other instance (merged into one batch they could not meet)
+    xs = [_inputs(47)["unit"][40 * i: 40 * i + 17 + i] for i in range(8)]
+    done: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(hw.url) as client:
+        for i, x in enumerate(xs):
+            client.async_infer("facile_pair", [_input("facile_pair", x)], callback=lambda result, error, i=i: done.put((i, result, error)))
+        results = {}
+        for _ in xs:
+            i, result, error = done.get(timeout=120)
+            assert error is None, error
+            results[i] = result.as_numpy("output/BiasAdd")
+    for i, x in enumerate(xs):
+        _assert_bitwise(results[i], _reference("facile", x, csim_cache), f"facile_pair request {i}")
+    after = _all_stats(hw)
+    assert not (hw.control / "rendezvous").exists()  # consumed by a kernel start
+    starts = [a["kernel_starts"] - b["kernel_starts"] for a, b in zip(after, before)]
+    assert starts[0] == starts[1] == 0, starts  # facile_pair stays on its cards
+    assert starts[2] >= 1 and starts[3] >= 1, starts
+    assert starts[2] + starts[3] == len(xs), starts  # no dynamic batcher: one execution per request
+    for c in PAIR_CARDS:
+        stats = after[c]
+        assert not [f for f in stats["faults"] if "rendezvous" in f], stats["faults"]
+        assert stats["rendezvous"]["state"] == "met" and stats["rendezvous"]["peak"] >= 2, stats
+        assert stats["hung"] == []
+
+
+def test_cards_parameter_pins_the_model(hw, repo, csim_cache):
+    before = _all_stats(hw)
+    x = _inputs(16)["unit"][:100]
+    for _ in range(3):
+        _assert_bitwise(_infer(hw.url, "jet_tagger", x), _reference("jet_tagger", x, csim_cache), "jet_tagger")
+    after = _all_stats(hw)
+    starts = [a["kernel_starts"] - b["kernel_starts"] for a, b in zip(after, before)]
+    assert starts == [0, 3, 0, 0]
+    # each card was programmed with its model's xclbin, and only with it
+    uuids = repo.uuids
+    assert [s["xclbin_uuid"] for s in after] == [uuids["facile"], uuids["jet_tagger"], uuids["facile_pair"],
+                                                 uuids["facile_pair"]]
+    assert after[1]["bitfile"].endswith("jet_tagger/1/model.xclbin")
+
+
+def test_load_errors_are_clear(hw, repo):
+    with grpcclient.InferenceServerClient(hw.url) as client:
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("bad_cards")
+        assert re.search(r"parameter cards '1,7' names card\(s\) \[7\]; this host has 4 card\(s\)", err.value.message()), (
+            err.value.message()
+        )
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("no_xclbin")
+        assert re.search(
+            r"fpga-mode hardware needs an \.xclbin or \.awsxclbin in \S+no_xclbin/1", err.value.message()
+        ), err.value.message()
+        for name in ("bad_cards", "no_xclbin"):
+            assert not client.is_model_ready(name)
+        assert client.is_model_ready("facile") and client.is_model_ready("jet_tagger")
+    x = _inputs(47)["single"]
+    assert _infer(hw.url, "facile", x).shape == (1, 1)
+
+
+# ------------------------------------------------------------------------------ telemetry
+def _scrape(server: ServerProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
+def _parse(text: str) -> dict[str, list[tuple[dict, float]]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[tuple[dict, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def _one(samples, name, **labels) -> float:
+    found = [v for lab, v in samples.get(name, []) if all(lab.get(k) == val for k, val in labels.items())]
+    assert len(found) == 1, (name, labels, samples.get(name))
+    return found[0]
+
+
+def _card_uids(samples) -> list[str]:
+    """Card uids (the device / gpu_uuid label) in card order, from fpga_bitstream_info."""
+    uids = sorted({lab["device"] for lab, _ in samples["fpga_bitstream_info"]}, key=lambda u: int(u.split("-")[1]))
+    assert [u.split("-")[1] for u in uids] == ["0", "1", "2", "3"], uids
+    return uids
+
+
+def _buffer_bytes(model: str) -> int:
+    """The runner's device buffers: max_batch_size rows in and out, 4-byte words (float I/O)."""
+    _, _, n_in, n_out = MODELS[model]
+    return 16384 * (n_in + n_out) * 4
+
+
+def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
+    first_text = _scrape(hw)
+    first = _parse(first_text)
+    uids = _card_uids(first)
+    dev = uids[CARD_OF["facile"]]
+    stats_before = _stats(hw, CARD_OF["facile"])
+    rows = [10 + 7 * i for i in range(6)]
+    x_all = _inputs(47)["unit"]
+    for i, n in enumerate(rows):
+        x = x_all[100 * i: 100 * i + n]
+        _assert_bitwise(_infer(hw.url, "facile", x), _reference("facile", x, csim_cache), "facile")
+    second_text = _scrape(hw)
+    second = _parse(second_text)
+    third_text = _scrape(hw)
+    third = _parse(third_text)
+    stats_after = _stats(hw, CARD_OF["facile"])
+
+    def delta(name, **labels):
+        return _one(second, name, **labels) - _one(first, name, **labels)
+
+    # one kernel call per batch, on facile's card and nowhere else
+    assert delta("fpga_kernel_calls_total", device=dev, cu="krnl_rtl_1") == len(rows)
+    for other in uids[1:]:
+        for lab, _ in second["fpga_kernel_calls_total"]:
+            if lab["device"] == other:
+                assert delta("fpga_kernel_calls_total", **lab) == 0, lab
+    assert delta("fpga_kernel_duration_us_total", device=dev, cu="krnl_rtl_1") > 0
+    to_dev = delta("fpga_dma_bytes_total", device=dev, direction="to_device")
+    assert to_dev == sum(rows) * 47 * 4 == stats_after["bytes_to_device"] - stats_before["bytes_to_device"]
+    assert delta("fpga_dma_bytes_total", device=dev, direction="from_device") == sum(rows) * 1 * 4
+    util = _one(second, "fpga_utilization", device=dev, cu="krnl_rtl_1")
+    assert 0 < util <= 1, util  # busy for a part of the time between the two scrapes
+    assert _one(second, "fpga_utilization", device=uids[CARD_OF["jet_tagger"]], cu="krnl_rtl_1") == 0.0
+    assert _one(second, "fpga_reloads_total", device=dev) == stats_after["downloads"] - 1
+    assert _one(second, "fpga_memory_used_bytes", device=dev) == _buffer_bytes("facile")
+    assert _one(second, "fpga_memory_total_bytes", device=dev) == 16 << 30  # the one DDR bank the design uses
+
+    for uid in uids:
+        assert 10 < _one(second, "fpga_power_usage_watts", device=uid) < 225  # an Alveo U250's range
+        assert 20 < _one(second, "fpga_temperature_celsius", device=uid, sensor="fpga") < 110
+        e1, e2, e3 = (_one(s, "fpga_energy_consumption_joules_total", device=uid) for s in (first, second, third))
+        assert 0 <= e1 < e2 < e3, (uid, e1, e2, e3)  # power integrated between scrapes
+        # Triton's name, no _total suffix: read from the text (the parser would rename it)
+        m = re.search(rf'^nv_energy_consumption\{{gpu_uuid="{re.escape(uid)}"\}} (\S+)$', third_text, re.MULTILINE)
+        assert m and float(m[1]) == e3, (uid, e3)
+        assert _one(second, "fpga_bitstream_info", device=uid, simulated="true") == 1
+    info = [lab for lab, _ in second["fpga_bitstream_info"] if lab["device"] == dev]
+    assert info[0]["xclbin_uuid"] == repo.uuids["facile"] and info[0]["shell"].endswith("(simulated)"), info
+
+    # the GPU aliases perf_analyzer reads: exactly the gpu_uuid label, plain decimals
+    for text in (first_text, second_text):
+        lines = [line for line in text.splitlines() if line.startswith("nv_gpu_")]
+        assert len(lines) == 4 * len(uids), lines
+        parsed = {}
+        for line in lines:
+            m = GPU_SAMPLE.match(line)
+            assert m, f"perf_analyzer cannot parse {line!r}"
+            parsed[(m[1], m[2])] = m[3]
+        assert {uid for _, uid in parsed} == set(uids)
+    assert parsed[("nv_gpu_memory_total_bytes", dev)] == str(16 << 30)
+    assert parsed[("nv_gpu_memory_used_bytes", dev)] == str(_buffer_bytes("facile"))
+    assert float(parsed[("nv_gpu_utilization", dev)]) == pytest.approx(util, abs=1e-4)
+    assert float(parsed[("nv_gpu_power_usage", dev)]) == pytest.approx(
+        _one(second, "fpga_power_usage_watts", device=dev), abs=1e-3)
+
+
+def test_perf_analyzer_collects_card_metrics(hw, tmp_path):
+    pa = perf_analyzer_path()
+    uids = _card_uids(_parse(_scrape(hw)))
+    out_csv = tmp_path / "facile.csv"
+    cmd = [
+        pa, "-m", "facile", "-u", hw.url, "-i", "grpc", "-b", "64", "--concurrency-range", "1",
+        "--measurement-interval", "1000", "--stability-percentage", "100",
+        "--collect-metrics", "--metrics-url", f"localhost:{hw.metrics_port}/metrics", "--metrics-interval", "500",
+        "-f", str(out_csv), "--verbose-csv",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    info = f"{' '.join(cmd)}\nrc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, info
+    assert "Server Prometheus Metrics" in proc.stdout and f"{uids[0]} :" in proc.stdout, info
+    with open(out_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1, rows
+    row = rows[0]
+
+    def per_card(column: str) -> dict[str, float]:
+        # perf_analyzer writes "<gpu_uuid>:<value>;" for every card it saw
+        assert column in row, f"no '{column}' column: {list(row)}"
+        pairs = [p.rsplit(":", 1) for p in row[column].split(";") if p]
+        return {uid: float(v) for uid, v in pairs}
+
+    util = per_card("Avg GPU Utilization")
+    power = per_card("Avg GPU Power Usage")
+    used = per_card("Max GPU Memory Usage")
+    total = per_card("Total GPU Memory")
+    for values in (util, power, used, total):
+        assert sorted(values) == sorted(uids), values
+    facile_card, idle_card = uids[CARD_OF["facile"]], uids[CARD_OF["jet_tagger"]]
+    assert 0 < util[facile_card] <= 1 and util[idle_card] == 0, util
+    # the simulated card draws more while its kernel runs
+    assert power[facile_card] > power[idle_card] > 10, power
+    assert used[facile_card] == _buffer_bytes("facile") and used[idle_card] == _buffer_bytes("jet_tagger"), used
+    assert set(total.values()) == {16 << 30}, total
+
+
+def test_hardware_mode_without_a_card_is_a_load_error(repo, tmp_path_factory):
+    proc = _serve(repo.path, tmp_path_factory, "nocard", "hardware", 0)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            with pytest.raises(InferenceServerException) as err:
+                client.load_model("facile")
+            assert re.search(r"fpga-mode hardware: no FPGA card found", err.value.message()), err.value.message()
+            assert not client.is_model_ready("facile")
+    finally:
+        assert proc.stop() == 0, proc.log()
