@@ -16,6 +16,31 @@ import sys
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+
+def _keep_freed_memory() -> None:
+    """Stop glibc from handing large freed blocks back to the kernel after every request.
+
+    A 16000-row batch allocates tens of MB (request views, batch arrays, outputs, encoded
+    responses); glibc serves blocks above its mmap threshold with fresh mmaps and trims the
+    heap on free, so each request faults the same pages in again. Measured with FACILE at
+    batch 16000, numpy mode: 41 % of the server's CPU in the kernel, 154k minor faults/s.
+    Raising both thresholds keeps the memory mapped and reused (RSS stays at the peak batch
+    footprint). Environment variables set by the user (MALLOC_*_) take precedence; other
+    C libraries are left alone.
+    """
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or os.environ.get("MALLOC_TRIM_THRESHOLD_"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+        libc.mallopt(m_mmap_threshold, 256 << 20)
+        libc.mallopt(m_trim_threshold, 1 << 30)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 from . import __version__  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
 from .repository import CONTROL_MODES  # noqa: E402
@@ -181,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return pack_main(argv[1:])
     args = build_parser().parse_args(argv)
+    _keep_freed_memory()
     server = InferenceServer(options_from_args(args))
     try:
         asyncio.run(server.serve_forever())

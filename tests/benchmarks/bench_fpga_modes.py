@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """FACILE in fpgaserve's hls4ml execution modes: in-process throughput and end-to-end serving.
 
 Run from the repository root (the project venv is used automatically if it exists)::
@@ -51,28 +50,28 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import ctypes  # noqa: E402
-import datetime as _dt  # noqa: E402
-import re  # noqa: E402
-import resource  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import contextlib
+import ctypes
+import datetime as _dt
+import re
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the project venv if needed)
-
-import numpy as np  # noqa: E402
-
-from server_process import ServerProcess  # noqa: E402  (tests/ is on sys.path via common)
+# importing it re-execs this script under the project venv if fpgaserve is not importable, and
+# puts tests/ on sys.path (server_process, fpga_sim)
+import bench_facile_vs_triton as common
+import numpy as np
+from server_process import ServerProcess
 
 ROOT = common.ROOT
 TESTS = common.TESTS
@@ -231,7 +230,6 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
     """hls4ml's own HLSModel for FACILE, converted and compiled the way bitstreams/ was built."""
     sys.path.insert(0, str(ROOT / "bitstreams"))
     import build_bitstreams as bb  # the weights and the torch module the bundled project came from
-
     from fpgaserve.backends.hls4ml import pack as pk
 
     out_dir = workdir / "hls4ml-facile"
@@ -282,7 +280,6 @@ def sim_card_runner(workdir: Path):
     """HardwareRunner on the simulated card, with an xclbin in a copy of the version folder."""
     import fpga_sim.device  # noqa: F401  (registers the simulated card before pynq.Device.devices is read)
     from fpga_sim.xclbin import write_hls4ml_xclbin
-
     from fpgaserve.backends.hls4ml.cards import CardPool
     from fpgaserve.backends.hls4ml.hardware import HardwareRunner
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
@@ -308,7 +305,6 @@ def bits_differ(a: np.ndarray, b: np.ndarray) -> int:
 
 def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
     import onnxruntime as ort
-
     from fpgaserve.backends.hls4ml.csim import CsimLibrary, default_cache_dir
     from fpgaserve.backends.hls4ml.emulator import FixedPointModel
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
@@ -370,9 +366,10 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
     ]
     dev = float(np.max(np.abs(y_onnx - y_csim)))
     differs = int(np.count_nonzero(y_onnx != y_csim))
-    checks.append((f"max |onnx - csim| <= {ONNX_TOLERANCE} (documented float-vs-firmware deviation)", dev <= ONNX_TOLERANCE,
-                   f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}; "
-                   f"{differs} of {BATCH} rows differ (the firmware is fixed point)"))
+    detail = (f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}; "
+              f"{differs} of {BATCH} rows differ (the firmware is fixed point)")
+    checks.append((f"max |onnx - csim| <= {ONNX_TOLERANCE} (documented float-vs-firmware deviation)",
+                   dev <= ONNX_TOLERANCE, detail))
     for name, ok, detail in checks:
         log(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail}")
     info.append("quiet waits before the rounds: " + ", ".join(f"{w:.0f} s ({o:.2f} other cores then)" for w, o in waits))
@@ -401,6 +398,8 @@ class PaResult:
     method: str = ""
     quiet: tuple[float, float] = (0.0, 0.0)
     notes: list[str] = field(default_factory=list)
+    # the server process during the final attempt: minor page faults, user and system CPU seconds
+    server_usage: tuple[int, float, float] = (0, 0.0, 0.0)
 
     def col(self, name: str) -> float | None:
         try:
@@ -435,6 +434,14 @@ class PaResult:
         return f"±{50 * (max(passes) - min(passes)) / mean:.0f} %"
 
 
+def process_usage(pid: int) -> tuple[int, float, float]:
+    """(minor page faults, user s, system s) of a process, all threads (/proc/<pid>/stat)."""
+    f = common._stat_fields(pid)
+    if not f:
+        return 0, 0.0, 0.0
+    return int(f[7]), int(f[11]) / common._TICK, int(f[12]) / common._TICK
+
+
 def pa_command(url: str, load: Load, s: Settings, stability: int, trials: int, csv_path: Path) -> list[str]:
     return [str(common.PA_EXE), "-m", "facile", "-u", url, "-i", "grpc", "-b", str(load.batch),
             "--concurrency-range", "2", "--measurement-interval", str(s.window_ms),
@@ -453,7 +460,10 @@ def measure(load: Load, url: str, pid: int, s: Settings, workdir: Path, round_: 
         cmd = pa_command(url, load, s, stability, trials, csv_path)
         log(f"{load.label} round {round_}: {shlex.join(cmd)}")
         # a window is extended until it holds a few requests; csim at batch 16000 needs ~1 s each
+        u0 = process_usage(pid)
         att = common._run_pa(cmd, trials * (s.window_ms / 1000 + 5) * 2 + 90, pid)
+        u1 = process_usage(pid)
+        res.server_usage = (u1[0] - u0[0], u1[1] - u0[1], u1[2] - u0[2])
         res.attempts.append(att)
         (workdir / f"{stem}-{i + 1}.txt").write_text(att.output)
         res.row = common._read_csv(csv_path) if att.rc == 0 else None
@@ -469,6 +479,10 @@ def measure(load: Load, url: str, pid: int, s: Settings, workdir: Path, round_: 
     other = a.other_cpu_s / max(a.wall_s, 1e-9)
     if other > BUSY:
         res.notes.append(f"other processes used {other:.2f} cores during the run (expect noise)")
+    faults, user, system = res.server_usage
+    if system > 0.3 * max(user + system, 1e-9):
+        res.notes.append(f"the server spent {100 * system / (user + system):.0f} % of its CPU in the kernel "
+                         f"({faults / max(a.wall_s, 1e-9):,.0f} minor page faults/s)")
     return res
 
 
@@ -664,17 +678,25 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
         L.append("")
         L.append("### Details (every run)")
         L.append("")
-        L.append("| load | round | method | rows/s | window spread | p50 ms | p99 ms | server CPU | perf_analyzer CPU | "
-                 "other CPU | quiet wait s (other cores then) | run s |")
-        L.append("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| load | round | method | rows/s | window spread | p50 ms | p99 ms | server CPU | server system CPU % | "
+                 "server minor faults/s | perf_analyzer CPU | other CPU | quiet wait s (other cores then) | run s |")
+        L.append("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in sorted(p2["results"], key=lambda r: (p2["loads"].index(r.load), r.round)):
             a = r.attempts[-1]
             w = max(a.wall_s, 1e-9)
             mark = " *" if s.rounds > 1 and best.get(r.load) is r else ""
+            faults, user, system = r.server_usage
             L.append(f"| {r.load.label} | {r.round}{mark} | {r.method} | {fmt(r.rows_s)} | {r.window_spread()} | "
                      f"{fmt_ms(r.col('p50 latency'))} | {fmt_ms(r.col('p99 latency'))} | {a.server_cpu_s / w:.2f} | "
+                     f"{100 * system / max(user + system, 1e-9):.0f} | {fmt(faults / w)} | "
                      f"{a.pa_cpu_s / w:.2f} | {a.other_cpu_s / w:.2f} | {r.quiet[0]:.0f} ({r.quiet[1]:.2f}) | "
                      f"{sum(x.wall_s for x in r.attempts):.0f} |")
+        L.append("")
+        L.append("Server system CPU %: the share of the measured server's CPU time spent in the kernel; minor faults/s: "
+                 "its minor page faults per second of the run (/proc/<pid>/stat). Many faults with a high system share "
+                 "mean the server hands memory back to the OS after each request and faults it in again on the next "
+                 "(glibc malloc's trim/mmap thresholds, which adapt upwards after large frees, so the first loads a "
+                 "fresh server sees pay more than later ones).")
         L.append("")
         L.append("## Commands")
         L.append("")
