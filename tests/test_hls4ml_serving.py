@@ -30,10 +30,10 @@ MODELS = {
     "facile": ("input", "output/BiasAdd", 47, 1),
     "jet_tagger": ("input", "output", 16, 5),
 }
-# |onnx - csim| bounds on unit-scale inputs, as documented in README.md ("Execution modes"):
-# quantization of ap_fixed<16,6> firmware vs the float network (the jet tagger's softmax
-# adds hls4ml's lookup-table error on top).
-ONNX_TOLERANCE = {"facile": 0.08, "jet_tagger": 0.25}
+# |onnx - csim| bounds on unit-scale inputs, as documented in README.md (the hls4ml backend):
+# quantization of ap_fixed<16,6> firmware vs the float network (measured 0.054 and 0.024; the
+# jet tagger's softmax adds hls4ml's lookup-table error on top).
+ONNX_TOLERANCE = {"facile": 0.08, "jet_tagger": 0.04}
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,8 @@ def test_jet_tagger_outputs_are_probabilities(servers):
         y = _infer(servers[mode].url, "jet_tagger", x)
         assert (y >= 0).all() and (y <= 1).all()
         # hls4ml's softmax normalizes through a 1024-entry lookup table of 1/sum indexed by
-        # the top bits of ap_fixed<18,8> (steps of 1/4 around sums of 1..5): close to 1, not 1
-        assert np.abs(y.sum(axis=1) - 1).max() < 0.3
+        # the top bits of its ap_fixed<18,4> input: close to 1, not exactly 1 (measured 0.011)
+        assert np.abs(y.sum(axis=1) - 1).max() < 0.02
         assert len(np.unique(y)) > 50  # not a constant (see build_bitstreams: fc4's precision)
 
 

@@ -41,12 +41,12 @@ typedef ap_fixed<16,6> layer8_t;
 typedef ap_fixed<16,6> fc4_weight_t;
 typedef ap_fixed<16,6> fc4_bias_t;
 typedef ap_uint<1> layer8_index;
-typedef ap_fixed<18,8,AP_RND,AP_SAT,0> softmax_accum_t;
+typedef ap_fixed<18,4,AP_RND,AP_SAT,0> softmax_accum_t;
+typedef ap_fixed<18,2,AP_RND,AP_SAT,0> softmax_exp_table_t;
+typedef ap_fixed<18,2,AP_RND,AP_SAT,0> softmax_inv_table_t;
+typedef ap_fixed<18,4,AP_RND,AP_SAT,0> softmax_inv_inp_t;
 typedef ap_fixed<16,6> result_t;
 typedef ap_fixed<18,8> softmax_table_t;
-typedef ap_fixed<18,8,AP_RND,AP_SAT,0> softmax_exp_table_t;
-typedef ap_fixed<18,8,AP_RND,AP_SAT,0> softmax_inv_table_t;
-typedef ap_fixed<18,8,AP_RND,AP_SAT,0> softmax_inv_inp_t;
 
 // hls-fpga-machine-learning insert emulator-defines
 
