@@ -37,6 +37,12 @@ class TensorDescription(NamedTuple):
     dims: tuple[int, ...]
 
 
+def config_parameter(config: dict, key: str, default: str | None = None) -> str | None:
+    """A config.pbtxt ``parameters { key: ... value: { string_value: ... } }`` entry (empty = unset)."""
+    value = config.get("parameters", {}).get(key, {}).get("string_value")
+    return default if value in (None, "") else value
+
+
 class Backend(ABC):
     #: file the version folder must contain (used for the error message when it is absent)
     default_filename: str = ""

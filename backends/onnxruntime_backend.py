@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from .base import Backend, BackendError, TensorDescription
+from .base import Backend, BackendError, TensorDescription, config_parameter
 
 # ONNX tensor element type strings -> Triton wire names
 _ORT_TYPES = {
@@ -32,17 +32,13 @@ _ORT_TYPES = {
 }
 
 
-def _parameter(config: dict, key: str, default: str) -> str:
-    return config.get("parameters", {}).get(key, {}).get("string_value", default)
-
-
 def _session(path: str, config: dict):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     try:
-        opts.intra_op_num_threads = int(_parameter(config, "intra_op_thread_count", "1"))
-        opts.inter_op_num_threads = int(_parameter(config, "inter_op_thread_count", "1"))
+        opts.intra_op_num_threads = int(config_parameter(config, "intra_op_thread_count", "1"))
+        opts.inter_op_num_threads = int(config_parameter(config, "inter_op_thread_count", "1"))
     except ValueError as e:
         raise BackendError(f"bad thread count parameter: {e}") from None
     opts.log_severity_level = 3

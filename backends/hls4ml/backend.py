@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..base import Backend, BackendError, TensorDescription
+from ..base import Backend, BackendError, TensorDescription, config_parameter
 from . import FPGA_MODES
 from .project import Hls4mlProject, ProjectError
 
@@ -43,14 +43,9 @@ _BITSTREAM_SUFFIXES = (".xclbin", ".awsxclbin")
 _FLOAT_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP64": np.float64}
 
 
-def _parameter(config: dict, key: str, default: str | None = None) -> str | None:
-    value = config.get("parameters", {}).get(key, {}).get("string_value")
-    return default if value in (None, "") else value
-
-
 def find_bitstream(config: dict, version_dir: str) -> Path | None:
     """The xclbin/awsxclbin of this version: the ``xclbin`` parameter, else the only one there."""
-    named = _parameter(config, "xclbin")
+    named = config_parameter(config, "xclbin")
     if named:
         path = Path(version_dir) / named
         if not path.is_file():
@@ -164,13 +159,13 @@ class Hls4mlBackend(Backend):
         pool = CardPool.instance()
         _export_telemetry(pool)
         timeout = float(
-            _parameter(self.config, "kernel_timeout_secs")
+            config_parameter(self.config, "kernel_timeout_secs")
             or self.backend_config.get("kernel-timeout-secs", DEFAULT_KERNEL_TIMEOUT_S)
         )
         card = self._place(pool, str(bitstream))
         self.card = card
         return HardwareRunner(
-            self.project, card, _parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
+            self.project, card, config_parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
             max(self.max_batch_size, 1), timeout,
         )
 
@@ -182,7 +177,7 @@ class Hls4mlBackend(Backend):
         bitstream or unused ones qualify (other models may own the rest); instance i takes
         the i-th of those, so a model's instances spread over free cards.
         """
-        spec = _parameter(self.config, "cards")
+        spec = config_parameter(self.config, "cards")
         cards = _card_list(spec, pool.count())
         if spec:
             return pool.acquire(cards[self.instance_index % len(cards)], bitstream)
