@@ -88,6 +88,8 @@ BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 TARGET_NUMPY_OVER_CSIM = 10.0
 TARGET_CSIM_OVER_HLS4ML = 1.0
 # documented deviation of the float reference from the firmware (tests/test_hls4ml_serving.py)
+JET_VERSION = ROOT / "bitstreams" / "jet_tagger" / "1"
+JET_ONNX_TOLERANCE = 0.04  # tests/test_hls4ml_serving.py's bound, README
 ONNX_TOLERANCE = 0.08
 
 log = common.log
@@ -370,10 +372,26 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
               f"{differs} of {BATCH} rows differ (the firmware is fixed point)")
     checks.append((f"max |onnx - csim| <= {ONNX_TOLERANCE} (documented float-vs-firmware deviation)",
                    dev <= ONNX_TOLERANCE, detail))
+    checks.append(jet_tagger_deviation(ort, opts, CsimLibrary, Hls4mlProject))
     for name, ok, detail in checks:
         log(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail}")
     info.append("quiet waits before the rounds: " + ", ".join(f"{w:.0f} s ({o:.2f} other cores then)" for w, o in waits))
     return {"timings": timings, "checks": checks, "info": info, "csim_ref": (x, y_csim)}
+
+
+def jet_tagger_deviation(ort, opts, CsimLibrary, Hls4mlProject):
+    """The README's float-vs-firmware figure for the jet tagger (softmax outputs)."""
+    version = JET_VERSION
+    lib = CsimLibrary.load(Hls4mlProject.load(version))
+    sess = ort.InferenceSession(str(version / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(SEED).standard_normal((BATCH, 16), dtype=np.float32)
+    y_csim = lib.predict(x)
+    y_onnx = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
+    dev = float(np.max(np.abs(y_onnx - y_csim)))
+    top = float(np.mean(y_onnx.argmax(1) == y_csim.argmax(1)))
+    detail = (f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}, same top class "
+              f"on {top:.1%} of rows, rows sum to 1 +- {float(np.max(np.abs(y_csim.sum(1) - 1))):.3g}")
+    return (f"jet tagger: max |onnx - csim| <= {JET_ONNX_TOLERANCE} (documented)", dev <= JET_ONNX_TOLERANCE, detail)
 
 
 # ================================================================================== part 2
