@@ -28,20 +28,14 @@ encodes straight into its preallocated device buffers.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from .fixed_point import FixedType
+
 WORD_BITS = 32  # krnl_rtl's C_M_AXI_GMEM_DATA_WIDTH
 
-_FIXED = re.compile(
-    r"^(?:ap_)?(?P<kind>u?fixed)\s*<\s*(?P<w>-?\d+)\s*,\s*(?P<i>-?\d+)\s*(?P<rest>(?:,[^>]*)?)>$"
-)
-_INT = re.compile(r"^(?:ap_)?(?P<kind>u?int)\s*<\s*(?P<w>\d+)\s*>$")
-# the only modes whose host-side conversion this module reproduces (the ap_fixed defaults)
-_QUANT_OK = {"AP_TRN", "TRN"}
-_OVERFLOW_OK = {"AP_WRAP", "WRAP"}
 
 
 class KernelIoError(ValueError):
@@ -82,24 +76,18 @@ def word_format(precision: str, what: str = "port") -> WordFormat:
             f"{what} precision 'double': the krnl_rtl datapath moves 32-bit words, so a double would "
             "be split across two words; use float or ap_fixed"
         )
-    m = _FIXED.match(text)
-    if m:
-        width, integer = int(m["w"]), int(m["i"])
-        signed = m["kind"] == "fixed"
-        modes = [s for s in m["rest"].split(",") if s][:3]
-        if len(modes) >= 1 and modes[0].upper() not in _QUANT_OK:
-            raise KernelIoError(f"{what} precision '{precision}': only AP_TRN quantization is supported on the host side")
-        if len(modes) >= 2 and modes[1].upper() not in _OVERFLOW_OK:
-            raise KernelIoError(f"{what} precision '{precision}': only AP_WRAP overflow is supported on the host side")
-        if len(modes) >= 3 and modes[2] != "0":
-            raise KernelIoError(f"{what} precision '{precision}': saturation bits are not supported")
-    else:
-        m = _INT.match(text)
-        if not m:
-            raise KernelIoError(f"{what} precision '{precision}' is not float, ap_fixed<W,I>, ap_ufixed<W,I> or ap_int<W>")
-        width = int(m["w"])
-        integer = None  # an integer type stays an integer type after widening (set below)
-        signed = m["kind"] == "int"
+    try:
+        t = FixedType.parse(text)
+    except ValueError as e:
+        raise KernelIoError(f"{what} precision '{precision}' is not float, ap_fixed<W,I>, ap_ufixed<W,I> or ap_int<W>: {e}") from None
+    if not t.integer_type and t.quant != "AP_TRN":  # ap_int<W> has no mode parameters
+        raise KernelIoError(f"{what} precision '{precision}': only AP_TRN quantization is supported on the host side")
+    if t.overflow != "AP_WRAP":
+        raise KernelIoError(f"{what} precision '{precision}': only AP_WRAP overflow is supported on the host side")
+    if t.sat_bits:
+        raise KernelIoError(f"{what} precision '{precision}': saturation bits are not supported")
+    width, signed = t.width, t.signed
+    integer = None if t.integer_type else t.integer  # an integer type stays one after widening
     if width <= 0:
         raise KernelIoError(f"{what} precision '{precision}': width must be positive")
     # hls4ml's _next_factor8_type rounds W up to a multiple of 8: ap_fixed keeps I (so it gains

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from .csim import fix_axi_typedefs
 from .project import CONFIG_FILE, Hls4mlProject, ProjectError
 
 log = logging.getLogger("fpgaserve.pack")
@@ -291,14 +292,11 @@ def _copy_project(src: Path, dst: Path) -> None:
 
 def _fix_accelerator_types(root: Path) -> None:
     """hls4ml 1.3.0 writes ``typedef fixed<16,6,TRN,WRAP,0> T_in;`` into myproject_axi.h for
-    ap_fixed I/O (its YAML spelling of the type), which is not C++; spell it as ap_fixed."""
+    ap_fixed I/O (its YAML spelling of the type), which is not C++; the packed project gets
+    the same rewrite the C-simulation build applies, so Vivado can synthesize it as well."""
     for header in (root / "firmware").glob("*_axi.h"):
         text = header.read_text()
-        fixed = re.sub(
-            r"typedef\s+(u?)fixed<(\d+),\s*(-?\d+),\s*(\w+),\s*(\w+),\s*(\d+)>\s+(T_in|T_out);",
-            lambda m: f"typedef ap_{m[1]}fixed<{m[2]},{m[3]},AP_{m[4]},AP_{m[5]},{m[6]}> {m[7]};",
-            text,
-        )
+        fixed = fix_axi_typedefs(text)
         if fixed != text:
             header.write_text(fixed)
 
