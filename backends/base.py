@@ -7,6 +7,7 @@ the event loop, and never concurrently on one instance.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import NamedTuple
 
@@ -37,6 +38,31 @@ class TensorDescription(NamedTuple):
     dims: tuple[int, ...]
 
 
+def path_inside(root: str | os.PathLike, base: str | os.PathLike, name: str, what: str) -> str:
+    """``name`` -- a path a model config gives, relative to ``base`` -- as a real path that
+    stays inside ``root`` (the model's directory), or BackendError.
+
+    Configs may come from clients (RepositoryModelLoad's ``config`` override), so a name is
+    a relative path without ``..`` components, and after symlinks are resolved it must still
+    be inside the model's directory (a model directory that is itself a symlink is fine)."""
+    if not name or "\x00" in name or any(c < " " for c in name):
+        shown = name.encode("unicode_escape").decode("ascii")
+        raise BackendError(f"{what} '{shown}' is not a valid file name")
+    parts = name.replace("\\", "/").split("/")
+    if os.path.isabs(name) or ".." in parts:
+        raise BackendError(f"{what} '{name}' must be a path inside the model directory (no absolute path, no '..')")
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(base, name))
+    if real != real_root and not real.startswith(real_root + os.sep):
+        raise BackendError(f"{what} '{name}' resolves (through a symbolic link) to a file outside the model directory")
+    return real
+
+
+def version_file(version_dir: str, name: str, what: str) -> str:
+    """A file a config names in a version folder; it must stay inside the model directory."""
+    return path_inside(os.path.dirname(os.path.abspath(version_dir)), version_dir, name, what)
+
+
 def config_parameter(config: dict, key: str, default: str | None = None) -> str | None:
     """A config.pbtxt ``parameters { key: ... value: { string_value: ... } }`` entry (empty = unset)."""
     value = config.get("parameters", {}).get(key, {}).get("string_value")
@@ -46,6 +72,10 @@ def config_parameter(config: dict, key: str, default: str | None = None) -> str 
 class Backend(ABC):
     #: file the version folder must contain (used for the error message when it is absent)
     default_filename: str = ""
+    #: whether loading a model runs code from its files (a Python module, a compiled
+    #: simulation, a bitstream): such files are never accepted from clients unless the server
+    #: allows it (RepositoryModelLoad ``file:`` uploads, --allow-model-code-upload)
+    executes_model_files: bool = False
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         self.config = config

@@ -15,18 +15,19 @@ import sys
 
 import numpy as np
 
-from .base import Backend, BackendError
+from .base import Backend, BackendError, version_file
 
 _module_ids = itertools.count()
 
 
 class NumpyBackend(Backend):
     default_filename = "model.py"
+    executes_model_files = True  # imports model.py
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
         filename = config.get("default_model_filename") or self.default_filename
-        path = os.path.join(version_dir, filename)
+        path = version_file(version_dir, filename, "default_model_filename")
         if not os.path.isfile(path):
             raise BackendError(f"model file not found: {path}")
         # A fresh module object per instance: instances must not share module-level state
@@ -37,9 +38,9 @@ class NumpyBackend(Backend):
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as e:
+        except BaseException as e:  # model code may even raise SystemExit at import
             sys.modules.pop(module_name, None)
-            raise BackendError(f"failed to import {path}: {type(e).__name__}: {e}") from e
+            raise BackendError(f"failed to import {path}: {type(e).__name__}: {e}") from None
         finally:
             self._module_name = module_name
         model_cls = getattr(module, "Model", None)
@@ -50,8 +51,8 @@ class NumpyBackend(Backend):
             init = getattr(self.model, "initialize", None)
             if init is not None:
                 init(config, version_dir)
-        except Exception as e:
-            raise BackendError(f"{path}: Model initialization failed: {type(e).__name__}: {e}") from e
+        except BaseException as e:
+            raise BackendError(f"{path}: Model initialization failed: {type(e).__name__}: {e}") from None
         if not callable(getattr(self.model, "execute", None)):
             raise BackendError(f"{path}: Model has no execute(inputs) method")
 

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from .base import Backend, BackendError, TensorDescription, config_parameter
+from .base import Backend, BackendError, TensorDescription, config_parameter, version_file
 
 # ONNX tensor element type strings -> Triton wire names
 _ORT_TYPES = {
@@ -50,7 +50,7 @@ def _session(path: str, config: dict):
 
 def _model_path(config: dict, version_dir: str) -> str:
     filename = config.get("default_model_filename") or OnnxRuntimeBackend.default_filename
-    path = os.path.join(version_dir, filename)
+    path = version_file(version_dir, filename, "default_model_filename")
     if not os.path.isfile(path):
         raise BackendError(f"model file not found: {path}")
     return path

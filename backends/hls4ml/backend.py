@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..base import Backend, BackendError, TensorDescription, config_parameter
+from ..base import Backend, BackendError, TensorDescription, config_parameter, version_file
 from . import FPGA_MODES
 from .project import Hls4mlProject, ProjectError
 
@@ -47,7 +47,7 @@ def find_bitstream(config: dict, version_dir: str) -> Path | None:
     """The xclbin/awsxclbin of this version: the ``xclbin`` parameter, else the only one there."""
     named = config_parameter(config, "xclbin")
     if named:
-        path = Path(version_dir) / named
+        path = Path(version_file(version_dir, named, "parameter xclbin"))
         if not path.is_file():
             raise BackendError(f"parameter xclbin names '{named}', which is not in {version_dir}")
         return path
@@ -62,6 +62,9 @@ def resolve_mode(requested: str, config: dict, version_dir: str) -> tuple[str, s
     """(mode, why) for this model version; ``why`` goes into the load log line."""
     if requested not in FPGA_MODES:
         raise BackendError(f"unknown fpga-mode '{requested}' (choose from {', '.join(FPGA_MODES)})")
+    named = config_parameter(config, "xclbin")
+    if named:  # in every mode: a config names no file outside its model directory
+        version_file(version_dir, named, "parameter xclbin")
     if requested != "auto":
         return requested, "--fpga-mode " + requested
     bitstream = find_bitstream(config, version_dir)
@@ -77,6 +80,8 @@ def resolve_mode(requested: str, config: dict, version_dir: str) -> tuple[str, s
 
 class Hls4mlBackend(Backend):
     default_filename = "hls4ml_config.yml"
+    # csim compiles and runs the firmware sources; hardware loads the bitstream onto a card
+    executes_model_files = True
 
     @classmethod
     def describe_io(cls, config: dict, version_dir: str):
@@ -255,7 +260,7 @@ class OnnxReference:
     def __init__(self, config: dict, version_dir: str):
         from ..onnxruntime_backend import _session
 
-        path = Path(version_dir) / "model.onnx"
+        path = Path(version_file(version_dir, "model.onnx", "the float reference"))
         if not path.is_file():
             raise BackendError(f"fpga-mode onnx needs the float reference {path}, which is missing")
         self.session = _session(str(path), config)

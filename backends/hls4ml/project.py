@@ -249,10 +249,14 @@ class Hls4mlProject:
         """The project's own files the C-simulation depends on (templates excluded)."""
         skip = set(TEMPLATE_LIBRARIES)
         files = []
+        root = self.path.resolve()
         for p in sorted(self.firmware_dir.rglob("*")):
             rel = p.relative_to(self.firmware_dir)
             if rel.parts[0] in skip or not p.is_file():
                 continue
+            if not p.resolve().is_relative_to(root):
+                # compiled and hashed: a symlink must not pull in a file from elsewhere
+                raise ProjectError(f"hls4ml project {self.path}: firmware/{rel} links to a file outside the project")
             if p.suffix in (".h", ".hpp", ".cpp", ".cc", ".txt"):
                 files.append(p)
         return files
