@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from .access import RestrictionError, grpc_restrictions, http_restrictions
 from .grpc_service import HealthServicer, InferenceServicer
 from .http_server import HealthRoutes, TinyHttpServer, metrics_route
 from .log_settings import LogSettings
@@ -51,17 +52,40 @@ class ServerOptions:
     grpc_keepalive_permit_without_calls: bool = True
     grpc_http2_max_pings_without_data: int = 0
     grpc_http2_min_recv_ping_interval_without_data_ms: int = 1_000
-    grpc_http2_max_ping_strikes: int = 0
+    grpc_http2_max_ping_strikes: int = 2
     # {backend: {setting: value}}, tritonserver's --backend-config (the hls4ml backend's
     # fpga-mode lives here)
     backend_config: dict = field(default_factory=dict)
+    grpc_max_concurrent_streams: int = 1024
+    http_header_timeout_secs: float = 10.0
+    http_idle_timeout_secs: float = 60.0
+    # tritonserver's --grpc-restricted-protocol / --http-restricted-api option strings
+    grpc_restricted_protocols: list[str] = field(default_factory=list)
+    http_restricted_apis: list[str] = field(default_factory=list)
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    allow_log_file_update: bool = False
+    allow_model_code_upload: bool = False
+    max_shm_regions: int = 1024
+    model_unload_timeout_secs: float = 30.0
 
 
 class InferenceServer:
     def __init__(self, options: ServerOptions):
         self.options = options
-        self.log_settings = LogSettings(options.log_verbose, options.log_file, options.log_format)
-        self.shm = SystemSharedMemoryManager()
+        try:
+            self.grpc_restrictions = grpc_restrictions(options.grpc_restricted_protocols)
+            self.http_restrictions = http_restrictions(options.http_restricted_apis)
+        except RestrictionError as e:
+            raise SystemExit(f"error: {e}") from None
+        self.log_settings = LogSettings(
+            options.log_verbose, options.log_file, options.log_format,
+            allow_log_file_update=options.allow_log_file_update,
+        )
+        self.shm = SystemSharedMemoryManager(max_regions=options.max_shm_regions)
         self.repository = ModelRepository(
             options.model_repositories,
             control_mode=options.model_control_mode,
@@ -70,11 +94,16 @@ class InferenceServer:
             shm=self.shm,
             strict_readiness=options.strict_readiness,
             backend_config=options.backend_config,
+            unload_timeout_secs=options.model_unload_timeout_secs,
+            allow_code_upload=options.allow_model_code_upload,
         )
         self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings)
-        self.http = TinyHttpServer(HealthRoutes(self.servicer))
+        timeouts = dict(
+            header_timeout_s=options.http_header_timeout_secs, idle_timeout_s=options.http_idle_timeout_secs
+        )
+        self.http = TinyHttpServer(HealthRoutes(self.servicer, self.http_restrictions), **timeouts)
         self.metrics = Metrics(self.repository)
-        self.metrics_http = TinyHttpServer(metrics_route(self.metrics.render))
+        self.metrics_http = TinyHttpServer(metrics_route(self.metrics.render), **timeouts)
         self._grpc: grpc.aio.Server | None = None
         self._stopped = asyncio.Event()
         self.grpc_port = None
@@ -94,21 +123,57 @@ class InferenceServer:
             ("grpc.http2.max_pings_without_data", o.grpc_http2_max_pings_without_data),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", o.grpc_http2_min_recv_ping_interval_without_data_ms),
             ("grpc.http2.max_ping_strikes", o.grpc_http2_max_ping_strikes),
+            ("grpc.max_concurrent_streams", o.grpc_max_concurrent_streams),
             ("grpc.so_reuseport", 0),
         ]
+
+    def _grpc_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS as tritonserver configures it (--grpc-use-ssl[-mutual], PEM files); None = plaintext."""
+        o = self.options
+        if not o.grpc_use_ssl:
+            return None
+
+        def read(flag: str, path: str) -> bytes:
+            if not path:
+                raise SystemExit(f"error: --grpc-use-ssl needs {flag}")
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except OSError as e:
+                raise SystemExit(f"error: cannot read {flag} {path}: {e.strerror}") from None
+
+        cert = read("--grpc-server-cert", o.grpc_server_cert)
+        key = read("--grpc-server-key", o.grpc_server_key)
+        root = read("--grpc-root-cert", o.grpc_root_cert) if (o.grpc_root_cert or o.grpc_use_ssl_mutual) else None
+        return grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=root, require_client_auth=o.grpc_use_ssl_mutual
+        )
 
     async def start(self) -> None:
         o = self.options
         await self.repository.start()
         if o.exit_on_error and not self.repository.all_ready():
             raise SystemExit("error: some models failed to load and --exit-on-error is set")
-        self._grpc = grpc.aio.server(options=self._grpc_options())
-        self._grpc.add_generic_rpc_handlers(
-            (self.servicer.generic_handler(), HealthServicer(self.servicer).generic_handler())
-        )
         try:
-            self.grpc_port = self._grpc.add_insecure_port(f"{o.grpc_address}:{o.grpc_port}")
-        except RuntimeError:  # grpcio raises instead of returning 0 on a taken port
+            credentials = self._grpc_credentials()
+        except SystemExit:
+            await self.repository.stop()
+            raise
+        self._grpc = grpc.aio.server(options=self._grpc_options())
+        restrictions = self.grpc_restrictions
+        self._grpc.add_generic_rpc_handlers(
+            (
+                self.servicer.generic_handler(restrictions),
+                HealthServicer(self.servicer).generic_handler(restrictions),
+            )
+        )
+        address = f"{o.grpc_address}:{o.grpc_port}"
+        try:
+            if credentials is None:
+                self.grpc_port = self._grpc.add_insecure_port(address)
+            else:
+                self.grpc_port = self._grpc.add_secure_port(address, credentials)
+        except RuntimeError:  # grpcio raises instead of returning 0 on a taken port (or bad key)
             self.grpc_port = 0
         if self.grpc_port == 0:
             await self.repository.stop()

@@ -43,6 +43,7 @@ def _keep_freed_memory() -> None:
 
 from . import __version__  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
+from .access import CATEGORIES  # noqa: E402
 from .repository import CONTROL_MODES  # noqa: E402
 from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
@@ -130,6 +131,62 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-http2-max-ping-strikes", type=int, default=0,
         help="bad pings tolerated before GOAWAY (0 = unlimited, so keepalive clients are never cut).",
     )
+    g.add_argument(
+        "--grpc-max-concurrent-streams", type=int, default=1024, metavar="N",
+        help="concurrent RPCs (HTTP/2 streams) one client connection may have open; more wait in "
+        "the client (HTTP/2 flow control), they are never refused.",
+    )
+    g.add_argument(
+        "--http-header-timeout-secs", type=float, default=10.0, metavar="SECONDS",
+        help="an HTTP client must send a whole request line and headers within this time.",
+    )
+    g.add_argument(
+        "--http-idle-timeout-secs", type=float, default=60.0, metavar="SECONDS",
+        help="an idle keep-alive HTTP connection is closed after this time.",
+    )
+    g = p.add_argument_group("security (see README: Security)")
+    g.add_argument(
+        "--grpc-restricted-protocol", action="append", default=[], metavar="<protocols>:<key>=<value>",
+        help="tritonserver's flag: calls of the listed protocols (comma-separated: "
+        f"{', '.join(CATEGORIES)}) must carry the gRPC header triton-grpc-protocol-<key>: <value>, "
+        "else UNAVAILABLE. Repeatable, one group per protocol.",
+    )
+    g.add_argument(
+        "--http-restricted-api", action="append", default=[], metavar="<apis>:<key>=<value>",
+        help="the same for the HTTP port: requests of the listed APIs must carry the header <key>: <value>, "
+        "else 403.",
+    )
+    g.add_argument(
+        "--grpc-use-ssl", type=_bool, default=False, metavar="BOOL",
+        help="serve gRPC over TLS with --grpc-server-cert and --grpc-server-key.",
+    )
+    g.add_argument(
+        "--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL",
+        help="mutual TLS: implies --grpc-use-ssl and refuses clients without a certificate signed by "
+        "--grpc-root-cert.",
+    )
+    g.add_argument("--grpc-server-cert", default="", metavar="PEM", help="the server's certificate chain (PEM file).")
+    g.add_argument("--grpc-server-key", default="", metavar="PEM", help="the server's private key (PEM file).")
+    g.add_argument(
+        "--grpc-root-cert", default="", metavar="PEM",
+        help="CA certificates (PEM file) that client certificates must chain to (mutual TLS).",
+    )
+    g.add_argument(
+        "--allow-log-file-update", type=_bool, default=False, metavar="BOOL",
+        help="let the LogSettings RPC change log_file (off: a client could otherwise make the server "
+        "create and append to any file it can write). --log-file at start is always honoured.",
+    )
+    g.add_argument(
+        "--allow-model-code-upload", type=_bool, default=False, metavar="BOOL",
+        help="accept RepositoryModelLoad 'file:' uploads for backends that run code from the model's "
+        "files (numpy's model.py, hls4ml's C-simulation and bitstreams). Off: only data (ONNX files) "
+        "may be uploaded, so a client cannot make the server run its code.",
+    )
+    g.add_argument(
+        "--max-shm-regions", type=int, default=1024, metavar="N",
+        help="system shared-memory regions that may be registered at once (each keeps one file "
+        "descriptor open); registrations beyond it are refused with UNAVAILABLE.",
+    )
     g = p.add_argument_group("backends")
     g.add_argument(
         "--fpga-mode", choices=FPGA_MODES, default=None,
@@ -148,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--exit-timeout-secs", type=float, default=30.0,
         help="on SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.",
+    )
+    g.add_argument(
+        "--model-unload-timeout-secs", type=float, default=30.0, metavar="SECONDS",
+        help="how long an unloaded (or replaced) model version may take to finish the requests it "
+        "holds; an instance still inside execute() after that is abandoned (logged, counted in "
+        "fpgaserve_abandoned_instances) and its requests fail with UNAVAILABLE.",
     )
     return p
 
@@ -195,6 +258,20 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
         grpc_http2_min_recv_ping_interval_without_data_ms=args.grpc_http2_min_recv_ping_interval_without_data,
         grpc_http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+        grpc_max_concurrent_streams=args.grpc_max_concurrent_streams,
+        http_header_timeout_secs=args.http_header_timeout_secs,
+        http_idle_timeout_secs=args.http_idle_timeout_secs,
+        grpc_restricted_protocols=args.grpc_restricted_protocol,
+        http_restricted_apis=args.http_restricted_api,
+        grpc_use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
+        grpc_use_ssl_mutual=args.grpc_use_ssl_mutual,
+        grpc_server_cert=args.grpc_server_cert,
+        grpc_server_key=args.grpc_server_key,
+        grpc_root_cert=args.grpc_root_cert,
+        allow_log_file_update=args.allow_log_file_update,
+        allow_model_code_upload=args.allow_model_code_upload,
+        max_shm_regions=args.max_shm_regions,
+        model_unload_timeout_secs=args.model_unload_timeout_secs,
     )
 
 

@@ -2,8 +2,20 @@
 
 Handlers are registered with ``grpc.method_handlers_generic_handler`` on message classes from
 our private descriptor pool (fpgaserve.protos), so nothing collides with tritonclient's
-generated modules. This module turns ``InferenceError`` into gRPC status codes and messages;
-tensor work is the codec's, model lifecycle the repository's, execution the scheduler's.
+generated modules. Tensor work is the codec's, model lifecycle the repository's, execution the
+scheduler's.
+
+Every RPC goes through one wrapper (``_guard_*``), which is where a hostile or broken client
+meets the server:
+
+* a restricted protocol group (``--grpc-restricted-protocol``) without its header is refused
+  before the handler runs;
+* bytes that do not parse as the RPC's message become INVALID_ARGUMENT (gRPC's own
+  deserializer failure would be UNKNOWN with a Python exception text); over ModelStreamInfer
+  they get an in-stream error response, with the request id when it can be read;
+* ``InferenceError`` becomes its status code and text; anything else is a bug of ours and
+  becomes INTERNAL with a plain text (logged with its traceback), never UNKNOWN or a repr;
+* every text sent is bounded (``errors.bound_message``).
 """
 
 from __future__ import annotations
@@ -22,7 +34,8 @@ from fpgaserve.protos import (
 )
 
 from . import __version__, codec
-from .errors import InferenceError, invalid_argument
+from .access import GRPC_METHOD_CATEGORIES, Restriction
+from .errors import InferenceError, bound_message, internal, invalid_argument, not_found, unimplemented
 from .log_settings import LogSettings
 from .repository import parse_version
 
@@ -48,12 +61,179 @@ _NOT_SERVING = health_pb.HealthCheckResponse.NOT_SERVING
 _UNKNOWN = health_pb.HealthCheckResponse.UNKNOWN
 
 
+_MALFORMED_ID_LIMIT = 256  # characters of a salvaged request id echoed in an error
+MAX_STREAM_IN_FLIGHT = 1024  # requests per ModelStreamInfer stream not yet answered on the wire
+_ANSWERED = object()  # queued after a stream request's last response
+
+
 def _fill_stat(dst, src) -> None:
     dst.count = src.count
     dst.ns = src.ns
 
 
+def _salvage_request_id(data: bytes) -> str:
+    """The ``id`` (field 3) of a serialized ModelInferRequest that does not parse as a whole.
+
+    Walks the top-level fields only as far as they are well formed, so a stream client whose
+    message is corrupt after its id still gets an error response it can match.
+    """
+    pos, n = 0, len(data)
+
+    def varint() -> int:
+        nonlocal pos
+        value = shift = 0
+        while pos < n and shift < 64:
+            b = data[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+        raise ValueError("truncated varint")
+
+    try:
+        while pos < n:
+            tag = varint()
+            field, wire_type = tag >> 3, tag & 7
+            if wire_type == 0:
+                varint()
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            elif wire_type == 2:
+                length = varint()
+                if pos + length > n:
+                    return ""
+                if field == 3:
+                    return data[pos : pos + length].decode("utf-8", "replace")[:_MALFORMED_ID_LIMIT]
+                pos += length
+            else:
+                return ""
+    except ValueError:
+        pass
+    return ""
+
+
+class _Malformed:
+    """Stands in for a request message that did not parse (see ``_deserializer``)."""
+
+    __slots__ = ("type_name", "id")
+
+    def __init__(self, type_name: str, request_id: str = ""):
+        self.type_name = type_name
+        self.id = request_id
+
+    def error(self) -> InferenceError:
+        return invalid_argument(f"failed to parse the request: it is not a valid {self.type_name} message")
+
+
+def _deserializer(cls):
+    type_name = cls.DESCRIPTOR.full_name
+    salvage = type_name == "inference.ModelInferRequest"
+    from_string = cls.FromString
+
+    def deserialize(data: bytes):
+        try:
+            return from_string(data)
+        except Exception:  # DecodeError, or upb's RuntimeError on too deep nesting
+            return _Malformed(type_name, _salvage_request_id(data) if salvage else "")
+
+    return deserialize
+
+
+def _granted(context, restriction: Restriction) -> bool:
+    for key, value in context.invocation_metadata() or ():
+        if key == restriction.header:
+            return restriction.allows(value)
+    return False
+
+
+def _failure(method: str, e: Exception) -> InferenceError:
+    """An exception that is not an InferenceError is a bug of ours: log it, answer INTERNAL."""
+    if isinstance(e, InferenceError):
+        return e
+    if isinstance(e, MemoryError):
+        log.error("%s: out of memory", method)
+        return InferenceError(grpc.StatusCode.UNAVAILABLE, "the server ran out of memory handling the request")
+    log.error("%s failed unexpectedly", method, exc_info=e)
+    return internal(f"internal error in {method} ({type(e).__name__}); the server log has the details")
+
+
+def _guard_unary(method: str, fn, restriction: Restriction | None):
+    async def handler(request, context):
+        if restriction is not None and not _granted(context, restriction):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
+        try:
+            if isinstance(request, _Malformed):
+                raise request.error()
+            return await fn(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            err = _failure(method, e)
+        await context.abort(err.code, bound_message(err.message))
+
+    return handler
+
+
+def _guard_server_stream(method: str, fn, restriction: Restriction | None):
+    async def handler(request, context):
+        if restriction is not None and not _granted(context, restriction):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
+        try:
+            if isinstance(request, _Malformed):
+                raise request.error()
+            async for response in fn(request, context):
+                yield response
+            return
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            err = _failure(method, e)
+        await context.abort(err.code, bound_message(err.message))
+
+    return handler
+
+
+def _guard_bidi_stream(method: str, fn, restriction: Restriction | None):
+    async def handler(request_iterator, context):
+        if restriction is not None and not _granted(context, restriction):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
+        try:
+            async for response in fn(request_iterator, context):
+                yield response
+            return
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            err = _failure(method, e)
+        await context.abort(err.code, bound_message(err.message))
+
+    return handler
+
+
+def _generic_handler(service: str, target, restrictions: dict[str, Restriction]):
+    handlers = {}
+    for name, req_cls, resp_cls, client_stream, server_stream in service_methods(service):
+        fn = getattr(target, name)
+        restriction = restrictions.get(GRPC_METHOD_CATEGORIES[name])
+        if client_stream and server_stream:
+            make, guarded = grpc.stream_stream_rpc_method_handler, _guard_bidi_stream(name, fn, restriction)
+        elif server_stream:
+            make, guarded = grpc.unary_stream_rpc_method_handler, _guard_server_stream(name, fn, restriction)
+        else:
+            make, guarded = grpc.unary_unary_rpc_method_handler, _guard_unary(name, fn, restriction)
+        handlers[name] = make(
+            guarded, request_deserializer=_deserializer(req_cls), response_serializer=resp_cls.SerializeToString
+        )
+    return grpc.method_handlers_generic_handler(service, handlers)
+
+
 class InferenceServicer:
+    """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
+    turn errors into statuses (or in-stream error responses)."""
+
     def __init__(self, repository, shm, log_settings: LogSettings):
         self.repository = repository
         self.shm = shm
@@ -82,10 +262,7 @@ class InferenceServicer:
         # Triton answers OK/ready=false for unknown models (clients call it after unloads),
         # but rejects a malformed version string first.
         if request.version:
-            try:
-                parse_version(request.version)
-            except InferenceError as e:
-                await context.abort(e.code, e.message)
+            parse_version(request.version)
         ready = not self.exiting and self.repository.is_ready(request.name, request.version)
         return pb.ModelReadyResponse(ready=ready)
 
@@ -94,10 +271,7 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ model info
     async def ModelMetadata(self, request, context):
-        try:
-            model = self.repository.get(request.name, request.version)
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+        model = self.repository.get(request.name, request.version)
         entry = self.repository.models[model.name]
         response = pb.ModelMetadataResponse(
             name=model.name,
@@ -114,10 +288,7 @@ class InferenceServicer:
         return response
 
     async def ModelConfig(self, request, context):
-        try:
-            model = self.repository.get(request.name, request.version)
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+        model = self.repository.get(request.name, request.version)
         response = pb.ModelConfigResponse()
         response.config.CopyFrom(model.config)
         return response
@@ -127,19 +298,16 @@ class InferenceServicer:
         if request.name:
             entry = self.repository.models.get(request.name)
             if entry is None or not entry.versions:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"requested model '{request.name}' is not available"
-                )
+                raise invalid_argument(f"requested model '{request.name}' is not available")
             if request.version:
                 try:
                     versions = [self.repository.get(request.name, request.version)]
                 except InferenceError as e:
                     if e.code == grpc.StatusCode.INVALID_ARGUMENT:
-                        await context.abort(e.code, e.message)
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"requested model version is not available for model '{request.name}'",
-                    )
+                        raise
+                    raise invalid_argument(
+                        f"requested model version is not available for model '{request.name}'"
+                    ) from None
             else:
                 versions = [entry.versions[v] for v in entry.ready_versions()]
         else:
@@ -165,38 +333,32 @@ class InferenceServicer:
         return response
 
     # ------------------------------------------------------------------ inference
-    async def _infer(self, request, model=None):
-        """Decode, schedule, await, encode. Raises InferenceError."""
+    def _check_accepting(self) -> None:
         if self.exiting:
             # a call gRPC dispatched while shutdown was starting; in-flight ones are past this
             raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-        if model is None:
-            model = self.repository.get(request.model_name, request.model_version)
+
+    async def _infer(self, request, model):
+        """Decode, schedule, await. Raises InferenceError."""
+        self._check_accepting()
         ireq = codec.decode_request(request, model, self.shm)
         # If this coroutine is cancelled (client cancel / deadline), awaiting cancels the
         # future too, which withdraws the request if it is still queued.
-        encoded = await model.scheduler.submit(ireq)
-        return model, encoded
+        return await model.scheduler.submit(ireq)
 
     async def ModelInfer(self, request, context):
-        try:
-            if self.exiting:
-                raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-            model = self.repository.get(request.model_name, request.model_version)
-            if model.decoupled:
-                raise InferenceError(
-                    grpc.StatusCode.UNIMPLEMENTED,
-                    "ModelInfer RPC doesn't support models with decoupled transaction policy",
-                )
-            model, encoded = await self._infer(request, model)
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+        self._check_accepting()
+        model = self.repository.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise unimplemented("ModelInfer RPC doesn't support models with decoupled transaction policy")
+        encoded = await self._infer(request, model)
         return codec.build_response(model, request.id, encoded)
 
     async def _stream_decoupled(self, request, model, responses: asyncio.Queue) -> None:
         """Stream each response of a decoupled model as the model yields it; then an empty
         final response if the client asked for one (triton_enable_empty_final_response)."""
         loop = asyncio.get_running_loop()
+        self._check_accepting()
         ireq = codec.decode_request(request, model, self.shm)
 
         def put(encoded):
@@ -213,38 +375,55 @@ class InferenceServicer:
             responses.put_nowait((msg, None))
 
     async def ModelStreamInfer(self, request_iterator, context):
-        """Bidirectional stream: every request gets exactly one response, errors in-stream.
+        """Bidirectional stream: every request gets a response (errors in-stream), always.
 
-        Requests are processed concurrently (a client may pipeline them); a failed request
-        gets ``error_message`` plus its id/model echoed, and the stream stays open unless
-        the client asked for ``triton_grpc_error: true`` at stream start.
+        Requests are processed concurrently (a client may pipeline them); a failed request --
+        including one whose bytes do not parse -- gets ``error_message`` plus its id echoed,
+        and the stream stays open unless the client asked for ``triton_grpc_error: true`` at
+        stream start.
         """
         close_on_error = any(
-            k == "triton_grpc_error" and v.lower() == "true" for k, v in context.invocation_metadata()
+            k == "triton_grpc_error" and v.lower() == "true" for k, v in context.invocation_metadata() or ()
         )
         responses: asyncio.Queue = asyncio.Queue()
         tasks: set[asyncio.Task] = set()
         loop = asyncio.get_running_loop()
+        # Requests whose answers are not yet written: a client that sends without reading
+        # stops being read at this bound (HTTP/2 flow control then holds it back) instead of
+        # growing the server's response queue without end.
+        in_flight = asyncio.Semaphore(MAX_STREAM_IN_FLIGHT)
 
         async def one(request):
             try:
+                await answer(request)
+            finally:
+                responses.put_nowait(_ANSWERED)  # after all of this request's responses
+
+        async def answer(request):
+            try:
+                if isinstance(request, _Malformed):
+                    raise request.error()
                 model = self.repository.get(request.model_name, request.model_version)
                 if model.decoupled:
                     await self._stream_decoupled(request, model, responses)
                     return
-                model, encoded = await self._infer(request, model)
+                encoded = await self._infer(request, model)
                 msg = pb.ModelStreamInferResponse()
                 msg.infer_response.CopyFrom(codec.build_response(model, request.id, encoded, final_flag=True))
                 responses.put_nowait((msg, None))
-            except InferenceError as e:
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                err = _failure("ModelStreamInfer", e)
                 # Triton 2.51 echoes only the id with an in-stream error
-                msg = pb.ModelStreamInferResponse(error_message=e.message)
+                msg = pb.ModelStreamInferResponse(error_message=bound_message(err.message))
                 msg.infer_response.id = request.id
-                responses.put_nowait((msg, e))
+                responses.put_nowait((msg, err))
 
         async def reader():
             try:
                 async for request in request_iterator:
+                    await in_flight.acquire()
                     t = loop.create_task(one(request))
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
@@ -259,9 +438,12 @@ class InferenceServicer:
                 item = await responses.get()
                 if item is None:
                     break
+                if item is _ANSWERED:
+                    in_flight.release()
+                    continue
                 msg, err = item
                 if err is not None and close_on_error:
-                    await context.abort(err.code, err.message)
+                    raise err
                 yield msg
             await reader_task
         finally:
@@ -272,57 +454,43 @@ class InferenceServicer:
     # ------------------------------------------------------------------ repository
     async def RepositoryIndex(self, request, context):
         if request.repository_name:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported")
+            raise unimplemented("'repository_name' specification is not supported")
         response = pb.RepositoryIndexResponse()
-        for name, version, state, reason in self.repository.index(ready_only=request.ready):
+        rows = await asyncio.get_running_loop().run_in_executor(None, self.repository.index, request.ready)
+        for name, version, state, reason in rows:
             m = response.models.add()
             m.name, m.version, m.state, m.reason = name, version, state, reason
         return response
 
     async def RepositoryModelLoad(self, request, context):
         if request.repository_name:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported")
+            raise unimplemented("'repository_name' specification is not supported")
         config_json = None
         files: dict[str, bytes] = {}
         for key, p in request.parameters.items():
             kind = p.WhichOneof("parameter_choice")
             if key == "config":
                 if kind != "string_param":
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        "invalid value type for load parameter 'config', expected string_param.",
-                    )
+                    raise invalid_argument("invalid value type for load parameter 'config', expected string_param.")
                 config_json = p.string_param
             elif key.startswith("file:"):
                 if kind != "bytes_param":
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"invalid value type for load parameter '{key}', expected bytes_param.",
-                    )
+                    raise invalid_argument(f"invalid value type for load parameter '{key}', expected bytes_param.")
                 files[key[len("file:"):]] = p.bytes_param
             else:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unrecognized load parameter '{key}'.")
-        try:
-            await self.repository.load(request.model_name, config_json, files or None)
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+                raise invalid_argument(f"unrecognized load parameter '{key}'.")
+        await self.repository.load(request.model_name, config_json, files or None)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):
         if request.repository_name:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported")
-        try:
-            await self.repository.unload(request.model_name)
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+            raise unimplemented("'repository_name' specification is not supported")
+        await self.repository.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ shared memory
     async def SystemSharedMemoryStatus(self, request, context):
-        try:
-            regions = self.shm.status(request.name)
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+        regions = self.shm.status(request.name)
         response = pb.SystemSharedMemoryStatusResponse()
         for r in regions:
             s = response.regions[r.name]
@@ -330,12 +498,9 @@ class InferenceServicer:
         return response
 
     async def SystemSharedMemoryRegister(self, request, context):
-        try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.shm.register, request.name, request.key, request.offset, request.byte_size
-            )
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.shm.register, request.name, request.key, request.offset, request.byte_size
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request, context):
@@ -348,26 +513,19 @@ class InferenceServicer:
     # before they start; only Register is refused. Not advertised in ServerMetadata.
     async def CudaSharedMemoryStatus(self, request, context):
         if request.name:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{request.name}'"
-            )
+            raise not_found(f"Unable to find cuda shared memory region: '{request.name}'")
         return pb.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request, context):
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "CUDA shared memory is not supported by this server (no GPU)"
-        )
+        raise unimplemented("CUDA shared memory is not supported by this server (no GPU)")
 
     async def CudaSharedMemoryUnregister(self, request, context):
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ------------------------------------------------------------------ settings
     async def LogSettings(self, request, context):
-        try:
-            for key, value in request.settings.items():
-                self.log_settings.update(key, _setting(value))
-        except InferenceError as e:
-            await context.abort(e.code, e.message)
+        for key, value in request.settings.items():
+            self.log_settings.update(key, _setting(value))
         response = pb.LogSettingsResponse()
         for key, value in self.log_settings.as_dict().items():
             v = response.settings[key]
@@ -384,15 +542,13 @@ class InferenceServicer:
         # it on rather than pretend. Other trace settings are stored and echoed.
         if request.model_name and not self.repository.is_ready(request.model_name):
             # (sic) Triton's text, with the space before the colon
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"Request for unknown model : {request.model_name}"
-            )
+            raise invalid_argument(f"Request for unknown model : {request.model_name}")
         for key, value in request.settings.items():
             values = list(value.value)
             if key not in self._trace:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown trace setting '{key}'")
+                raise invalid_argument(f"unknown trace setting '{key}'")
             if key == "trace_level" and any(v.upper() != "OFF" for v in values):
-                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "request tracing is not supported by fpgaserve; trace_level can only be OFF")
+                raise unimplemented("request tracing is not supported by fpgaserve; trace_level can only be OFF")
             if values:
                 self._trace[key] = values
         response = pb.TraceSettingResponse()
@@ -401,20 +557,8 @@ class InferenceServicer:
         return response
 
     # ------------------------------------------------------------------ registration
-    def generic_handler(self):
-        handlers = {}
-        for name, req_cls, resp_cls, client_stream, server_stream in service_methods(SERVICE_NAME):
-            fn = getattr(self, name)
-            if client_stream and server_stream:
-                make = grpc.stream_stream_rpc_method_handler
-            elif server_stream:
-                make = grpc.unary_stream_rpc_method_handler
-            else:
-                make = grpc.unary_unary_rpc_method_handler
-            handlers[name] = make(
-                fn, request_deserializer=req_cls.FromString, response_serializer=resp_cls.SerializeToString
-            )
-        return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+    def generic_handler(self, restrictions: dict[str, Restriction] | None = None):
+        return _generic_handler(SERVICE_NAME, self, restrictions or {})
 
 
 def _setting(value):
@@ -448,11 +592,5 @@ class HealthServicer:
                 last = status
             await asyncio.sleep(1.0)
 
-    def generic_handler(self):
-        handlers = {}
-        for name, req_cls, resp_cls, _client_stream, server_stream in service_methods(HEALTH_SERVICE_NAME):
-            make = grpc.unary_stream_rpc_method_handler if server_stream else grpc.unary_unary_rpc_method_handler
-            handlers[name] = make(
-                getattr(self, name), request_deserializer=req_cls.FromString, response_serializer=resp_cls.SerializeToString
-            )
-        return grpc.method_handlers_generic_handler(HEALTH_SERVICE_NAME, handlers)
+    def generic_handler(self, restrictions: dict[str, Restriction] | None = None):
+        return _generic_handler(HEALTH_SERVICE_NAME, self, restrictions or {})

@@ -2,6 +2,14 @@
 
 Keys (as tritonserver has them): log_file, log_info, log_warning, log_error,
 log_verbose_level, log_format ("default" or "ISO8601").
+
+Two guards for a server that may run as root and log what clients send:
+
+* ``log_file`` can only be changed over the wire when the server was started with
+  ``--allow-log-file-update=true``; otherwise any client could make the server create and
+  append to a file anywhere it can write. ``--log-file`` at start is always honoured.
+* every log line escapes control characters in its message (``EscapingFormatter``), so a
+  client string with a newline (a model or shm region name) cannot forge a log line.
 """
 
 from __future__ import annotations
@@ -9,7 +17,30 @@ from __future__ import annotations
 import logging
 import sys
 
-from .errors import invalid_argument
+from grpc import StatusCode
+
+from .errors import InferenceError, escape_control, invalid_argument
+
+LOG_FILE_UPDATE_REFUSED = (
+    "changing log_file through LogSettings is disabled on this server "
+    "(start it with --allow-log-file-update=true to allow it)"
+)
+
+
+class EscapingFormatter(logging.Formatter):
+    """One record, one line: the message's control characters are escaped, and a traceback
+    (which may quote client strings too) is indented, so no line of it can pass for a record."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_control(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:
+        text = super().formatException(ei)
+        return "\n".join("    | " + escape_control(line) for line in text.splitlines())
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join("    | " + escape_control(line) for line in stack_info.splitlines())
 
 _FORMATS = {
     # tritonserver's default: "I1121 09:25:00.123456 1234 file.cc:12] message"
@@ -20,7 +51,10 @@ _DATEFMT = {"default": "%m%d %H:%M:%S", "ISO8601": "%Y-%m-%dT%H:%M:%SZ"}
 
 
 class LogSettings:
-    def __init__(self, verbose: int = 0, log_file: str = "", log_format: str = "default"):
+    def __init__(
+        self, verbose: int = 0, log_file: str = "", log_format: str = "default", allow_log_file_update: bool = False
+    ):
+        self.allow_log_file_update = allow_log_file_update
         self.values = {
             "log_file": log_file,
             "log_info": True,
@@ -49,6 +83,9 @@ class LogSettings:
             raise invalid_argument(f"log setting '{key}' expects a string value")
         if key == "log_format" and value not in _FORMATS:
             raise invalid_argument(f"invalid log format '{value}', expected one of {sorted(_FORMATS)}")
+        if key == "log_file" and value != current and not self.allow_log_file_update:
+            # PERMISSION_DENIED: the request is well formed, this server does not allow it
+            raise InferenceError(StatusCode.PERMISSION_DENIED, LOG_FILE_UPDATE_REFUSED)
         if key == "log_file" and value:
             try:
                 open(value, "a").close()
@@ -72,7 +109,7 @@ class LogSettings:
             level = logging.CRITICAL + 1
         root.setLevel(level)
         handler = logging.FileHandler(v["log_file"]) if v["log_file"] else logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(_FORMATS[v["log_format"]], _DATEFMT[v["log_format"]]))
+        handler.setFormatter(EscapingFormatter(_FORMATS[v["log_format"]], _DATEFMT[v["log_format"]]))
         if self._handler is not None:
             root.removeHandler(self._handler)
             self._handler.close()
