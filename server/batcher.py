@@ -294,11 +294,15 @@ class DynamicBatcher(Scheduler):
                 resolve(*entry)
             self._next_release += 1
 
-    async def stop(self) -> None:
-        await super().stop()
+    def queued(self) -> list[InferenceRequest]:
+        return [r for level in self.levels.values() for r in level]
+
+    async def stop(self, timeout: float | None = None) -> list[ModelInstance]:
+        stuck = await super().stop(timeout)
         # anything still held (preserve_ordering) is released
         for seq in sorted(self._held):
             entry = self._held.pop(seq)
             if entry is not None:
                 resolve(*entry)
+        return stuck
 

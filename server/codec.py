@@ -98,13 +98,17 @@ def _id_prefix(request_id: str) -> str:
 
 
 def deserialize_bytes(buf, count: int, name: str, model: str, prefix: str = "") -> np.ndarray:
-    """Length-prefixed BYTES (4-byte little-endian length + data per element) -> object array."""
+    """Length-prefixed BYTES (4-byte little-endian length + data per element) -> object array.
+
+    ``count`` comes from the client's declared shape, so nothing proportional to it is
+    allocated before the bytes present are known to hold that many elements (each element
+    takes at least its 4-byte length); the parse loop never runs past ``count + 1`` elements.
+    """
     mv = memoryview(buf).cast("B")
     n = mv.nbytes
-    out = np.empty(count, dtype=object)
     # Fast path: every element has the same length (fixed-width ids, tokens, identity tests).
     # Then the buffer is a [count, 4+L] matrix and numpy can check and slice it in C.
-    if count > 0 and n >= 4:
+    if 0 < count <= n // 4:
         first = _U32.unpack_from(mv, 0)[0]
         if count * (4 + first) == n:
             rows = np.frombuffer(mv, dtype=np.uint8).reshape(count, 4 + first)
@@ -112,12 +116,16 @@ def deserialize_bytes(buf, count: int, name: str, model: str, prefix: str = "") 
             # numpy's S dtype drops trailing NULs when converting to bytes, so only take
             # this path when no element ends in NUL.
             if np.all(lengths == first) and (first == 0 or not np.any(rows[:, -1] == 0)):
+                out = np.empty(count, dtype=object)
                 if first == 0:
                     out[:] = [b""] * count
                 else:
                     data = np.ascontiguousarray(rows[:, 4:]).view(f"S{first}").ravel()
                     out[:] = data.astype(object)
                 return out
+    # General path: the elements are collected in a list (which grows with the bytes present,
+    # never with the declared count) and copied into the array once the count is confirmed.
+    items: list[bytes] = []
     offset = 0
     parsed = 0
     unpack = _U32.unpack_from
@@ -139,7 +147,7 @@ def deserialize_bytes(buf, count: int, name: str, model: str, prefix: str = "") 
                 f"{prefix}unexpected number of string elements {parsed + 1} for inference input "
                 f"'{name}' for model '{model}', expecting {count}"
             )
-        out[parsed] = mv[offset : offset + length].tobytes()
+        items.append(mv[offset : offset + length].tobytes())
         offset += length
         parsed += 1
     if parsed != count:
@@ -147,6 +155,8 @@ def deserialize_bytes(buf, count: int, name: str, model: str, prefix: str = "") 
             f"{prefix}expected {count} string elements for inference input '{name}' for model "
             f"'{model}', got {parsed}"
         )
+    out = np.empty(count, dtype=object)
+    out[:] = items
     return out
 
 
@@ -224,6 +234,23 @@ def _check_typed_field(contents, tensor, model_name: str) -> None:
             )
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _check_element_count(shape, dt: datatypes.DataType, in_name: str, model: str, prefix: str) -> None:
+    """A shape whose element count (times the element size) does not fit in int64 is refused
+    by name, before numpy (or a backend) would fail on it with an exception of its own."""
+    size = max(dt.itemsize, 8)  # BYTES elements are 8-byte object pointers
+    for d in shape:
+        if d > 0:
+            size *= d
+            if size > _INT64_MAX:
+                raise invalid_argument(
+                    f"{prefix}input '{in_name}' for model '{model}' has shape {_fmt_shape(shape)}, "
+                    "whose element count does not fit in 64 bits"
+                )
+
+
 def decode_request(request, model, shm) -> InferenceRequest:
     """Validate ``request`` against ``model`` (a repository.ModelVersion) and build the numpy view.
 
@@ -246,7 +273,9 @@ def decode_request(request, model, shm) -> InferenceRequest:
     for tensor in request.inputs:
         target = _tensor_shm(tensor.parameters, tensor.name) if tensor.parameters else None
         if target is not None:
-            data = shm.read(*target)  # a view on the region; size checked with the others
+            # validated now (Triton's frontend order); read once the declared size is checked
+            shm.check(*target)
+            data = target
         elif has_raw:
             if tensor.HasField("contents"):
                 raise invalid_argument(
@@ -292,6 +321,12 @@ def decode_request(request, model, shm) -> InferenceRequest:
                     "invalid value type for 'classification' parameter, expected int64_param"
                 )
             k = int(p.int64_param)
+            if k > 0 and spec.datatype.wire in ("BYTES", "BOOL"):
+                # Triton's text (classification.cc); a top-k of strings has no meaning
+                raise invalid_argument(
+                    f"class result not available for output '{out.name}' due to unsupported type "
+                    f"'{spec.datatype.wire}'"
+                )
         requested.append(RequestedOutput(spec, target, k))
     if not requested:
         requested = [RequestedOutput(spec) for spec in model.outputs.values()]
@@ -386,10 +421,18 @@ def decode_request(request, model, shm) -> InferenceRequest:
                 f"{prefix}All input dimensions should be specified for input '{in_name}' for model "
                 f"'{name}', got {_fmt_shape(shape)}"
             )
+        _check_element_count(shape, dt, in_name, name, prefix)
         # Triton sizes a batch-0 request as if it had no batch dimension
         count = 1
         for d in (dims if max_batch > 0 and ireq.batch_size == 0 else shape):
             count *= d
+        if isinstance(data, ShmTarget):
+            if dt.wire != "BYTES" and data.byte_size != count * dt.itemsize:
+                raise invalid_argument(
+                    f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
+                    f"Expected {count * dt.itemsize}, got {data.byte_size}"
+                )
+            data = shm.read(*data)
         if dt.wire == "BYTES":
             if isinstance(data, (bytes, memoryview)):
                 array = deserialize_bytes(data, count, in_name, name, prefix)
@@ -470,13 +513,15 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) 
         if req_out.classification > 0:
             array = _classify(array, req_out.classification, _labels(ireq.model, spec), batched)
             datatype = "BYTES"
-        if datatype == "BYTES":
+        if req_out.shm is not None:
+            # written from the array itself: one copy, straight into the client's region
+            data = serialize_bytes(array) if datatype == "BYTES" else np.ascontiguousarray(array)
+            shm.write(*req_out.shm, data, spec.name)
+            raw = b""
+        elif datatype == "BYTES":
             raw = serialize_bytes(array)
         else:
             raw = np.ascontiguousarray(array).tobytes()
-        if req_out.shm is not None:
-            shm.write(*req_out.shm, raw, spec.name)
-            raw = b""
         encoded.append(EncodedOutput(spec.name, datatype, array.shape, raw))
     return encoded
 

@@ -25,6 +25,7 @@ from prometheus_client.core import Metric
 
 from fpgaserve.backends import telemetry_collectors
 
+from .scheduler import abandoned_instances_running
 from .statistics import QUEUE_BUCKETS_US
 
 log = logging.getLogger("fpgaserve.metrics")
@@ -138,6 +139,14 @@ class InferenceCollector:
         yield cpu
         yield mem_total
         yield mem_used
+        abandoned = _family(
+            "fpgaserve_abandoned_instances",
+            "Model instance threads still inside execute() after their version was unloaded and they were "
+            "abandoned (--model-unload-timeout-secs)",
+            "gauge",
+        )
+        abandoned.add_sample("fpgaserve_abandoned_instances", {}, abandoned_instances_running())
+        yield abandoned
         for extra in self.extra:
             yield from extra.collect()
 

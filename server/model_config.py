@@ -27,6 +27,11 @@ PLATFORM_BACKENDS = {
 }
 
 
+MAX_INSTANCES = 256
+MAX_PRIORITY_LEVELS = 1024
+MAX_SEQUENCE_SLOTS = 65536
+
+
 class ConfigError(Exception):
     """A config that cannot be served; the message names the file and the problem."""
 
@@ -166,6 +171,22 @@ def validate(config: ModelConfig, model_name: str, source: str) -> None:
     policy = config.version_policy
     if policy.HasField("latest") and policy.latest.num_versions < 1:
         raise ConfigError(f"{source}: version_policy latest.num_versions must be >= 1")
+    # Limits on what a config makes the server build up front (a config may come from a
+    # client, RepositoryModelLoad's override): one thread per instance, one queue per
+    # priority level, one slot per batch row for direct sequence batching.
+    instances = sum(max(1, g.count) for g in config.instance_group)
+    if instances > MAX_INSTANCES:
+        raise ConfigError(f"{source}: {instances} instances requested; at most {MAX_INSTANCES} per model")
+    if config.HasField("dynamic_batching") and config.dynamic_batching.priority_levels > MAX_PRIORITY_LEVELS:
+        raise ConfigError(
+            f"{source}: dynamic_batching priority_levels {config.dynamic_batching.priority_levels} exceeds "
+            f"{MAX_PRIORITY_LEVELS}"
+        )
+    if config.HasField("sequence_batching") and config.max_batch_size > MAX_SEQUENCE_SLOTS:
+        raise ConfigError(
+            f"{source}: sequence batching keeps a slot per batch row; max_batch_size {config.max_batch_size} "
+            f"exceeds {MAX_SEQUENCE_SLOTS}"
+        )
 
 
 def input_specs(config: ModelConfig) -> dict[str, TensorSpec]:

@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fpgaserve.backends import BackendError, backend_class
+from fpgaserve.backends.base import path_inside
+from grpc import StatusCode
 
 from . import datatypes
 from . import model_config as mc
-from .errors import InferenceError, internal, invalid_argument, not_found, unavailable
+from .errors import InferenceError, escape_control, internal, invalid_argument, not_found, unavailable
 from .scheduler import ModelInstance, Scheduler, make_scheduler
 from .statistics import ModelStatistics
 
@@ -42,10 +44,41 @@ CONTROL_MODES = ("none", "explicit", "poll")
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 
 
+def check_model_name(name: str) -> None:
+    """A model name from a client names a directory: no separators, control characters, '..'."""
+    if name in (".", "..") or "/" in name or "\\" in name or any(c < " " or c == "\x7f" for c in name):
+        raise invalid_argument(f"invalid model name '{escape_control(name)}'")
+
+
+def _read_labels(model_dir: Path, config) -> dict[str, list[str]]:
+    """Each output's label_filename (relative to the model directory, and inside it), read at
+    load: a missing or escaping label file is a load error, and requests never touch the disk."""
+    labels: dict[str, list[str]] = {}
+    for out in config.output:
+        name = out.label_filename
+        if not name or name in labels:
+            continue
+        try:
+            path = path_inside(model_dir, model_dir, name, f"output '{out.name}' label_filename")
+        except BackendError as e:
+            raise mc.ConfigError(str(e)) from None
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                labels[name] = [line.rstrip("\n") for line in f]
+        except OSError as e:
+            raise mc.ConfigError(
+                f"output '{out.name}' label_filename '{name}' cannot be read: {e.strerror}"
+            ) from None
+    return labels
+
+
 class ModelVersion:
     """One loaded version: what the codec validates against and the scheduler executes."""
 
-    def __init__(self, name: str, version: int, config, version_dir: str, model_dir: str):
+    def __init__(
+        self, name: str, version: int, config, version_dir: str, model_dir: str,
+        labels: dict[str, list[str]] | None = None,
+    ):
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -62,17 +95,10 @@ class ModelVersion:
         self.stats = ModelStatistics()
         self.scheduler: Scheduler | None = None
         self.load_duration_s = 0.0
-        self._labels: dict[str, list[str]] = {}
+        self._labels = labels or {}
 
     def labels(self, filename: str) -> list[str]:
-        if filename not in self._labels:
-            path = os.path.join(self.model_dir, filename)
-            try:
-                with open(path) as f:
-                    self._labels[filename] = [line.rstrip("\n") for line in f]
-            except OSError:
-                self._labels[filename] = []
-        return self._labels[filename]
+        return self._labels.get(filename, [])
 
 
 @dataclass
@@ -89,24 +115,34 @@ class ModelEntry:
     reason: str = ""
     signature: str = ""  # content signature for poll mode
     temp_dir: str | None = None  # materialized "file:" overrides
+    # bumped by every load and unload: a drain that finishes after a newer load or unload
+    # started must not overwrite that one's state
+    generation: int = 0
 
     def ready_versions(self) -> list[int]:
         return sorted(self.versions)
+
+
+def _shown(text: str, limit: int = 64) -> str:
+    """A client string as echoed in an error: the start of it, if it is long."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse_version(version: str) -> int:
     """A request's version string, parsed like Triton's ``std::stol`` (leading blanks and
     sign allowed, trailing characters ignored), then checked to be > 0."""
     m = re.match(r"\s*([+-]?\d+)", version)
-    if m is None:
+    # more than 19 digits is out of std::stol's range whatever they are (and int() of a
+    # client's thousands of digits would raise, or cost quadratic time)
+    if m is None or len(m.group(1).lstrip("+-").lstrip("0")) > 19:
         raise invalid_argument(
-            f"failed to get model version from specified version string '{version}' "
+            f"failed to get model version from specified version string '{_shown(version)}' "
             "(details: stol), version should be an integral value > 0"
         )
     v = int(m.group(1))
     if not -(2**63) <= v < 2**63:  # std::stol's out_of_range
         raise invalid_argument(
-            f"failed to get model version from specified version string '{version}' "
+            f"failed to get model version from specified version string '{_shown(version)}' "
             "(details: stol), version should be an integral value > 0"
         )
     if v < 0:
@@ -207,6 +243,8 @@ class ModelRepository:
         shm=None,
         strict_readiness: bool = True,
         backend_config: dict | None = None,
+        unload_timeout_secs: float = 30.0,
+        allow_code_upload: bool = False,
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{control_mode}'")
@@ -217,6 +255,8 @@ class ModelRepository:
         self.shm = shm
         self.strict_readiness = strict_readiness
         self.backend_config = backend_config or {}
+        self.unload_timeout_secs = unload_timeout_secs
+        self.allow_code_upload = allow_code_upload
         self.models: dict[str, ModelEntry] = {}
         self._lock = asyncio.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -264,8 +304,9 @@ class ModelRepository:
                 pass
         async with self._lock:
             for entry in self.models.values():
-                await self._retire(entry, list(entry.versions.values()))
+                old = list(entry.versions.values())
                 entry.versions.clear()
+                await self._drain(entry.name, old)
                 self._cleanup_temp(entry)
 
     async def _poll_loop(self) -> None:
@@ -301,10 +342,15 @@ class ModelRepository:
     async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None, _startup: bool = False) -> None:
         if not _startup:
             self.check_explicit()
+            check_model_name(name)
         async with self._lock:
-            await self._load_locked(name, config_json, files)
+            old = await self._load_locked(name, config_json, files)
+        # Versions the load replaced finish their requests outside the lock, so a model stuck
+        # in execute() never blocks other loads, unloads or the index.
+        await self._drain(name, old)
 
-    async def _load_locked(self, name: str, config_json, files) -> None:
+    async def _load_locked(self, name: str, config_json, files) -> list[ModelVersion]:
+        """Build and swap in the new versions; returns the replaced ones (still to drain)."""
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, self._scan)
         entry = self.models.get(name)
@@ -320,6 +366,7 @@ class ModelRepository:
             entry = self.models[name] = ModelEntry(name)
         previous_state = entry.state
         entry.state, entry.reason = LOADING, ""
+        entry.generation += 1
         start = time.monotonic()
         temp_dir = None
         try:
@@ -328,7 +375,9 @@ class ModelRepository:
                 model_dir = Path(temp_dir)
             else:
                 model_dir = found[name]
-            new_versions, config, signature = await self._build_versions(name, model_dir, config_json)
+            new_versions, config, signature = await self._build_versions(
+                name, model_dir, config_json, uploaded=bool(files)
+            )
         except Exception as e:
             if temp_dir:
                 shutil.rmtree(temp_dir, ignore_errors=True)
@@ -355,16 +404,19 @@ class ModelRepository:
         old_temp, entry.temp_dir = entry.temp_dir, temp_dir
         for v in new_versions:
             self._notify("load", v)
-        await self._retire(entry, old)
+        for v in old:
+            self._notify("unload", v)
         if old_temp:
-            shutil.rmtree(old_temp, ignore_errors=True)
+            # the replaced versions keep their open files; their folder goes once they drained
+            old.append(_TempDirReaper(old_temp))
         log.info(
             "loaded model '%s' version(s) %s (%s) in %.2f s%s",
             name, [v.version for v in new_versions], mc.backend_name(config), elapsed,
             "" if previous_state != READY else " (reload)",
         )
+        return old
 
-    async def _build_versions(self, name: str, model_dir: Path, config_json):
+    async def _build_versions(self, name: str, model_dir: Path, config_json, uploaded: bool = False):
         loop = asyncio.get_running_loop()
 
         def prepare():
@@ -380,6 +432,13 @@ class ModelRepository:
                 cls = backend_class(mc.backend_name(config))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
+            if uploaded and cls.executes_model_files and not self.allow_code_upload:
+                raise InferenceError(
+                    StatusCode.PERMISSION_DENIED,
+                    f"failed to load '{name}': backend '{mc.backend_name(config)}' would run the code in the "
+                    "uploaded 'file:' parameters, which this server does not accept (start it with "
+                    "--allow-model-code-upload=true to allow it)",
+                )
             mc.normalize(config, name, cls.default_filename)
             versions = _select_versions(config, _available_versions(model_dir), source)
             try:
@@ -389,10 +448,14 @@ class ModelRepository:
             mc.validate(config, name, source)
             if not config.input or not config.output:
                 raise mc.ConfigError(f"{source}: model must declare at least one input and one output")
-            return config, cls, versions, _dir_signature(model_dir)
+            try:
+                labels = _read_labels(model_dir, config)
+            except mc.ConfigError as e:
+                raise mc.ConfigError(f"{source}: {e}") from None
+            return config, cls, versions, _dir_signature(model_dir), labels
 
         try:
-            config, cls, versions, signature = await loop.run_in_executor(None, prepare)
+            config, cls, versions, signature, labels = await loop.run_in_executor(None, prepare)
         except mc.ConfigError as e:
             # Triton's text, then the reason (which names the file and the problem)
             raise internal(f"failed to load '{name}', failed to poll from model repository: {e}") from None
@@ -400,17 +463,17 @@ class ModelRepository:
         built: list[ModelVersion] = []
         try:
             for version in versions:
-                built.append(await self._build_version(name, version, config, cls, model_dir))
+                built.append(await self._build_version(name, version, config, cls, model_dir, labels))
         except Exception:
             for v in built:
                 await v.scheduler.stop()
             raise
         return built, config, signature
 
-    async def _build_version(self, name, version, config, cls, model_dir: Path) -> ModelVersion:
+    async def _build_version(self, name, version, config, cls, model_dir: Path, labels=None) -> ModelVersion:
         loop = asyncio.get_running_loop()
         version_dir = str(model_dir / str(version))
-        mv = ModelVersion(name, version, config, version_dir, str(model_dir))
+        mv = ModelVersion(name, version, config, version_dir, str(model_dir), labels)
         cfg_dict = mc.config_dict(config)
         backend_settings = self.backend_config.get(mc.backend_name(config), {})
         instances: list[ModelInstance] = []
@@ -438,19 +501,32 @@ class ModelRepository:
         except Exception as e:
             for inst in instances:
                 await loop.run_in_executor(None, inst.close)
-            raise internal(f"failed to load '{name}' version {version}: {type(e).__name__}: {e}") from None
+            detail = e.message if isinstance(e, InferenceError) else f"{type(e).__name__}: {e}"
+            raise internal(f"failed to load '{name}' version {version}: {detail}") from None
         mv.scheduler = make_scheduler(mv, instances)
         mv.scheduler.start()
         return mv
 
-    async def _retire(self, entry: ModelEntry, versions: list[ModelVersion]) -> None:
+    async def _drain(self, name: str, versions: list) -> None:
+        """Let retired versions finish what they hold, up to --model-unload-timeout-secs; an
+        instance still inside execute() then is abandoned and reported."""
         for v in versions:
-            self._notify("unload", v)
-            await v.scheduler.stop()
+            if isinstance(v, _TempDirReaper):
+                v.reap()
+                continue
+            stuck = await v.scheduler.stop(timeout=self.unload_timeout_secs)
+            for instance in stuck:
+                log.error(
+                    "model '%s' version %d: instance %d was still inside execute() %.0f s after the "
+                    "version was unloaded; abandoning it (its thread keeps running, its requests failed "
+                    "with UNAVAILABLE)",
+                    name, v.version, instance.index, self.unload_timeout_secs,
+                )
 
     async def unload(self, name: str, _internal: bool = False) -> None:
         if not _internal:
             self.check_explicit()
+            check_model_name(name)
         async with self._lock:
             entry = self.models.get(name)
             if entry is None:
@@ -459,11 +535,20 @@ class ModelRepository:
             old = list(entry.versions.values())
             entry.state = UNLOADING
             entry.versions = {}
-            await self._retire(entry, old)
+            entry.generation += 1
+            generation = entry.generation
+            entry.version_states = {v.version: (UNLOADING, "") for v in old}
+            for v in old:
+                self._notify("unload", v)
+            temp_dir, entry.temp_dir = entry.temp_dir, None
+        # drained outside the lock: loads, unloads and the index go on meanwhile
+        await self._drain(name, old)
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        if entry.generation == generation:
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
             entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
-            self._cleanup_temp(entry)
-            log.info("unloaded model '%s'", name)
+        log.info("unloaded model '%s'", name)
 
     def _cleanup_temp(self, entry: ModelEntry) -> None:
         if entry.temp_dir:
@@ -537,16 +622,40 @@ class ModelRepository:
         return [v for e in self.models.values() for v in e.versions.values()]
 
 
+class _TempDirReaper:
+    """Removes a replaced model's uploaded files once its versions have drained."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def reap(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 def _materialize_files(name: str, files: dict[str, bytes]) -> str:
-    """Write RepositoryModelLoad ``file:<version>/<name>`` contents into a private folder."""
-    root = tempfile.mkdtemp(prefix=f"fpgaserve-{name}-")
-    for rel, data in files.items():
-        norm = os.path.normpath(rel)
-        if norm.startswith("..") or os.path.isabs(norm):
-            shutil.rmtree(root, ignore_errors=True)
-            raise invalid_argument(f"failed to load '{name}', invalid file path '{rel}' in load parameters")
-        path = os.path.join(root, norm)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
+    """Write RepositoryModelLoad ``file:<version>/<name>`` contents into a private folder.
+
+    Each path must stay inside it: relative, no '..' or empty components, no control
+    characters. Files are created fresh (O_EXCL, no symlink followed)."""
+    root = tempfile.mkdtemp(prefix="fpgaserve-load-")
+    try:
+        for rel, data in files.items():
+            parts = rel.split("/")
+            if (
+                not rel
+                or rel.startswith("/")
+                or any(p in ("", ".", "..") for p in parts)
+                or any(c < " " or c in "\\\x7f" for c in rel)
+            ):
+                raise invalid_argument(
+                    f"failed to load '{name}', invalid file path '{escape_control(rel)}' in load parameters"
+                )
+            path = os.path.join(root, *parts)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return root

@@ -97,6 +97,32 @@ class _PreciseTimer:
 _PRECISE_BELOW_S = 0.002  # waits shorter than this use _PreciseTimer
 
 
+def model_failure(model: str, e: BaseException) -> InferenceError:
+    """The error a batch fails with when model code raised ``e``.
+
+    ``BaseException`` too: model code may raise SystemExit or KeyboardInterrupt (or call
+    sys.exit); that fails its batch like any other exception and never reaches the server's
+    own control flow."""
+    if isinstance(e, InferenceError):
+        return e
+    if isinstance(e, DeviceUnavailableError):
+        return unavailable(str(e))
+    if isinstance(e, Exception):
+        return internal(str(e) or type(e).__name__)
+    detail = str(e)
+    return internal(f"model '{model}' raised {type(e).__name__}" + (f": {detail}" if detail else ""))
+
+
+# Instances abandoned inside execute() (a model that hung past --model-unload-timeout-secs);
+# /metrics reports how many of their threads are still running.
+_ABANDONED: list["ModelInstance"] = []
+
+
+def abandoned_instances_running() -> int:
+    _ABANDONED[:] = [i for i in _ABANDONED if i.executor.alive]
+    return len(_ABANDONED)
+
+
 def resolve(request: InferenceRequest, result, error) -> None:
     """Hand a request its result or error, unless it already has one (e.g. it was cancelled)."""
     if request.future.done():
@@ -167,8 +193,12 @@ class InstanceThread(concurrent.futures.Executor):
             fn, args, done = item
             try:
                 value, exc = fn(*args), None
-            except BaseException as e:  # delivered to the caller, never kills the thread
+            except Exception as e:  # delivered to the caller, never kills the thread
                 value, exc = None, e
+            except BaseException as e:
+                # SystemExit/KeyboardInterrupt from model code: delivered as an ordinary
+                # error, so it cannot unwind the event loop that receives it
+                value, exc = None, internal(f"{type(e).__name__} raised in {self._thread.name}: {e}")
             try:
                 done(value, exc)
             except RuntimeError:  # the event loop is already closed (shutdown): nobody waits
@@ -202,6 +232,16 @@ class InstanceThread(concurrent.futures.Executor):
         self._queue.put(None)
         if wait and threading.current_thread() is not self._thread:
             self._thread.join()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def abandon(self, cleanup) -> None:
+        """Stop waiting for this thread: if its stuck call ever returns, it runs ``cleanup``
+        and exits (nobody waits for either)."""
+        self._queue.put((cleanup, (), lambda value, exc: None))
+        self._queue.put(None)
 
 
 def _batch_input_specs(config) -> list[tuple[str, str, np.dtype, str]]:
@@ -246,6 +286,7 @@ class ModelInstance:
         )
         self.batch_inputs = _batch_input_specs(model.config)
         self.executor = InstanceThread(f"{model.name}-{index}")
+        self.busy = False  # inside run_batch (set and read on the event loop)
 
     # ------------------------------------------------------------------ worker thread
     def run_batch(self, batch: list[InferenceRequest]):
@@ -276,16 +317,12 @@ class ModelInstance:
         t1 = time.monotonic_ns()
         try:
             outputs = self.backend.execute(inputs)
-        except InferenceError:
-            raise
-        except DeviceUnavailableError as e:
-            raise unavailable(str(e)) from e
-        except Exception as e:
+            t2 = time.monotonic_ns()
+            # (checking may call into objects the model returned, so it is guarded too)
+            outputs = self._check_outputs(outputs, batch, sum(r.batch_size for r in batch))
+        except BaseException as e:
             log.debug("model %s execute failed", model.name, exc_info=True)
-            raise internal(str(e) or type(e).__name__) from e
-        t2 = time.monotonic_ns()
-        total_rows = sum(r.batch_size for r in batch)
-        outputs = self._check_outputs(outputs, batch, total_rows)
+            raise model_failure(model.name, e) from None
         results: list[list[EncodedOutput] | InferenceError] = []
         offset = 0
         for r in batch:
@@ -300,8 +337,8 @@ class ModelInstance:
                 continue
             try:
                 results.append(codec.encode_outputs(r, mine, self.shm))
-            except InferenceError as e:
-                results.append(e)
+            except Exception as e:  # this request's outputs only (e.g. a too-small shm region)
+                results.append(e if isinstance(e, InferenceError) else model_failure(model.name, e))
         t3 = time.monotonic_ns()
         return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
 
@@ -324,11 +361,9 @@ class ModelInstance:
                 request.emit(codec.encode_outputs(request, outputs, self.shm))
                 t = time.monotonic_ns()
                 output_ns += t - t1
-        except InferenceError:
-            raise
-        except Exception as e:
+        except BaseException as e:
             log.debug("model %s execute failed", self.model.name, exc_info=True)
-            raise internal(str(e) or type(e).__name__) from e
+            raise model_failure(self.model.name, e) from None
         infer_ns += time.monotonic_ns() - t
         return [[]], BatchTimings(0, infer_ns, output_ns)
 
@@ -346,18 +381,40 @@ class ModelInstance:
             if spec.datatype.wire == "BYTES":
                 if array.dtype != object:
                     array = array.astype(object)
-            elif array.dtype != dtype:
-                if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            elif array.dtype != dtype and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+                raise internal(
+                    f"output '{name}' of model '{model.name}' has data type {array.dtype}, "
+                    f"but the model configuration declares {spec.datatype.wire}"
+                )
+            elif (
+                array.dtype.kind in "iu"
+                and dtype.kind in "iu"
+                and array.size
+                and not np.can_cast(array.dtype, dtype, casting="safe")
+            ):
+                # narrowing integers would wrap silently: only values that fit are passed on
+                info = np.iinfo(dtype)
+                if array.min() < info.min or array.max() > info.max:
                     raise internal(
-                        f"output '{name}' of model '{model.name}' has data type {array.dtype}, "
-                        f"but the model configuration declares {spec.datatype.wire}"
+                        f"output '{name}' of model '{model.name}' has values outside the range of "
+                        f"{spec.datatype.wire}, the data type the model configuration declares"
                     )
-                array = array.astype(dtype)
-            if model.max_batch_size > 0 and (array.ndim == 0 or array.shape[0] != total_rows):
+            batched = model.max_batch_size > 0
+            if batched and (array.ndim == 0 or array.shape[0] != total_rows):
                 raise internal(
                     f"output '{name}' of model '{model.name}' has shape {list(array.shape)}, "
                     f"expected a leading batch dimension of {total_rows}"
                 )
+            if not spec.is_shape_tensor:
+                got = array.shape[1:] if batched else array.shape
+                if len(got) != len(spec.dims) or any(d != -1 and d != g for d, g in zip(spec.dims, got)):
+                    declared = ([-1] if batched else []) + list(spec.dims)
+                    raise internal(
+                        f"output '{name}' of model '{model.name}' has shape {list(array.shape)}, but the "
+                        f"model configuration declares {declared}"
+                    )
+            if array.dtype != dtype and spec.datatype.wire != "BYTES":
+                array = array.astype(dtype)
             checked[name] = array
         return checked
 
@@ -367,6 +424,18 @@ class ModelInstance:
         except Exception:
             log.exception("closing instance %d of model %s", self.index, self.model.name)
         self.executor.shutdown(wait=True)
+
+    def abandon(self) -> None:
+        """Leave a thread stuck in execute() behind (it is a daemon); it closes the backend
+        and exits if the call ever returns."""
+        _ABANDONED.append(self)
+        self.executor.abandon(self._close_quietly)
+
+    def _close_quietly(self) -> None:
+        try:
+            self.backend.close()
+        except BaseException:
+            log.exception("closing abandoned instance %d of model %s", self.index, self.model.name)
 
 
 class Scheduler:
@@ -379,6 +448,7 @@ class Scheduler:
         self._wakeup = Wakeup()
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        self._stop_timeout = 0.0
         self.executing = 0  # requests currently inside an instance
 
     @property
@@ -432,9 +502,19 @@ class Scheduler:
         for r in batch:
             r.exec_start_ns = start
         self.executing += len(batch)
+        instance.busy = True
         stats = self.model.stats
         try:
             results, timings = await instance.executor.run_async(loop, instance.run_batch, batch)
+        except asyncio.CancelledError:
+            # stop() gave up on this instance (execute() hung past the unload timeout)
+            err = unavailable(self._abandon_text(instance))
+            end = time.monotonic_ns()
+            for r in batch:
+                if not r.padding:
+                    stats.record_failure(end - r.arrival_ns, "BACKEND")
+                    self._complete(r, None, err)
+            raise
         except Exception as e:
             err = e if isinstance(e, InferenceError) else internal(str(e) or type(e).__name__)
             end = time.monotonic_ns()
@@ -445,6 +525,7 @@ class Scheduler:
             return
         finally:
             self.executing -= len(batch)
+            instance.busy = False
         end = time.monotonic_ns()
         stats.record_execution(sum(r.batch_size for r in batch), timings)
         for r, result in zip(batch, results):
@@ -461,15 +542,54 @@ class Scheduler:
         """Release a request's outcome to its caller (a batcher may hold it for ordering)."""
         resolve(request, result, error)
 
-    async def stop(self) -> None:
-        """Finish queued and executing work, then release the instances."""
+    def queued(self) -> list[InferenceRequest]:
+        """Requests waiting in this scheduler's queues (batching policies keep their own)."""
+        return list(self._queue)
+
+    def _abandon_text(self, instance: ModelInstance) -> str:
+        return (
+            f"model '{self.model.name}' version {self.model.version} was unloaded while instance "
+            f"{instance.index} was still inside execute() after {self._stop_timeout:g} s; the request "
+            "did not complete"
+        )
+
+    async def stop(self, timeout: float | None = None) -> list[ModelInstance]:
+        """Finish queued and executing work, then release the instances.
+
+        With a ``timeout``, instances still inside execute() after it are abandoned: their
+        batch and everything still queued fail with UNAVAILABLE, their threads are left to
+        finish (or not) on their own, and they are returned for the caller to report.
+        """
         self._stopping = True
+        self._stop_timeout = timeout or 0.0
         self._wakeup.set()
+        stuck: list[ModelInstance] = []
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            _, pending = await asyncio.wait(self._tasks, timeout=timeout)
+            if pending:
+                stuck = [i for i, t in zip(self.instances, self._tasks) if t in pending and i.busy]
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                end = time.monotonic_ns()
+                for r in self.queued():
+                    if not r.future.done():
+                        self.model.stats.record_failure(end - r.arrival_ns, "OTHER")
+                        resolve(
+                            r,
+                            None,
+                            unavailable(
+                                f"model '{self.model.name}' version {self.model.version} was unloaded before "
+                                "the request could execute (its instances were stuck in execute())"
+                            ),
+                        )
         loop = asyncio.get_running_loop()
         for instance in self.instances:
-            await loop.run_in_executor(None, instance.close)
+            if instance in stuck:
+                instance.abandon()
+            else:
+                await loop.run_in_executor(None, instance.close)
+        return stuck
 
 
 class DirectScheduler(Scheduler):

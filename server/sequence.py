@@ -309,9 +309,12 @@ class SequenceBatcher(Scheduler):
             self._release(seq)  # else a new sequence with this ID (START) is queued behind it
         self._wake(seq)
 
-    async def stop(self) -> None:
+    def queued(self) -> list[InferenceRequest]:
+        return [r for seq in self.sequences.values() for r in seq.queue]
+
+    async def stop(self, timeout: float | None = None) -> list[ModelInstance]:
         self._stopping = True
         if not self.oldest:
             for w in self._instance_wakeups:
                 w.set()
-        await super().stop()
+        return await super().stop(timeout)
