@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 from dataclasses import dataclass, field
 
 import grpc
@@ -46,12 +47,14 @@ class ServerOptions:
     log_verbose: int = 0
     log_file: str = ""
     log_format: str = "default"
-    # keepalive: tolerant defaults so client keepalive pings never earn a GOAWAY
+    # keepalive: a ping flood (pings without data, more than two of them sooner than 500 ms
+    # after the previous one) gets a GOAWAY; clients pinging every second, with scheduling
+    # jitter, are never cut (tritonclient's keepalive test pings at 1 s)
     grpc_keepalive_time_ms: int = 7_200_000
     grpc_keepalive_timeout_ms: int = 20_000
     grpc_keepalive_permit_without_calls: bool = True
     grpc_http2_max_pings_without_data: int = 0
-    grpc_http2_min_recv_ping_interval_without_data_ms: int = 1_000
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = 500
     grpc_http2_max_ping_strikes: int = 2
     # {backend: {setting: value}}, tritonserver's --backend-config (the hls4ml backend's
     # fpga-mode lives here)
@@ -121,9 +124,14 @@ class InferenceServer:
             ("grpc.keepalive_timeout_ms", o.grpc_keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", int(o.grpc_keepalive_permit_without_calls)),
             ("grpc.http2.max_pings_without_data", o.grpc_http2_max_pings_without_data),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", o.grpc_http2_min_recv_ping_interval_without_data_ms),
+            # (grpc-core's name for the minimum interval between received pings; the
+            # "min_recv_..." spelling is silently ignored and leaves the 5-minute default)
+            ("grpc.http2.min_ping_interval_without_data_ms", o.grpc_http2_min_recv_ping_interval_without_data_ms),
             ("grpc.http2.max_ping_strikes", o.grpc_http2_max_ping_strikes),
             ("grpc.max_concurrent_streams", o.grpc_max_concurrent_streams),
+            # grpc-core otherwise refuses (RST_STREAM REFUSED_STREAM) a stream that arrives
+            # while the previous one still counts against the limit; clients must queue, not fail
+            ("grpc.http.overload_protection", 0),
             ("grpc.so_reuseport", 0),
         ]
 
@@ -145,6 +153,21 @@ class InferenceServer:
         cert = read("--grpc-server-cert", o.grpc_server_cert)
         key = read("--grpc-server-key", o.grpc_server_key)
         root = read("--grpc-root-cert", o.grpc_root_cert) if (o.grpc_root_cert or o.grpc_use_ssl_mutual) else None
+        # gRPC only finds out at bind time, as an anonymous RuntimeError; check them here so
+        # the error names the file and the problem
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(o.grpc_server_cert, o.grpc_server_key)
+        except (ssl.SSLError, OSError) as e:
+            raise SystemExit(
+                f"error: --grpc-server-cert {o.grpc_server_cert} and --grpc-server-key {o.grpc_server_key} "
+                f"are not a PEM certificate chain and its private key ({e.reason if isinstance(e, ssl.SSLError) else e})"
+            ) from None
+        if root is not None:
+            try:
+                context.load_verify_locations(cadata=root.decode("ascii", "replace"))
+            except (ssl.SSLError, ValueError) as e:
+                raise SystemExit(f"error: --grpc-root-cert {o.grpc_root_cert} holds no PEM CA certificate ({e})") from None
         return grpc.ssl_server_credentials(
             [(key, cert)], root_certificates=root, require_client_auth=o.grpc_use_ssl_mutual
         )

@@ -124,12 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="pings the server may send without data (0 = unlimited).",
     )
     g.add_argument(
-        "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=1_000, metavar="MS",
+        "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=500, metavar="MS",
         help="minimum interval between client pings the server tolerates.",
     )
     g.add_argument(
-        "--grpc-http2-max-ping-strikes", type=int, default=0,
-        help="bad pings tolerated before GOAWAY (0 = unlimited, so keepalive clients are never cut).",
+        "--grpc-http2-max-ping-strikes", type=int, default=2,
+        help="pings without data, sooner than --grpc-http2-min-recv-ping-interval-without-data after the "
+        "previous one, tolerated before GOAWAY (0 = unlimited; clients pinging once a second are "
+        "never cut).",
     )
     g.add_argument(
         "--grpc-max-concurrent-streams", type=int, default=1024, metavar="N",

@@ -68,6 +68,8 @@ def _request_parameters(request, ireq: InferenceRequest) -> None:
         elif key.startswith("triton_"):
             if key not in ALLOWED_TRITON_PARAMETERS:
                 raise invalid_argument(RESERVED_PARAMETER_ERROR)
+            if kind != "bool_param":
+                raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
         elif kind not in ("int64_param", "bool_param", "string_param", "double_param"):
             # Triton passes custom parameters to the model; uint64 has no core setter.
             raise invalid_argument(
@@ -77,16 +79,37 @@ def _request_parameters(request, ireq: InferenceRequest) -> None:
 
 
 def _tensor_shm(params, tensor: str) -> ShmTarget | None:
-    if "shared_memory_region" not in params:
+    """A tensor's shared-memory location, checked as Triton's ParseSharedMemoryParams does."""
+    region = None
+    if "shared_memory_region" in params:
+        p = params["shared_memory_region"]
+        if p.WhichOneof("parameter_choice") != "string_param":
+            raise invalid_argument(
+                f"invalid value type for 'shared_memory_region' parameter for tensor '{tensor}', expected string_param."
+            )
+        region = p.string_param
+    values = {}
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key not in params:
+            continue
+        if region is None:
+            raise invalid_argument(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+            )
+        p = params[key]
+        if p.WhichOneof("parameter_choice") != "int64_param":
+            raise invalid_argument(
+                f"invalid value type for '{key}' parameter for tensor '{tensor}', expected int64_param."
+            )
+        values[key] = p.int64_param
+    if region is None:
         return None
-    region = params["shared_memory_region"].string_param
-    offset = params["shared_memory_offset"].int64_param if "shared_memory_offset" in params else 0
-    if "shared_memory_byte_size" not in params:
+    if "shared_memory_byte_size" not in values:
         raise invalid_argument(
             f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
             f"parameter for tensor '{tensor}'"
         )
-    return ShmTarget(region, offset, params["shared_memory_byte_size"].int64_param)
+    return ShmTarget(region, values.get("shared_memory_offset", 0), values["shared_memory_byte_size"])
 
 
 def _id_prefix(request_id: str) -> str:
@@ -235,6 +258,7 @@ def _check_typed_field(contents, tensor, model_name: str) -> None:
 
 
 _INT64_MAX = 2**63 - 1
+_SPARE_INPUTS = 64  # extra inputs still walked one by one, so small mistakes get Triton's exact texts
 
 
 def _check_element_count(shape, dt: datatypes.DataType, in_name: str, model: str, prefix: str) -> None:
@@ -265,7 +289,22 @@ def decode_request(request, model, shm) -> InferenceRequest:
     if request.parameters:
         _request_parameters(request, ireq)
 
-    # --- frontend: collect inputs (raw vs typed vs shm, duplicates)
+    if len(request.inputs) > len(model.inputs) + _SPARE_INPUTS:
+        # far more inputs than the model has: answered before a per-input walk (Python work
+        # per input) over what may be millions of them; the text is Triton's count error
+        raise invalid_argument(
+            f"{prefix}expected {len(model.inputs)} inputs but got {len(request.inputs)} inputs for model '{name}'"
+        )
+
+    # --- frontend: every input is added to the request before any data is looked at, so a
+    # duplicate is reported before the data problems of any input (Triton's order)
+    names: set[str] = set()
+    for tensor in request.inputs:
+        if tensor.name in names:
+            raise invalid_argument(f"{prefix}input '{tensor.name}' already exists in request")
+        names.add(tensor.name)
+
+    # --- frontend: collect inputs (raw vs typed vs shm)
     raw_contents = request.raw_input_contents  # read the repeated field once
     has_raw = len(raw_contents) > 0
     received: dict[str, tuple[Any, list[int], Any]] = {}  # name -> (datatype, shape, data)
@@ -273,6 +312,11 @@ def decode_request(request, model, shm) -> InferenceRequest:
     for tensor in request.inputs:
         target = _tensor_shm(tensor.parameters, tensor.name) if tensor.parameters else None
         if target is not None:
+            if tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{tensor.name}' for model '{name}'"
+                )
             # validated now (Triton's frontend order); read once the declared size is checked
             shm.check(*target)
             data = target
@@ -295,8 +339,6 @@ def decode_request(request, model, shm) -> InferenceRequest:
                 )
             data = tensor.contents  # typed contents, converted after dtype validation
             _check_typed_field(data, tensor, name)
-        if tensor.name in received:
-            raise invalid_argument(f"{prefix}input '{tensor.name}' already exists in request")
         received[tensor.name] = (tensor.datatype, list(tensor.shape), data)
 
     # --- requested outputs (duplicates rejected, as newer Triton and qa/L0_grpc expect)
@@ -321,7 +363,11 @@ def decode_request(request, model, shm) -> InferenceRequest:
                     "invalid value type for 'classification' parameter, expected int64_param"
                 )
             k = int(p.int64_param)
-            if k > 0 and spec.datatype.wire in ("BYTES", "BOOL"):
+            if k <= 0:
+                raise invalid_argument("invalid value for 'classification' parameter, expected >= 0")
+            if target is not None:
+                raise invalid_argument("output can't set both 'shared_memory_region' and 'classification'")
+            if spec.datatype.wire in ("BYTES", "BOOL"):
                 # Triton's text (classification.cc); a top-k of strings has no meaning
                 raise invalid_argument(
                     f"class result not available for output '{out.name}' due to unsupported type "

@@ -295,6 +295,8 @@ class InferenceServicer:
 
     async def ModelStatistics(self, request, context):
         response = pb.ModelStatisticsResponse()
+        if request.version:
+            parse_version(request.version)  # Triton rejects a bad version string first
         if request.name:
             entry = self.repository.models.get(request.name)
             if entry is None or not entry.versions:
@@ -524,8 +526,7 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ settings
     async def LogSettings(self, request, context):
-        for key, value in request.settings.items():
-            self.log_settings.update(key, _setting(value))
+        self.log_settings.update_many({key: _setting(value) for key, value in request.settings.items()})
         response = pb.LogSettingsResponse()
         for key, value in self.log_settings.as_dict().items():
             v = response.settings[key]

@@ -31,6 +31,7 @@ MAX_LINE_BYTES = 8192
 MAX_HEADERS = 100
 MAX_BODY_BYTES = 64 * 1024
 DEFAULT_MAX_CONNECTIONS = 1024
+_SINGLE_HEADERS = ("content-length", "transfer-encoding", "host")
 
 _REASONS = {
     200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
@@ -107,13 +108,17 @@ class TinyHttpServer:
             name, colon, value = h.decode("latin-1").partition(":")
             if not colon or not name or name != name.strip():
                 raise _Reject(400)
-            headers[name.lower()] = value.strip()
+            name = name.lower()
+            if name in headers and name in _SINGLE_HEADERS:
+                # two framings of one message: a proxy in front may have used the other one
+                raise _Reject(400)
+            headers[name] = value.strip()
         else:
             raise _Reject(431)
         if "transfer-encoding" in headers:
             raise _Reject(501)
         length = headers.get("content-length", "0")
-        if not length.isdigit():
+        if not (length.isascii() and length.isdigit()):
             raise _Reject(400)
         if int(length) > MAX_BODY_BYTES:
             raise _Reject(413)

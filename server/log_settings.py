@@ -70,6 +70,23 @@ class LogSettings:
         return dict(self.values)
 
     def update(self, key: str, value) -> None:
+        self.update_many({key: value})
+
+    def update_many(self, settings: dict) -> None:
+        """All of a request's settings, or none: every one is checked before any applies."""
+        for key, value in settings.items():
+            self._check(key, value)
+        new_file = settings.get("log_file")
+        if new_file and new_file != self.values["log_file"]:
+            try:
+                open(new_file, "a").close()
+            except OSError as e:
+                raise invalid_argument(f"cannot open log file '{new_file}': {e.strerror}") from None
+        if settings:
+            self.values.update(settings)
+            self.apply()
+
+    def _check(self, key: str, value) -> None:
         if key not in self.values:
             raise invalid_argument(f"unknown log setting '{key}'")
         current = self.values[key]
@@ -86,13 +103,7 @@ class LogSettings:
         if key == "log_file" and value != current and not self.allow_log_file_update:
             # PERMISSION_DENIED: the request is well formed, this server does not allow it
             raise InferenceError(StatusCode.PERMISSION_DENIED, LOG_FILE_UPDATE_REFUSED)
-        if key == "log_file" and value:
-            try:
-                open(value, "a").close()
-            except OSError as e:
-                raise invalid_argument(f"cannot open log file '{value}': {e.strerror}") from None
-        self.values[key] = value
-        self.apply()
+
 
     def apply(self) -> None:
         v = self.values

@@ -131,7 +131,8 @@ def _shown(text: str, limit: int = 64) -> str:
 def parse_version(version: str) -> int:
     """A request's version string, parsed like Triton's ``std::stol`` (leading blanks and
     sign allowed, trailing characters ignored), then checked to be > 0."""
-    m = re.match(r"\s*([+-]?\d+)", version)
+    # std::stol: C-locale blanks and ASCII digits only (\s and \d would take Unicode ones)
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", version)
     # more than 19 digits is out of std::stol's range whatever they are (and int() of a
     # client's thousands of digits would raise, or cost quadratic time)
     if m is None or len(m.group(1).lstrip("+-").lstrip("0")) > 19:
@@ -564,7 +565,9 @@ class ModelRepository:
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str, version: str = "") -> ModelVersion:
-        """Resolve a request's (model, version) with Triton's errors."""
+        """Resolve a request's (model, version) with Triton's errors (the version string is
+        checked first, as Triton parses it before looking the model up)."""
+        v = parse_version(version) if version else 0
         entry = self.models.get(name)
         if entry is None or (not entry.versions and not entry.version_states):
             raise not_found(f"Request for unknown model: '{name}' is not found")
@@ -572,7 +575,6 @@ class ModelRepository:
             if not entry.versions:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return entry.versions[max(entry.versions)]
-        v = parse_version(version)
         mv = entry.versions.get(v)
         if mv is None:
             if v in entry.version_states:

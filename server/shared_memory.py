@@ -190,7 +190,10 @@ class SystemSharedMemoryManager:
             r = self._regions.get(region)
             if r is None:
                 raise not_found(f"Unable to find shared memory region: '{region}'")
-            if offset < 0 or byte_size < 0 or offset + byte_size > r.byte_size:
+            # Triton's checks and texts (its offset is unsigned: a negative one is out of range)
+            if offset < 0 or offset >= r.byte_size:
+                raise invalid_argument(f"Invalid offset for shared memory region: '{region}'")
+            if byte_size <= 0 or offset + byte_size > r.byte_size:
                 raise invalid_argument(f"Invalid offset + byte size for shared memory region: '{region}'")
             r.users += 1
             return r
