@@ -41,6 +41,20 @@ def _keep_freed_memory() -> None:
         pass
 
 
+def _raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every client connection, shared-memory region
+    (up to --max-shm-regions) and model file costs a descriptor, and a soft limit of 1024 (a
+    common default) would be reached by the regions alone."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 from . import __version__  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
 from .access import CATEGORIES  # noqa: E402
@@ -286,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return pack_main(argv[1:])
     args = build_parser().parse_args(argv)
     _keep_freed_memory()
+    _raise_fd_limit()
     server = InferenceServer(options_from_args(args))
     try:
         asyncio.run(server.serve_forever())

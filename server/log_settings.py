@@ -27,12 +27,18 @@ LOG_FILE_UPDATE_REFUSED = (
 )
 
 
+MAX_MESSAGE_CHARS = 8192
+
+
 class EscapingFormatter(logging.Formatter):
     """One record, one line: the message's control characters are escaped, and a traceback
     (which may quote client strings too) is indented, so no line of it can pass for a record."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = escape_control(record.message)
+        message = record.message
+        if len(message) > MAX_MESSAGE_CHARS:  # a client string cannot fill the disk either
+            message = f"{message[:MAX_MESSAGE_CHARS]} ... [{len(message) - MAX_MESSAGE_CHARS} more characters]"
+        record.message = escape_control(message)
         return super().formatMessage(record)
 
     def formatException(self, ei) -> str:
