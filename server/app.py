@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 import ssl
 from dataclasses import dataclass, field
 
@@ -24,6 +26,39 @@ from .repository import ModelRepository
 from .shared_memory import SystemSharedMemoryManager
 
 log = logging.getLogger("fpgaserve")
+
+
+def resolve_bind_address(host: str) -> list[str]:
+    """The numeric addresses ``host`` names, as the C library resolves it.
+
+    grpc-core resolves bind addresses with its own resolver, which refuses spellings
+    getaddrinfo accepts and tritonserver therefore binds: cmsTriton has passed ``127.0.01``
+    (inet_aton reads it as 127.0.0.1). Resolving here keeps tritonserver's behaviour; a
+    name that resolves to several addresses (``localhost``: ::1 and 127.0.0.1) binds them all.
+    """
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    infos = socket.getaddrinfo(bare or None, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    seen: list[str] = []
+    for family, _, _, _, sockaddr in infos:
+        ip = sockaddr[0]
+        text = f"[{ip}]" if family == socket.AF_INET6 else ip
+        if text not in seen:
+            seen.append(text)
+    return seen
+
+
+def _bind_error(address: str, port: int) -> str:
+    """Why ``address:port`` (numeric) cannot be bound, in the system's words (strerror)."""
+    bare = address[1:-1] if address.startswith("[") else address
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc-core binds
+        try:
+            s.bind((bare, port))
+        except OSError as e:
+            return e.strerror or str(e)
+    return "grpcio refused it"
+
 
 INT32_MAX = 2**31 - 1
 
@@ -74,6 +109,22 @@ class ServerOptions:
     allow_model_code_upload: bool = False
     max_shm_regions: int = 1024
     model_unload_timeout_secs: float = 30.0
+    # tritonserver's flags of the same names (see README: Deploying, the flags table)
+    server_id: str = "triton"
+    auto_complete_config: bool = True
+    allow_grpc: bool = True
+    allow_http: bool = True
+    allow_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    allow_cpu_metrics: bool = True
+    reuse_grpc_port: bool = False
+    reuse_http_port: bool = False
+    grpc_max_connection_age_ms: int = 0  # 0 = unlimited
+    grpc_max_connection_age_grace_ms: int = 0
+    allow_client_shm: bool = True
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
 
 
 class InferenceServer:
@@ -87,8 +138,11 @@ class InferenceServer:
         self.log_settings = LogSettings(
             options.log_verbose, options.log_file, options.log_format,
             allow_log_file_update=options.allow_log_file_update,
+            log_info=options.log_info, log_warning=options.log_warning, log_error=options.log_error,
         )
-        self.shm = SystemSharedMemoryManager(max_regions=options.max_shm_regions)
+        self.shm = SystemSharedMemoryManager(
+            max_regions=options.max_shm_regions, allow_client_shm=options.allow_client_shm
+        )
         self.repository = ModelRepository(
             options.model_repositories,
             control_mode=options.model_control_mode,
@@ -99,8 +153,9 @@ class InferenceServer:
             backend_config=options.backend_config,
             unload_timeout_secs=options.model_unload_timeout_secs,
             allow_code_upload=options.allow_model_code_upload,
+            auto_complete_config=options.auto_complete_config,
         )
-        self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings)
+        self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings, server_id=options.server_id)
         timeouts = dict(
             header_timeout_s=options.http_header_timeout_secs, idle_timeout_s=options.http_idle_timeout_secs
         )
@@ -132,8 +187,14 @@ class InferenceServer:
             # grpc-core otherwise refuses (RST_STREAM REFUSED_STREAM) a stream that arrives
             # while the previous one still counts against the limit; clients must queue, not fail
             ("grpc.http.overload_protection", 0),
-            ("grpc.so_reuseport", 0),
-        ]
+            # off by default: a second server on a taken port must fail ("Address already in
+            # use", which cmsTriton watches for to pick other ports), not silently share it
+            ("grpc.so_reuseport", int(o.reuse_grpc_port)),
+        ] + ([
+            ("grpc.max_connection_age_ms", o.grpc_max_connection_age_ms),
+        ] if o.grpc_max_connection_age_ms > 0 else []) + ([
+            ("grpc.max_connection_age_grace_ms", o.grpc_max_connection_age_grace_ms),
+        ] if o.grpc_max_connection_age_grace_ms > 0 else [])
 
     def _grpc_credentials(self) -> grpc.ServerCredentials | None:
         """TLS as tritonserver configures it (--grpc-use-ssl[-mutual], PEM files); None = plaintext."""
@@ -175,13 +236,32 @@ class InferenceServer:
     async def start(self) -> None:
         o = self.options
         await self.repository.start()
-        if o.exit_on_error and not self.repository.all_ready():
-            raise SystemExit("error: some models failed to load and --exit-on-error is set")
         try:
-            credentials = self._grpc_credentials()
-        except SystemExit:
+            if o.exit_on_error and not self.repository.all_ready():
+                raise SystemExit("error: some models failed to load and --exit-on-error is set")
+            if o.allow_grpc:
+                await self._start_grpc()
+            if o.allow_http and o.http_port >= 0:
+                self.http_port = await self._start_listener(
+                    self.http, "HTTP", o.http_address, o.http_port, o.reuse_http_port
+                )
+                log.info("Started HTTPService at %s:%d (health endpoints)", o.http_address, self.http_port)
+            if o.allow_metrics and o.metrics_port >= 0:
+                self.metrics_port = await self._start_listener(
+                    self.metrics_http, "metrics", o.metrics_address, o.metrics_port, False
+                )
+                log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
+        except BaseException:
+            if self._grpc is not None:
+                await self._grpc.stop(grace=0)
+            await self.http.stop()
+            await self.metrics_http.stop()
             await self.repository.stop()
             raise
+
+    async def _start_grpc(self) -> None:
+        o = self.options
+        credentials = self._grpc_credentials()
         self._grpc = grpc.aio.server(options=self._grpc_options())
         restrictions = self.grpc_restrictions
         self._grpc.add_generic_rpc_handlers(
@@ -190,37 +270,41 @@ class InferenceServer:
                 HealthServicer(self.servicer).generic_handler(restrictions),
             )
         )
-        address = f"{o.grpc_address}:{o.grpc_port}"
         try:
-            if credentials is None:
-                self.grpc_port = self._grpc.add_insecure_port(address)
-            else:
-                self.grpc_port = self._grpc.add_secure_port(address, credentials)
-        except RuntimeError:  # grpcio raises instead of returning 0 on a taken port (or bad key)
-            self.grpc_port = 0
-        if self.grpc_port == 0:
-            await self.repository.stop()
-            raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{o.grpc_port} (address in use?)")
+            addresses = resolve_bind_address(o.grpc_address)
+        except socket.gaierror as e:
+            raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{o.grpc_port}: {e.strerror}") from None
+        port = o.grpc_port
+        for address in addresses:
+            try:
+                if credentials is None:
+                    bound = self._grpc.add_insecure_port(f"{address}:{port}")
+                else:
+                    bound = self._grpc.add_secure_port(f"{address}:{port}", credentials)
+            except RuntimeError:  # grpcio raises instead of returning 0 on a taken port
+                bound = 0
+            if bound == 0:
+                # grpcio says only "Failed to bind"; a plain socket tells why in the system's
+                # words ("Address already in use", which cmsTriton watches for to retry on
+                # other ports)
+                raise SystemExit(
+                    f"error: cannot bind gRPC to {o.grpc_address}:{port}: {_bind_error(address, port)}"
+                )
+            port = bound  # port 0: the other addresses of the name take the same port
+        self.grpc_port = port
         await self._grpc.start()
         # tritonserver prints exactly this; launchers (cmsTriton) wait for it
         log.info("Started GRPCInferenceService at %s:%d", o.grpc_address, self.grpc_port)
-        if o.http_port >= 0:
-            try:
-                self.http_port = await self.http.start(o.http_address, o.http_port)
-            except OSError as e:
-                await self._grpc.stop(grace=0)
-                await self.repository.stop()
-                raise SystemExit(f"error: cannot bind HTTP to {o.http_address}:{o.http_port}: {e.strerror}")
-            log.info("Started HTTPService at %s:%d (health endpoints)", o.http_address, self.http_port)
-        if o.metrics_port >= 0:
-            try:
-                self.metrics_port = await self.metrics_http.start(o.metrics_address, o.metrics_port)
-            except OSError as e:
-                await self._grpc.stop(grace=0)
-                await self.http.stop()
-                await self.repository.stop()
-                raise SystemExit(f"error: cannot bind metrics to {o.metrics_address}:{o.metrics_port}: {e.strerror}")
-            log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
+
+    @staticmethod
+    async def _start_listener(server: TinyHttpServer, what: str, address: str, port: int, reuse: bool) -> int:
+        try:
+            return await server.start(address, port, reuse_port=reuse)
+        except OSError as e:
+            # asyncio rewords the error ("error while attempting to bind on address ...: address
+            # already in use"); log the system's text, as tritonserver does
+            why = os.strerror(e.errno) if e.errno else str(e)
+            raise SystemExit(f"error: cannot bind {what} to {address}:{port}: {why}") from None
 
     async def stop(self) -> None:
         """Drain, then release. Everything shares one --exit-timeout-secs budget: a backend

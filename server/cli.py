@@ -63,25 +63,102 @@ from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
 
 def _bool(text: str) -> bool:
+    """tritonserver's boolean option values: true/on/1 and false/off/0, any case."""
     t = text.strip().lower()
-    if t in ("1", "true", "yes", "on"):
+    if t in ("1", "true", "on"):
         return True
-    if t in ("0", "false", "no", "off"):
+    if t in ("0", "false", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+    raise argparse.ArgumentTypeError(f"invalid value for bool option: {text}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _int_bool(text: str) -> int:
+    """--log-verbose: tritonserver takes a level or true/false (1/0)."""
+    t = text.strip().lower()
+    if t in ("true", "false"):
+        return int(t == "true")
+    try:
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value for int option: {text}") from None
+
+
+# tritonserver flags that mean nothing here (GPU memory, caches, Python/C++ backend
+# directories, SageMaker/Vertex AI, tracing, thread pools of Triton's C++ frontends): a
+# deployment written for Triton passes them, so they are accepted, each with one warning
+# line saying why it is ignored. Unknown flags stay an error, as in tritonserver.
+# flag -> (takes a value, why it has no effect)
+IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {
+    "--backend-directory": (True, "backends are Python packages of fpgaserve"),
+    "--repoagent-directory": (True, "repository agents are not loaded (configs are served verbatim)"),
+    "--cache-directory": (True, "there is no response cache"),
+    "--cache-config": (True, "there is no response cache"),
+    "--response-cache-byte-size": (True, "there is no response cache"),
+    "--pinned-memory-pool-byte-size": (True, "no GPU: host buffers are ordinary memory"),
+    "--cuda-memory-pool-byte-size": (True, "no GPU"),
+    "--cuda-virtual-address-size": (True, "no GPU"),
+    "--min-supported-compute-capability": (True, "no GPU"),
+    "--enable-peer-access": (True, "no GPU"),
+    "--model-load-gpu-limit": (True, "no GPU"),
+    "--buffer-manager-thread-count": (True, "no GPU buffer manager"),
+    "--host-policy": (True, "no NUMA host policies; pin the process with numactl/taskset instead"),
+    "--rate-limit": (True, "no rate limiter: instances take batches as they free up"),
+    "--rate-limit-resource": (True, "no rate limiter"),
+    "--model-load-thread-count": (True, "models load one after another"),
+    "--model-load-retry-count": (True, "a failed load is not retried; RepositoryModelLoad retries it"),
+    "--model-namespacing": (True, "model names are unique across repositories"),
+    "--metrics-interval-ms": (True, "metrics are read when scraped, not sampled on an interval"),
+    "--metrics-config": (True, "metrics families and their buckets are fixed"),
+    "--trace-config": (True, "request tracing is not implemented"),
+    "--trace-file": (True, "request tracing is not implemented"),
+    "--trace-level": (True, "request tracing is not implemented"),
+    "--trace-rate": (True, "request tracing is not implemented"),
+    "--trace-count": (True, "request tracing is not implemented"),
+    "--trace-log-frequency": (True, "request tracing is not implemented"),
+    "--grpc-infer-allocation-pool-size": (True, "gRPC responses are built per request by grpcio"),
+    "--grpc-max-response-pool-size": (True, "gRPC responses are built per request by grpcio"),
+    "--grpc-infer-thread-count": (True, "the gRPC frontend runs on one event loop"),
+    "--grpc-infer-response-compression-level": (True, "responses follow the client's requested compression"),
+    "--grpc-header-forward-pattern": (True, "request headers are not forwarded to models"),
+    "--http-header-forward-pattern": (True, "request headers are not forwarded to models"),
+    "--http-thread-count": (True, "the HTTP frontend runs on one event loop"),
+    "--http-max-input-size": (True, "the HTTP port serves health and metrics only"),
+    "--allow-sagemaker": (True, "no SageMaker endpoint"),
+    "--sagemaker-port": (True, "no SageMaker endpoint"),
+    "--sagemaker-safe-port-range": (True, "no SageMaker endpoint"),
+    "--sagemaker-thread-count": (True, "no SageMaker endpoint"),
+    "--allow-vertex-ai": (True, "no Vertex AI endpoint"),
+    "--vertex-ai-port": (True, "no Vertex AI endpoint"),
+    "--vertex-ai-thread-count": (True, "no Vertex AI endpoint"),
+    "--vertex-ai-default-model": (True, "no Vertex AI endpoint"),
+}
+
+
+def ignored_flags_used(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(flag, why) for every ignored tritonserver flag the command line gave."""
+    used = []
+    for flag, (_, why) in IGNORED_TRITON_FLAGS.items():
+        if getattr(args, "ignored_" + flag[2:].replace("-", "_")) is not None:
+            used.append((flag, why))
+    return used
+
+
+def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="fpgaserve",
+        prog=prog,
         description=(
             "Triton-compatible gRPC inference server for hls4ml models on FPGAs, with numpy and "
             "ONNX Runtime emulation backends. Unmodified Triton clients (tritonclient, "
             "perf_analyzer, CMSSW SonicTriton) can point at it."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        # tritonserver (getopt_long) reads unambiguous prefixes too; keep argparse's default
     )
     p.add_argument("--version", action="version", version=f"fpgaserve {__version__}")
+    p.add_argument(
+        "--id", default="triton", metavar="NAME",
+        help="server identifier, the name ServerMetadata returns (tritonserver's default: triton).",
+    )
     g = p.add_argument_group("model repository")
     g.add_argument(
         "--model-repository", "--model-store", dest="model_repository", action="append", required=True,
@@ -101,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--repository-poll-secs", type=float, default=15.0, help="poll interval in poll mode (seconds).")
     g.add_argument(
+        "--disable-auto-complete-config", action="store_true",
+        help="load configs as written: a config without inputs/outputs fails instead of being "
+        "completed from the model file (ONNX).",
+    )
+    g.add_argument(
+        "--strict-model-config", type=_bool, default=None, metavar="BOOL",
+        help="tritonserver's deprecated form of --disable-auto-complete-config (true = disable).",
+    )
+    g.add_argument(
         "--strict-readiness", type=_bool, default=True, metavar="BOOL",
         help="true: ServerReady (and the gRPC health check) is true only while every model is "
         "READY or deliberately unloaded; false: ready as soon as the server is up.",
@@ -111,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
         "serving the other models and shows the failure in RepositoryIndex).",
     )
     g = p.add_argument_group("network")
+    g.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL", help="serve the gRPC protocol.")
+    g.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL", help="serve the HTTP port.")
+    g.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL", help="serve the metrics port.")
     g.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC service binds.")
     g.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (KServe v2 + Triton extensions, health).")
     g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP health endpoints bind.")
@@ -123,6 +212,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus metrics port: GET /metrics with Triton's nv_inference_* names; -1 disables.",
     )
     g.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics endpoint binds.")
+    g.add_argument(
+        "--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
+        help="export device metrics (FPGA cards and emulated devices, fpga_* and nv_gpu_* families).",
+    )
+    g.add_argument(
+        "--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
+        help="export host CPU and memory metrics (nv_cpu_*).",
+    )
+    g.add_argument(
+        "--reuse-grpc-port", type=_bool, default=False, metavar="BOOL",
+        help="bind gRPC with SO_REUSEPORT, so several servers can share the port (off: a taken port is an error).",
+    )
+    g.add_argument(
+        "--reuse-http-port", type=_bool, default=False, metavar="BOOL",
+        help="bind the HTTP port with SO_REUSEPORT.",
+    )
+    g.add_argument(
+        "--grpc-max-connection-age", type=int, default=0, metavar="MS",
+        help="close a client connection (with GOAWAY) after this age, so clients re-resolve and "
+        "spread over replicas behind a load balancer; 0 = never.",
+    )
+    g.add_argument(
+        "--grpc-max-connection-age-grace", type=int, default=0, metavar="MS",
+        help="after --grpc-max-connection-age, how long calls in progress may finish; 0 = no limit.",
+    )
     g.add_argument(
         "--grpc-max-message-size", type=int, default=INT32_MAX, metavar="BYTES",
         help="largest gRPC message accepted or sent (Triton and its clients use INT32_MAX).",
@@ -199,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
         "may be uploaded, so a client cannot make the server run its code.",
     )
     g.add_argument(
+        "--allow-client-shm", type=_bool, default=True, metavar="BOOL",
+        help="let clients register system shared-memory regions for inputs and outputs (tritonserver "
+        ">= 2.62 defaults to false; SonicTriton's local fallback and Triton 2.51 clients need it on, "
+        "so fpgaserve defaults to true). Off: registration answers UNIMPLEMENTED with Triton's text.",
+    )
+    g.add_argument(
         "--max-shm-regions", type=int, default=1024, metavar="N",
         help="system shared-memory regions that may be registered at once (each keeps one file "
         "descriptor open); registrations beyond it are refused with UNAVAILABLE.",
@@ -215,7 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a backend setting, as tritonserver's flag (e.g. hls4ml,kernel-timeout-secs=2). Repeatable.",
     )
     g = p.add_argument_group("logging and shutdown")
-    g.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (>0 enables debug logs).")
+    g.add_argument(
+        "--log-verbose", type=_int_bool, default=0, metavar="LEVEL",
+        help="verbose logging level (>0 enables debug logs; true/false mean 1/0).",
+    )
+    g.add_argument("--log-info", type=_bool, default=True, metavar="BOOL", help="log info messages.")
+    g.add_argument("--log-warning", type=_bool, default=True, metavar="BOOL", help="log warning messages.")
+    g.add_argument("--log-error", type=_bool, default=True, metavar="BOOL", help="log error messages.")
     g.add_argument("--log-file", default="", help="write the log to this file instead of stderr.")
     g.add_argument("--log-format", choices=("default", "ISO8601"), default="default", help="log line format.")
     g.add_argument(
@@ -228,6 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
         "holds; an instance still inside execute() after that is abandoned (logged, counted in "
         "fpgaserve_abandoned_instances) and its requests fail with UNAVAILABLE.",
     )
+    g = p.add_argument_group(
+        "tritonserver flags accepted and ignored",
+        "Accepted so that command lines written for tritonserver run unchanged; each one given "
+        "logs one warning saying why it has no effect here.",
+    )
+    for flag, (_, why) in IGNORED_TRITON_FLAGS.items():
+        g.add_argument(flag, dest="ignored_" + flag[2:].replace("-", "_"), action="append", default=None, help=why)
     return p
 
 
@@ -288,6 +421,22 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_model_code_upload=args.allow_model_code_upload,
         max_shm_regions=args.max_shm_regions,
         model_unload_timeout_secs=args.model_unload_timeout_secs,
+        server_id=args.id,
+        # tritonserver: --disable-auto-complete-config wins over --strict-model-config=false
+        auto_complete_config=not (args.disable_auto_complete_config or args.strict_model_config),
+        allow_grpc=args.allow_grpc,
+        allow_http=args.allow_http,
+        allow_metrics=args.allow_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
+        allow_cpu_metrics=args.allow_cpu_metrics,
+        reuse_grpc_port=args.reuse_grpc_port,
+        reuse_http_port=args.reuse_http_port,
+        grpc_max_connection_age_ms=args.grpc_max_connection_age,
+        grpc_max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+        allow_client_shm=args.allow_client_shm,
+        log_info=args.log_info,
+        log_warning=args.log_warning,
+        log_error=args.log_error,
     )
 
 
@@ -298,10 +447,18 @@ def main(argv: list[str] | None = None) -> int:
         from fpgaserve.backends.hls4ml.pack import main as pack_main
 
         return pack_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    # the image installs this program as `tritonserver` too (SuperSONIC, cmsTriton call that)
+    prog = "tritonserver" if os.path.basename(sys.argv[0]) == "tritonserver" else "fpgaserve"
+    args = build_parser(prog).parse_args(argv)
     _keep_freed_memory()
     _raise_fd_limit()
     server = InferenceServer(options_from_args(args))
+    for flag, why in ignored_flags_used(args):
+        logging.getLogger("fpgaserve").warning("%s is accepted for tritonserver compatibility and ignored: %s", flag, why)
+    if args.strict_model_config is not None:
+        logging.getLogger("fpgaserve").warning(
+            "--strict-model-config is deprecated (as in tritonserver); use --disable-auto-complete-config"
+        )
     try:
         asyncio.run(server.serve_forever())
     except KeyboardInterrupt:

@@ -234,8 +234,9 @@ class InferenceServicer:
     """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
     turn errors into statuses (or in-stream error responses)."""
 
-    def __init__(self, repository, shm, log_settings: LogSettings):
+    def __init__(self, repository, shm, log_settings: LogSettings, server_id: str = "triton"):
         self.repository = repository
+        self.server_id = server_id
         self.shm = shm
         self.log_settings = log_settings
         self.exiting = False
@@ -267,7 +268,7 @@ class InferenceServicer:
         return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request, context):
-        return pb.ServerMetadataResponse(name="triton", version=__version__, extensions=EXTENSIONS)
+        return pb.ServerMetadataResponse(name=self.server_id, version=__version__, extensions=EXTENSIONS)
 
     # ------------------------------------------------------------------ model info
     async def ModelMetadata(self, request, context):

@@ -169,8 +169,10 @@ class TinyHttpServer:
             self._connections.discard(writer)
             writer.close()
 
-    async def start(self, address: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._handle, address, port, limit=MAX_LINE_BYTES)
+    async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
+        self._server = await asyncio.start_server(
+            self._handle, address, port, limit=MAX_LINE_BYTES, reuse_port=reuse_port or None
+        )
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

@@ -58,14 +58,22 @@ _DATEFMT = {"default": "%m%d %H:%M:%S", "ISO8601": "%Y-%m-%dT%H:%M:%SZ"}
 
 class LogSettings:
     def __init__(
-        self, verbose: int = 0, log_file: str = "", log_format: str = "default", allow_log_file_update: bool = False
+        self,
+        verbose: int = 0,
+        log_file: str = "",
+        log_format: str = "default",
+        allow_log_file_update: bool = False,
+        *,
+        log_info: bool = True,
+        log_warning: bool = True,
+        log_error: bool = True,
     ):
         self.allow_log_file_update = allow_log_file_update
         self.values = {
             "log_file": log_file,
-            "log_info": True,
-            "log_warning": True,
-            "log_error": True,
+            "log_info": log_info,
+            "log_warning": log_warning,
+            "log_error": log_error,
             "log_verbose_level": verbose,
             "log_format": log_format,
         }

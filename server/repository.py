@@ -246,6 +246,7 @@ class ModelRepository:
         backend_config: dict | None = None,
         unload_timeout_secs: float = 30.0,
         allow_code_upload: bool = False,
+        auto_complete_config: bool = True,
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{control_mode}'")
@@ -258,6 +259,8 @@ class ModelRepository:
         self.backend_config = backend_config or {}
         self.unload_timeout_secs = unload_timeout_secs
         self.allow_code_upload = allow_code_upload
+        # tritonserver's --disable-auto-complete-config: configs load as written
+        self.auto_complete_config = auto_complete_config
         self.models: dict[str, ModelEntry] = {}
         self._lock = asyncio.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -443,7 +446,8 @@ class ModelRepository:
             mc.normalize(config, name, cls.default_filename)
             versions = _select_versions(config, _available_versions(model_dir), source)
             try:
-                _auto_complete(config, cls, str(model_dir / str(versions[-1])))
+                if self.auto_complete_config:
+                    _auto_complete(config, cls, str(model_dir / str(versions[-1])))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
             mc.validate(config, name, source)

@@ -37,12 +37,24 @@ from dataclasses import dataclass
 import numpy as np
 from grpc import StatusCode
 
-from .errors import InferenceError, already_exists, escape_control, internal, invalid_argument, not_found, unavailable
+from .errors import (
+    InferenceError,
+    already_exists,
+    escape_control,
+    internal,
+    invalid_argument,
+    not_found,
+    unavailable,
+    unimplemented,
+)
 
 log = logging.getLogger("fpgaserve.shm")
 
 SHM_DIR = "/dev/shm"
 DEFAULT_MAX_REGIONS = 1024
+# tritonserver's text (common.h) when --allow-client-shm=false; its status is UNSUPPORTED,
+# which Triton's gRPC frontend sends as UNIMPLEMENTED
+CLIENT_SHM_DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 _MAX_NAME_BYTES = 255  # NAME_MAX: a key is one directory entry
 
 
@@ -115,13 +127,19 @@ def _open_region(component: str, key: str) -> tuple[int, int]:
 
 
 class SystemSharedMemoryManager:
-    def __init__(self, max_regions: int = DEFAULT_MAX_REGIONS):
+    def __init__(self, max_regions: int = DEFAULT_MAX_REGIONS, allow_client_shm: bool = True):
         self.max_regions = max_regions
+        self.allow_client_shm = allow_client_shm
         self._regions: dict[str, Region] = {}
         # Register/unregister come from the event loop, reads/writes from instance threads.
         self._lock = threading.Lock()
 
+    def _check_allowed(self) -> None:
+        if not self.allow_client_shm:
+            raise unimplemented(CLIENT_SHM_DISABLED)
+
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self._check_allowed()
         check_region_name(name)
         component = _check_key(key)
         with self._lock:
@@ -159,6 +177,7 @@ class SystemSharedMemoryManager:
         """Empty name removes every region (Triton's semantics); unknown names are a no-op.
 
         A region still being read or written keeps its descriptor until that access ends."""
+        self._check_allowed()
         with self._lock:
             if name:
                 regions = [self._regions.pop(name)] if name in self._regions else []
