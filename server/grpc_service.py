@@ -160,13 +160,19 @@ def _failure(method: str, e: Exception) -> InferenceError:
     return internal(f"internal error in {method} ({type(e).__name__}); the server log has the details")
 
 
+async def _admit(context, restriction: Restriction | None, request) -> None:
+    """Every RPC's prologue: the protocol restriction first (Triton checks it before it
+    reads the request), then the request must have parsed (a stream's iterator always has)."""
+    if restriction is not None and not _granted(context, restriction):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
+    if isinstance(request, _Malformed):
+        raise request.error()
+
+
 def _guard_unary(method: str, fn, restriction: Restriction | None):
     async def handler(request, context):
-        if restriction is not None and not _granted(context, restriction):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
         try:
-            if isinstance(request, _Malformed):
-                raise request.error()
+            await _admit(context, restriction, request)
             return await fn(request, context)
         except grpc.aio.AbortError:
             raise
@@ -177,31 +183,13 @@ def _guard_unary(method: str, fn, restriction: Restriction | None):
     return handler
 
 
-def _guard_server_stream(method: str, fn, restriction: Restriction | None):
+def _guard_stream(method: str, fn, restriction: Restriction | None):
+    """Server-streaming and bidirectional RPCs: ``request`` is a message or an iterator."""
+
     async def handler(request, context):
-        if restriction is not None and not _granted(context, restriction):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
         try:
-            if isinstance(request, _Malformed):
-                raise request.error()
+            await _admit(context, restriction, request)
             async for response in fn(request, context):
-                yield response
-            return
-        except grpc.aio.AbortError:
-            raise
-        except Exception as e:
-            err = _failure(method, e)
-        await context.abort(err.code, bound_message(err.message))
-
-    return handler
-
-
-def _guard_bidi_stream(method: str, fn, restriction: Restriction | None):
-    async def handler(request_iterator, context):
-        if restriction is not None and not _granted(context, restriction):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, restriction.grpc_refusal())
-        try:
-            async for response in fn(request_iterator, context):
                 yield response
             return
         except grpc.aio.AbortError:
@@ -219,9 +207,9 @@ def _generic_handler(service: str, target, restrictions: dict[str, Restriction])
         fn = getattr(target, name)
         restriction = restrictions.get(GRPC_METHOD_CATEGORIES[name])
         if client_stream and server_stream:
-            make, guarded = grpc.stream_stream_rpc_method_handler, _guard_bidi_stream(name, fn, restriction)
+            make, guarded = grpc.stream_stream_rpc_method_handler, _guard_stream(name, fn, restriction)
         elif server_stream:
-            make, guarded = grpc.unary_stream_rpc_method_handler, _guard_server_stream(name, fn, restriction)
+            make, guarded = grpc.unary_stream_rpc_method_handler, _guard_stream(name, fn, restriction)
         else:
             make, guarded = grpc.unary_unary_rpc_method_handler, _guard_unary(name, fn, restriction)
         handlers[name] = make(
