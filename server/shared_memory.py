@@ -238,6 +238,16 @@ class SystemSharedMemoryManager:
             "longer holds the requested bytes"
         )
 
+    def _transfer(self, r: Region, syscall, view: memoryview, start: int) -> None:
+        """All of ``view`` through preadv/pwritev at ``start``: they may move fewer bytes than
+        asked, and move none once the object ends (a client truncated it)."""
+        done, total = 0, view.nbytes
+        while done < total:
+            n = syscall(r.fd, [view[done:]], start + done)
+            if n <= 0:
+                raise self._shrunk(r, start + total)
+            done += n
+
     def check(self, region: str, offset: int, byte_size: int) -> None:
         """Validate a tensor's location when the request arrives (Triton's frontend does)."""
         self._release(self._acquire(region, offset, byte_size))
@@ -248,13 +258,7 @@ class SystemSharedMemoryManager:
         try:
             buf = np.empty(byte_size, dtype=np.uint8)
             view = memoryview(buf)
-            start = r.offset + offset
-            done = 0
-            while done < byte_size:
-                n = os.preadv(r.fd, [view[done:]], start + done)
-                if n <= 0:
-                    raise self._shrunk(r, start + byte_size)
-                done += n
+            self._transfer(r, os.preadv, view, r.offset + offset)
             return view
         finally:
             self._release(r)
@@ -278,12 +282,7 @@ class SystemSharedMemoryManager:
             # pwritev past the end would grow the object the client shrank; refuse instead
             if os.fstat(r.fd).st_size < start + n:
                 raise self._shrunk(r, start + n)
-            done = 0
-            while done < n:
-                w = os.pwritev(r.fd, [view[done:]], start + done)
-                if w <= 0:
-                    raise self._shrunk(r, start + n)
-                done += w
+            self._transfer(r, os.pwritev, view, start)
         finally:
             self._release(r)
 
