@@ -288,3 +288,14 @@ def test_reuse_grpc_port_lets_two_servers_share_it(tmp_path):
     with first, second:
         for _ in range(4):  # new connections land on either; both answer correctly
             _simple_infer(first.url)
+
+
+def test_readme_lists_every_ignored_flag():
+    """The README's flags table is the user's contract: every accepted-and-ignored flag is in it."""
+    from server_process import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    for flag in IGNORED_TRITON_FLAGS:
+        # or a family: `--vertex-ai-*` covers --vertex-ai-port
+        families = [flag[:i] + "-*" for i in range(len(flag)) if flag[i] == "-" and i > 2]
+        assert f"`{flag}`" in readme or any(f"`{f}`" in readme for f in families), flag
