@@ -160,7 +160,9 @@ class InferenceServer:
             header_timeout_s=options.http_header_timeout_secs, idle_timeout_s=options.http_idle_timeout_secs
         )
         self.http = TinyHttpServer(HealthRoutes(self.servicer, self.http_restrictions), **timeouts)
-        self.metrics = Metrics(self.repository)
+        self.metrics = Metrics(
+            self.repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=options.allow_cpu_metrics
+        )
         self.metrics_http = TinyHttpServer(metrics_route(self.metrics.render), **timeouts)
         self._grpc: grpc.aio.Server | None = None
         self._stopped = asyncio.Event()

@@ -12,7 +12,10 @@ autoscaling query uses those names, so samples are added under the family name i
   request), ``nv_inference_pending_request_count``, ``nv_model_load_duration_secs``, and
   the histogram ``nv_inference_queue_duration_histogram_us``;
 * host: ``nv_cpu_utilization``, ``nv_cpu_memory_{total,used}_bytes`` (as Triton), plus the
-  standard ``process_*`` CPU and memory metrics of this process.
+  standard ``process_*`` CPU and memory metrics of this process;
+* devices (``BackendTelemetry``): the ``fpga_*`` families and ``nv_gpu_*`` aliases of every
+  FPGA card and emulated device (``EMU-<index>-<mode>``) the hls4ml models run on
+  (backends/hls4ml/telemetry.py).
 """
 
 from __future__ import annotations
@@ -77,9 +80,10 @@ def _meminfo() -> tuple[int, int]:
 
 
 class InferenceCollector:
-    def __init__(self, repository, extra_collectors=()):
+    def __init__(self, repository, extra_collectors=(), cpu_metrics: bool = True):
         self.repository = repository
         self.extra = list(extra_collectors)
+        self.cpu_metrics = cpu_metrics
         self._cpu = _HostCpu()
 
     def collect(self):
@@ -129,16 +133,8 @@ class InferenceCollector:
         yield pending
         yield load
         yield hist
-        cpu = _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
-        cpu.add_sample("nv_cpu_utilization", {}, self._cpu.utilization())
-        total, used = _meminfo()
-        mem_total = _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
-        mem_total.add_sample("nv_cpu_memory_total_bytes", {}, total)
-        mem_used = _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge")
-        mem_used.add_sample("nv_cpu_memory_used_bytes", {}, used)
-        yield cpu
-        yield mem_total
-        yield mem_used
+        if self.cpu_metrics:
+            yield from self._host()
         abandoned = _family(
             "fpgaserve_abandoned_instances",
             "Model instance threads still inside execute() after their version was unloaded and they were "
@@ -149,6 +145,19 @@ class InferenceCollector:
         yield abandoned
         for extra in self.extra:
             yield from extra.collect()
+
+    def _host(self):
+        """Triton's host families (tritonserver --allow-cpu-metrics)."""
+        cpu = _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+        cpu.add_sample("nv_cpu_utilization", {}, self._cpu.utilization())
+        total, used = _meminfo()
+        mem_total = _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
+        mem_total.add_sample("nv_cpu_memory_total_bytes", {}, total)
+        mem_used = _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge")
+        mem_used.add_sample("nv_cpu_memory_used_bytes", {}, used)
+        yield cpu
+        yield mem_total
+        yield mem_used
 
 
 _GPU_EXPONENT = re.compile(rb"^(nv_(?:gpu|cpu_memory)_\w+(?:\{[^}]*\})?) ([0-9]+)(?:\.([0-9]+))?e\+([0-9]+)$", re.MULTILINE)
@@ -183,14 +192,20 @@ class BackendTelemetry:
 
 
 class Metrics:
-    """The registry served on --metrics-port."""
+    """The registry served on --metrics-port.
 
-    def __init__(self, repository):
+    ``gpu_metrics`` / ``cpu_metrics`` are tritonserver's ``--allow-gpu-metrics`` and
+    ``--allow-cpu-metrics``: the device families (FPGA cards and emulated devices, ``fpga_*``
+    and ``nv_gpu_*``) and the host families (``nv_cpu_*``).
+    """
+
+    def __init__(self, repository, gpu_metrics: bool = True, cpu_metrics: bool = True):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = InferenceCollector(repository)
+        self.collector = InferenceCollector(repository, cpu_metrics=cpu_metrics)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)
-        self.add_collector(BackendTelemetry())
+        if gpu_metrics:
+            self.add_collector(BackendTelemetry())
 
     def add_collector(self, collector) -> None:
         """Further families (device telemetry) rendered with the same scrape."""

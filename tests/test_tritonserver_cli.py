@@ -299,3 +299,27 @@ def test_readme_lists_every_ignored_flag():
         # or a family: `--vertex-ai-*` covers --vertex-ai-port
         families = [flag[:i] + "-*" for i in range(len(flag)) if flag[i] == "-" and i > 2]
         assert f"`{flag}`" in readme or any(f"`{f}`" in readme for f in families), flag
+
+
+@pytest.mark.parametrize("gpu,cpu", [("true", "true"), ("false", "true"), ("true", "off"), ("0", "0")])
+def test_allow_gpu_and_cpu_metrics(gpu, cpu):
+    """The bundled hls4ml models in numpy mode run on an emulated device (EMU-0-numpy): its
+    fpga_*/nv_gpu_* families follow --allow-gpu-metrics, the host's nv_cpu_* --allow-cpu-metrics;
+    the inference families are always there."""
+    from server_process import BUNDLED_REPO
+
+    with ServerProcess([BUNDLED_REPO], "--fpga-mode=numpy", f"--allow-gpu-metrics={gpu}",
+                       f"--allow-cpu-metrics={cpu}") as server:
+        client = grpcclient.InferenceServerClient(server.url)
+        model = client.get_model_repository_index().models[0].name
+        meta = client.get_model_metadata(model)
+        x = grpcclient.InferInput(meta.inputs[0].name, [4, *[int(d) for d in meta.inputs[0].shape[1:]]], "FP32")
+        x.set_data_from_numpy(np.zeros(x.shape(), dtype=np.float32))
+        client.infer(model, [x])
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    samples = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    assert "nv_inference_count" in samples
+    assert ("nv_gpu_utilization" in samples) is (gpu == "true")
+    assert ("fpga_device_info" in samples) is (gpu == "true")
+    assert ("nv_cpu_utilization" in samples) is (cpu == "true")

@@ -96,6 +96,9 @@ class Hls4mlBackend(Backend):
         self._check_io(config)
         self.mode, why = resolve_mode(self.backend_config.get("fpga-mode", "auto"), config, version_dir)
         self._runner = self._make_runner()
+        # without a card the firmware runs on the emulated device of its mode, which telemetry
+        # reports as a device (EMU-<index>-<mode>); the hardware runner accounts its own calls
+        self.emulated_device = None if self.mode == "hardware" else _emulated_device(self.mode)
         if instance_index == 0:
             log.info(
                 "model %s: hls4ml project %s (%s, %s) runs in %s mode (%s)%s",
@@ -162,7 +165,9 @@ class Hls4mlBackend(Backend):
                 "VivadoAccelerator projects (the krnl_rtl kernel)"
             )
         pool = CardPool.instance()
-        _export_telemetry(pool)
+        from .telemetry import device_telemetry
+
+        device_telemetry().watch_cards(pool)
         timeout = float(
             config_parameter(self.config, "kernel_timeout_secs")
             or self.backend_config.get("kernel-timeout-secs", DEFAULT_KERNEL_TIMEOUT_S)
@@ -210,7 +215,11 @@ class Hls4mlBackend(Backend):
         x = inputs[self.input_name]
         rows = x.shape[0] if self.max_batch_size > 0 else 1
         x = x.reshape(rows, self.project.input.size)
-        y = self._runner.predict(x)
+        if self.emulated_device is None:
+            y = self._runner.predict(x)
+        else:
+            with self.emulated_device.executing():
+                y = self._runner.predict(x)
         y = y.astype(self.output_dtype, copy=False)
         shape = (rows, *self.output_dims) if self.max_batch_size > 0 else self.output_dims
         return {self.output_name: y.reshape(shape)}
@@ -221,18 +230,14 @@ class Hls4mlBackend(Backend):
             close()
 
 
-_TELEMETRY_POOLS: set[int] = set()
 
+def _emulated_device(mode: str):
+    from .emulated import emulated_devices
+    from .telemetry import device_telemetry
 
-def _export_telemetry(pool) -> None:
-    """Card telemetry appears on /metrics from the first model that opens a card."""
-    if id(pool) in _TELEMETRY_POOLS:
-        return
-    from .. import register_telemetry
-    from .telemetry import FpgaTelemetryCollector
-
-    register_telemetry(FpgaTelemetryCollector(pool))
-    _TELEMETRY_POOLS.add(id(pool))
+    devices = emulated_devices()
+    device_telemetry().watch_emulated(devices)
+    return devices.device(mode)
 
 
 def _card_list(spec: str | None, count: int) -> list[int]:

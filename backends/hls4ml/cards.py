@@ -77,16 +77,65 @@ def read_xclbin_uuid(path: str) -> str:
 
 @dataclass
 class CuStats:
-    """Accounting for one compute unit; guarded by the card's stats lock."""
+    """Accounting for one compute unit; guarded by its owner's stats lock.
+
+    Busy time is the union of the calls' start->done intervals: time during which at least one
+    call was running. A card's CU runs one call at a time (its lock serializes them), so that is
+    the sum of the call durations; an emulated device runs several model instances at once, and
+    counting their overlap twice would report more busy time than wall time.
+    """
 
     calls: int = 0
-    busy_s: float = 0.0  # completed start->done intervals
+    busy_s: float = 0.0  # completed busy periods
     timeouts: int = 0
-    running_since: float | None = None  # perf_counter of the call in flight
+    running: int = 0  # calls in flight
+    running_since: float | None = None  # perf_counter when `running` went from 0 to 1
 
     def busy_until(self, now: float) -> float:
-        """Busy time including the running call, so a scrape mid-call sees a continuous counter."""
+        """Busy time including the running period, so a scrape mid-call sees a continuous counter."""
         return self.busy_s + (now - self.running_since if self.running_since is not None else 0.0)
+
+
+class ComputeUnitAccounting:
+    """Busy time and call counts per compute unit: the numbers ``fpga_utilization`` and
+    ``nv_gpu_utilization`` are computed from (telemetry.py), for cards and emulated devices alike."""
+
+    def __init__(self):
+        self._stats_lock = threading.Lock()
+        self._cu_stats: dict[str, CuStats] = {}
+
+    def kernel_started(self, cu: str) -> float:
+        now = time.perf_counter()
+        with self._stats_lock:
+            st = self._cu_stats.setdefault(cu, CuStats())
+            if st.running == 0:
+                st.running_since = now
+            st.running += 1
+        return now
+
+    def kernel_finished(self, cu: str, started: float, timed_out: bool = False) -> float:
+        """Close the start->done interval (a timed-out call counts as busy until the timeout)."""
+        now = time.perf_counter()
+        with self._stats_lock:
+            st = self._cu_stats.setdefault(cu, CuStats())
+            st.running = max(0, st.running - 1)
+            if st.running == 0 and st.running_since is not None:
+                st.busy_s += now - st.running_since
+                st.running_since = None
+            st.calls += 1
+            st.timeouts += int(timed_out)
+        return now - started
+
+    def _forget_running_calls(self) -> None:
+        """After a card reset nothing is in flight any more, whatever the counters say."""
+        with self._stats_lock:
+            for st in self._cu_stats.values():
+                st.running = 0
+                st.running_since = None
+
+    def _cu_busy(self, now: float) -> dict[str, tuple[int, float]]:
+        """cu -> (calls, busy seconds up to ``now``); caller holds ``_stats_lock``."""
+        return {cu: (st.calls, st.busy_until(now)) for cu, st in self._cu_stats.items()}
 
 
 @dataclass
@@ -108,12 +157,15 @@ class CardSnapshot:
     memory_used: int = 0
     memory_total: int = 0
     reloads: int = 0
+    mode: str = "hardware"  # how the device runs firmware: hardware, or an emulation mode (csim, numpy, onnx)
+    emulated: bool = False  # no card at all: the firmware is computed on the host (emulated.py)
 
 
-class FpgaCard:
+class FpgaCard(ComputeUnitAccounting):
     """One physical card (one ``pynq.Device``) and the one Overlay loaded on it."""
 
     def __init__(self, index: int, device):
+        super().__init__()
         self.index = index
         self.device = device
         self.name = self._device_name()
@@ -132,8 +184,6 @@ class FpgaCard:
         self._cu_locks: dict[str, threading.Lock] = {}
         self._ert_lock = threading.Lock()  # XRT's exec-buffer list is shared by all CUs of a card
         self._runners: weakref.WeakSet = weakref.WeakSet()
-        self._stats_lock = threading.Lock()
-        self._cu_stats: dict[str, CuStats] = {}
         self._dma = {"to_device": 0, "from_device": 0}
         self._memory_used = 0
         if self.simulated:
@@ -240,9 +290,7 @@ class FpgaCard:
                 log.warning("card %d (%s): reloading %s (%s)", self.index, self.uid, self.xclbin_path, reason)
                 for runner in list(self._runners):
                     runner._unbind()
-                with self._stats_lock:
-                    for st in self._cu_stats.values():
-                        st.running_since = None
+                self._forget_running_calls()
                 # XRT keeps submitted exec buffers in a per-device list that every later wait
                 # polls; a command abandoned on the hung CU would stay there forever
                 if isinstance(getattr(self.device, "active_bos", None), list):
@@ -301,23 +349,6 @@ class FpgaCard:
         self._runners.discard(runner)
 
     # ------------------------------------------------------------------ accounting
-    def kernel_started(self, cu: str) -> float:
-        now = time.perf_counter()
-        with self._stats_lock:
-            self._cu_stats.setdefault(cu, CuStats()).running_since = now
-        return now
-
-    def kernel_finished(self, cu: str, started: float, timed_out: bool = False) -> float:
-        """Close the start->done interval (a timed-out call counts as busy until the timeout)."""
-        now = time.perf_counter()
-        with self._stats_lock:
-            st = self._cu_stats.setdefault(cu, CuStats())
-            st.running_since = None
-            st.busy_s += now - started
-            st.calls += 1
-            st.timeouts += int(timed_out)
-        return now - started
-
     def count_dma(self, direction: str, nbytes: int) -> None:
         with self._stats_lock:
             self._dma[direction] += int(nbytes)
@@ -342,7 +373,7 @@ class FpgaCard:
         now = time.perf_counter()
         total = self.memory_total()
         with self._stats_lock:
-            cus = {cu: (st.calls, st.busy_until(now)) for cu, st in self._cu_stats.items()}
+            cus = self._cu_busy(now)
             snap = CardSnapshot(
                 uid=self.uid, index=self.index, name=self.name, simulated=self.simulated,
                 xclbin_path=self.xclbin_path, xclbin_uuid=self.xclbin_uuid, now=now, cus=cus,

@@ -1,8 +1,16 @@
 """FPGA telemetry for the Prometheus endpoint: ``fpga_*`` families plus GPU-style aliases.
 
-Registered with ``Metrics.add_collector(FpgaTelemetryCollector(CardPool.instance()))``; its
+One collector per process (:func:`device_telemetry`, registered with the backends' telemetry
+on first use) covers every device, so each family appears once on /metrics: the PYNQ cards of
+the :class:`~.cards.CardPool` once a model opens one, and the emulated devices
+(``EMU-<index>-<mode>``, emulated.py) once a model runs in an emulation mode. Its
 ``collect()`` runs once per scrape and reads each card's sensors once (on XRT every
 ``device_info`` read is an ``xclGetDeviceInfo2`` call into the driver).
+
+``fpga_device_info{device, mode, emulated}`` (value 1) lists every device: ``mode`` is
+``hardware`` for a card, else the emulation (``csim``, ``numpy``, ``onnx``). An emulated
+device exports utilization, kernel calls and busy time, and nothing that would need a sensor
+or a card's memory (no power, energy, temperature, clock, memory, DMA or bitstream families).
 
 Sources, per card (pynq 3.0.1, ``pynq/pl_server/xrt_device.py`` and ``pynq/pmbus.py``):
 
@@ -178,18 +186,38 @@ def _read_clocks(card, reading: _Reading) -> None:
 
 
 class FpgaTelemetryCollector:
-    """prometheus_client custom collector over a :class:`~.cards.CardPool`."""
+    """prometheus_client custom collector over a :class:`~.cards.CardPool` and the emulated devices."""
 
-    def __init__(self, pool):
+    def __init__(self, pool=None, emulated=None):
         self.pool = pool
+        self.emulated = emulated  # an emulated.EmulatedDevices, or None
         self._lock = threading.Lock()  # two scrapers at once must not split one interval twice
         self._last_busy: dict[tuple[str, str], tuple[float, float]] = {}  # (card, cu) -> (time, busy s)
         self._last_power: dict[str, tuple[float, float]] = {}  # card -> (time, W)
         self._energy: dict[str, float] = {}
 
+    def watch_cards(self, pool) -> None:
+        """Report this pool's cards (a newer pool replaces an older one: both would list the
+        same cards under the same labels)."""
+        self.pool = pool
+
+    def watch_emulated(self, devices) -> None:
+        self.emulated = devices
+
     def collect(self):
         with self._lock:
             yield from self._collect()
+
+    def _devices(self) -> list:
+        found = []
+        if self.pool is not None:
+            try:
+                found += self.pool.cards()
+            except Exception as e:
+                log.debug("FPGA telemetry: cannot list cards: %s", e)
+        if self.emulated is not None:
+            found += self.emulated.devices()
+        return found
 
     def _utilization(self, key, now: float, busy: float) -> float:
         last = self._last_busy.get(key)
@@ -221,30 +249,30 @@ class FpgaTelemetryCollector:
         clock = GaugeMetricFamily("fpga_clock_mhz", "Clock frequencies, MHz", labels=["device", "clock"])
         mem_used = GaugeMetricFamily("fpga_memory_used_bytes", "Bytes of fpgaserve's buffers on the card", labels=dev)
         mem_total = GaugeMetricFamily("fpga_memory_total_bytes", "Bytes of the memory banks the loaded design uses", labels=dev)
-        calls = CounterMetricFamily("fpga_kernel_calls", "Kernel calls started", labels=["device", "cu"])
-        kernel_us = CounterMetricFamily("fpga_kernel_duration_us", "Cumulative kernel run time (ap_start to ap_idle), microseconds", labels=["device", "cu"])
+        calls = CounterMetricFamily("fpga_kernel_calls", "Kernel calls, counted as each one ends (done or timed out)", labels=["device", "cu"])
+        kernel_us = CounterMetricFamily("fpga_kernel_duration_us", "Cumulative time a kernel call was running on the compute unit (ap_start to ap_idle; on an emulated device, an emulated execute), microseconds", labels=["device", "cu"])
         dma = CounterMetricFamily("fpga_dma_bytes", "Bytes synced between host and card", labels=["device", "direction"])
         reloads = CounterMetricFamily("fpga_reloads", "Times the card was reprogrammed after a kernel hang", labels=dev)
         info = GaugeMetricFamily("fpga_bitstream_info", "Loaded bitstream (value 1)", labels=["device", "shell", "xclbin_uuid", "simulated"])
-        nv_util = GaugeMetricFamily("nv_gpu_utilization", "FPGA card utilization rate [0.0 - 1.0] (mean busy fraction of its compute units)", labels=["gpu_uuid"])
+        nv_util = GaugeMetricFamily("nv_gpu_utilization", "FPGA device utilization rate [0.0 - 1.0] (mean busy fraction of its compute units; emulated devices: EMU-*)", labels=["gpu_uuid"])
         nv_power = GaugeMetricFamily("nv_gpu_power_usage", "FPGA card power usage in watts", labels=["gpu_uuid"])
         nv_used = GaugeMetricFamily("nv_gpu_memory_used_bytes", "FPGA card memory used by fpgaserve, in bytes", labels=["gpu_uuid"])
         nv_total = GaugeMetricFamily("nv_gpu_memory_total_bytes", "FPGA card memory of the loaded design, in bytes", labels=["gpu_uuid"])
         # Triton's name has no _total suffix: samples carry the bare name (as server/metrics.py does)
         nv_energy = Metric("nv_energy_consumption", "FPGA card energy consumption in joules since the server started", "counter")
+        device_info = GaugeMetricFamily(
+            "fpga_device_info",
+            "Devices hls4ml models run on (value 1): mode hardware for a PYNQ card, else the emulation "
+            "(csim, numpy, onnx) computing the firmware on the host, emulated=\"true\"",
+            labels=["device", "mode", "emulated"],
+        )
 
-        try:
-            cards = self.pool.cards()
-        except Exception as e:
-            log.debug("FPGA telemetry: cannot list cards: %s", e)
-            cards = []
-        for card in cards:
+        for card in self._devices():
             try:
                 snap = card.snapshot()
             except Exception as e:
                 log.debug("card %s: snapshot failed: %s", getattr(card, "uid", "?"), e)
                 continue
-            reading = read_sensors(card)
             uid = snap.uid
             fractions = []
             for cu, (n_calls, busy) in sorted(snap.cus.items()):
@@ -256,6 +284,10 @@ class FpgaTelemetryCollector:
             card_util = sum(fractions) / len(fractions) if fractions else 0.0
             # 4 decimals: below 1e-4 Python would print exponent notation perf_analyzer cannot read
             nv_util.add_metric([uid], round(card_util, 4))
+            device_info.add_metric([uid, snap.mode, "true" if snap.emulated else "false"], 1)
+            if snap.emulated:
+                continue  # no sensors, card memory, DMA or bitstream to report
+            reading = read_sensors(card)
             p = reading.power
             total_energy = self._integrate(uid, snap.now, p)
             if p is not None:
@@ -286,4 +318,25 @@ class FpgaTelemetryCollector:
             reloads.add_metric([uid], snap.reloads)
             info.add_metric([uid, snap.name, snap.xclbin_uuid, "true" if snap.simulated else "false"], 1)
         yield from (util, power, rail_power, rail_voltage, rail_current, energy, temp, fan, clock, mem_used, mem_total,
-                    calls, kernel_us, dma, reloads, info, nv_util, nv_power, nv_used, nv_total, nv_energy)
+                    calls, kernel_us, dma, reloads, info, device_info, nv_util, nv_power, nv_used, nv_total, nv_energy)
+
+
+_PROCESS_COLLECTOR: FpgaTelemetryCollector | None = None
+_PROCESS_COLLECTOR_LOCK = threading.Lock()
+
+
+def device_telemetry() -> FpgaTelemetryCollector:
+    """The process's one device collector, registered for /metrics when first asked for.
+
+    One for cards and emulated devices together: two collectors would each emit the
+    ``fpga_*`` and ``nv_gpu_*`` families, and a family twice on one page is not valid
+    exposition text.
+    """
+    global _PROCESS_COLLECTOR
+    with _PROCESS_COLLECTOR_LOCK:
+        if _PROCESS_COLLECTOR is None:
+            from .. import register_telemetry
+
+            _PROCESS_COLLECTOR = FpgaTelemetryCollector()
+            register_telemetry(_PROCESS_COLLECTOR)
+        return _PROCESS_COLLECTOR
