@@ -64,8 +64,11 @@ def assert_pass(proc: subprocess.CompletedProcess, name: str) -> str:
         ("shared_memory_infer.py", ["-n", "5000"], ["facile via shared memory: 5000 channels"]),
         ("sonic_like.py", ["--events", "3"], ["ModelMetadata: inputs input FP32 [-1, 47]", "3 events"]),
         ("sonic_like.py", ["--events", "2", "--compression", "gzip"], ["2 events"]),
+        ("sonic_like.py", ["--events", "2", "--shm"],
+         ["SystemSharedMemoryRegister: 2 region(s)", "2 events", "through system shared memory",
+          "SystemSharedMemoryUnregister: 2 region(s)"]),
     ],
-    ids=["sync", "sync-simple", "sync-facile-max-batch", "async", "stream", "shm", "sonic", "sonic-gzip"],
+    ids=["sync", "sync-simple", "sync-facile-max-batch", "async", "stream", "shm", "sonic", "sonic-gzip", "sonic-shm"],
 )
 def test_example_passes(server, client, script, args, expected):
     name = script.removesuffix(".py")
@@ -103,6 +106,19 @@ def test_sonic_like_prints_repository_agents(tmp_path):
         stdout = assert_pass(run_example("sonic_like.py", srv.url, "--events", "2"), "sonic_like")
     assert "ModelConfig: model_repository_agents {" in stdout, stdout
     assert "agent 'checksum': MD5:1/model.onnx: 0123456789abcdef0123456789abcdef" in stdout, stdout
+
+
+def test_sonic_like_shm_cleans_up_after_a_failure(server, client, tmp_path):
+    """--shm with a wrong answer: rc 1, and still no region left registered or in /dev/shm."""
+    import os
+    import re
+
+    proc = run_example("sonic_like.py", server.url, "--shm", "--events", "1", "--weights", _perturbed_weights(tmp_path))
+    assert proc.returncode != 0 and "differ from the reference" in proc.stdout, proc.stdout + proc.stderr
+    names = re.findall(r"\b\d+_(?:input|output)\d+\b", proc.stdout)
+    assert len(names) == 2, proc.stdout
+    assert not set(names) & set(client.get_system_shared_memory_status().regions.keys())
+    assert not [n for n in names if os.path.exists(f"/dev/shm/{n}")]
 
 
 def _perturbed_weights(tmp_path) -> str:

@@ -1,0 +1,165 @@
+#!/bin/bash
+# Build the fpgaserve OCI image with podman, without pulling any image from a registry.
+#
+#     sudo deploy/build-image.sh [TAG]        # TAG defaults to localhost/fpgaserve:latest
+#
+# 1. Installs podman, buildah, debootstrap and runc with apt-get if they are missing.
+# 2. Base image (localhost/fpgaserve-base:bookworm, reused when it exists with the same
+#    package list): a Debian bookworm "minbase" root file system made with debootstrap from
+#    the Debian mirror apt is configured with, plus python3, python3-venv, python3-pip,
+#    ca-certificates, curl, g++ and tini, imported with `podman import`.
+# 3. `podman build` of deploy/Containerfile from the repository (fpgaserve from this
+#    source tree in /opt/fpgaserve, bitstreams/ as /models). pip reaches PyPI with the
+#    host's CA bundle, mounted into the build steps only (never part of the image).
+#
+# Progress goes to stderr; the LAST line of stdout is the image name.
+#
+# Podman runs with the configuration of deploy/podman-env.sh (runc, ulimits within the
+# host's hard limits, image storage in ${FPGASERVE_PODMAN_ROOT:-<repo>/.tools/podman}).
+# Use the same to run the image:
+#
+#     eval "$(deploy/podman-env.sh)"
+#     podman run --rm -p 8000-8002:8000-8002 localhost/fpgaserve:latest
+#
+# Environment:
+#   FPGASERVE_PODMAN_ROOT    image storage and podman configuration (see podman-env.sh)
+#   FPGASERVE_DEBIAN_MIRROR  Debian mirror for debootstrap (default: the one apt uses here,
+#                            from /etc/apt/sources.list{,.d/*.list,.d/*.sources})
+#   FPGASERVE_BASE_IMAGE     base image name (default localhost/fpgaserve-base:bookworm)
+#   FPGASERVE_REBUILD_BASE=1 make the base image again even if it exists
+#   FPGASERVE_BUILD_NO_CACHE=1  build every Containerfile step again (no layer cache)
+#
+# Needs root (apt-get, debootstrap, rootful podman). After a build, the earlier builds of the
+# image that are no longer tagged are removed (`podman image prune`, fpgaserve images only).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+tag=${1:-localhost/fpgaserve:latest}
+base=${FPGASERVE_BASE_IMAGE:-localhost/fpgaserve-base:bookworm}
+suite=bookworm
+# what the image needs from Debian: the interpreter (and venv/pip to install into
+# /opt/fpgaserve), g++ for the hls4ml C-simulation, curl and /bin/sh for SuperSONIC's
+# readiness probe, tini as PID 1, CA certificates for anything the image itself fetches
+packages=python3,python3-venv,python3-pip,ca-certificates,curl,g++,tini
+
+log() { printf 'build-image: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (apt-get, debootstrap and rootful podman need it)"
+
+# -------------------------------------------------------------------------- 1. tools
+missing=()
+for p in podman buildah debootstrap runc; do
+    command -v "$p" >/dev/null 2>&1 || [ -x "/usr/sbin/$p" ] || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q "${missing[@]}" >&2; then
+        apt-get update -q >&2  # a stale or empty package index on a fresh machine
+        apt-get install -y -q "${missing[@]}" >&2
+    fi
+fi
+export PATH="$PATH:/usr/sbin:/sbin"
+
+eval "$("$here/podman-env.sh")"
+# one build at a time per image store (a test session and a person, say): they would race
+# for the base image's tag, and the prune below must not remove what another build uses
+exec 9>"$(dirname "$CONTAINERS_STORAGE_CONF")/build.lock"
+flock 9
+
+# -------------------------------------------------------------------------- 2. base image
+debian_mirror() {
+    if [ -n "${FPGASERVE_DEBIAN_MIRROR:-}" ]; then
+        echo "$FPGASERVE_DEBIAN_MIRROR"
+        return
+    fi
+    local f uri
+    # deb822 files: the first enabled "deb" stanza whose Suites has bookworm itself
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        uri=$(awk -v suite="$suite" '
+            BEGIN { RS = ""; FS = "\n" }
+            {
+                types = ""; uris = ""; suites = ""; enabled = "yes"
+                for (i = 1; i <= NF; i++) {
+                    if ($i ~ /^[ \t]*#/ || !match($i, /^[A-Za-z-]+:/)) continue
+                    key = tolower(substr($i, 1, RLENGTH - 1)); val = substr($i, RLENGTH + 1)
+                    gsub(/^[ \t]+|[ \t]+$/, "", val)
+                    if (key == "types") types = val
+                    else if (key == "uris") uris = val
+                    else if (key == "suites") suites = val
+                    else if (key == "enabled") enabled = tolower(val)
+                }
+                if (enabled != "no" && (" " types " ") ~ / deb / && (" " suites " ") ~ (" " suite " ")) {
+                    split(uris, u, /[ \t]+/); print u[1]; exit
+                }
+            }' "$f")
+        if [ -n "$uri" ]; then echo "$uri"; return; fi
+    done
+    # one-line format: deb [options] URI SUITE COMPONENTS...
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        uri=$(awk -v suite="$suite" '
+            $1 == "deb" {
+                i = 2
+                if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+                if ($(i + 1) == suite) { print $i; exit }
+            }' "$f")
+        if [ -n "$uri" ]; then echo "$uri"; return; fi
+    done
+    echo http://deb.debian.org/debian
+}
+
+rootfs=""
+cleanup_rootfs() {
+    [ -n "$rootfs" ] && [ -d "$rootfs" ] || return 0
+    # a debootstrap that failed half-way may leave /proc, /sys or /dev mounted inside:
+    # unmount them first, and never let rm cross into another file system
+    awk -v d="$rootfs" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r m; do umount -l "$m" || true; done
+    rm -rf --one-file-system "$rootfs"
+}
+trap cleanup_rootfs EXIT
+
+base_packages=$(podman image inspect --format '{{index .Labels "org.fpgaserve.base.packages"}}' "$base" 2>/dev/null || true)
+if [ "${FPGASERVE_REBUILD_BASE:-0}" != 1 ] && [ "$base_packages" = "$packages" ]; then
+    log "reusing base image $base"
+else
+    mirror=$(debian_mirror)
+    start=$(date +%s)
+    rootfs=$(mktemp -d "${TMPDIR:-/var/tmp}/fpgaserve-rootfs.XXXXXX")
+    log "debootstrap --variant=minbase $suite from $mirror with $packages"
+    debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >&2 \
+        || die "debootstrap failed (see above; $rootfs/debootstrap/debootstrap.log)"
+    # no downloaded packages or indexes in the image, nor this host's name and resolver
+    # (podman provides /etc/hostname and /etc/resolv.conf to every container)
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/debootstrap
+    rm -f "$rootfs/etc/hostname" "$rootfs/etc/resolv.conf"
+    tar --numeric-owner -C "$rootfs" -c . |
+        podman import --change "LABEL org.fpgaserve.base.packages=$packages" \
+            --change 'CMD ["/bin/bash"]' - "$base" >&2
+    cleanup_rootfs
+    rootfs=""
+    log "base image $base made in $(($(date +%s) - start)) s"
+fi
+
+# -------------------------------------------------------------------------- 3. the image
+start=$(date +%s)
+build=(podman build --pull=never --network host --build-arg "BASE_IMAGE=$base" -f "$here/Containerfile" -t "$tag")
+ca=/etc/ssl/certs/ca-certificates.crt
+if [ -f "$ca" ]; then
+    # the host's CA bundle for pip in the build steps only (a proxy's CA may be in it)
+    build+=(-v "$ca:$ca:ro")
+fi
+if [ "${FPGASERVE_BUILD_NO_CACHE:-0}" = 1 ]; then
+    build+=(--no-cache)
+fi
+log "${build[*]} $repo"
+"${build[@]}" "$repo" >&2
+log "image $tag built in $(($(date +%s) - start)) s"
+# earlier builds of the image that lost their tag to this one (each holds a copy of the
+# venv); the build stage's cached layers stay, and so does any image a container still uses
+podman image prune -f --filter label=org.opencontainers.image.title=fpgaserve >&2 || true
+echo "$tag"
