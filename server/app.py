@@ -1,4 +1,4 @@
-"""The running server: wires repository, shared memory, servicers and listeners together.
+"""The running server: wires the engine (repository), the data plane and the frontends together.
 
 Shutdown (SIGTERM/SIGINT): ServerReady turns false, the gRPC server stops accepting new
 RPCs and lets in-flight ones finish for up to ``exit_timeout_secs``, then the repository
@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from .access import RestrictionError, grpc_restrictions, http_restrictions
-from .grpc_service import HealthServicer, InferenceServicer
-from .http_server import HealthRoutes, TinyHttpServer, metrics_route
+from .dataplane import DataPlane
+from .engine.repository import ModelRepository
+from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
+from .frontends.grpc import HealthServicer, InferenceServicer
+from .frontends.http import HealthRoutes, TinyHttpServer, metrics_route
 from .log_settings import LogSettings
 from .metrics import Metrics
-from .repository import ModelRepository
 from .shared_memory import SystemSharedMemoryManager
 
 log = logging.getLogger("fpgaserve")
@@ -148,18 +149,18 @@ class InferenceServer:
             control_mode=options.model_control_mode,
             startup_models=options.load_models,
             poll_secs=options.repository_poll_secs,
-            shm=self.shm,
             strict_readiness=options.strict_readiness,
             backend_config=options.backend_config,
             unload_timeout_secs=options.model_unload_timeout_secs,
             allow_code_upload=options.allow_model_code_upload,
             auto_complete_config=options.auto_complete_config,
         )
-        self.servicer = InferenceServicer(self.repository, self.shm, self.log_settings, server_id=options.server_id)
+        self.dataplane = DataPlane(self.repository, self.shm, self.log_settings, server_id=options.server_id)
+        self.servicer = InferenceServicer(self.dataplane)
         timeouts = dict(
             header_timeout_s=options.http_header_timeout_secs, idle_timeout_s=options.http_idle_timeout_secs
         )
-        self.http = TinyHttpServer(HealthRoutes(self.servicer, self.http_restrictions), **timeouts)
+        self.http = TinyHttpServer(HealthRoutes(self.dataplane, self.http_restrictions), **timeouts)
         self.metrics = Metrics(
             self.repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=options.allow_cpu_metrics
         )
@@ -312,7 +313,7 @@ class InferenceServer:
         """Drain, then release. Everything shares one --exit-timeout-secs budget: a backend
         stuck inside execute() must not keep the process alive past it (``abandoned`` tells
         the caller to exit without waiting for that thread)."""
-        self.servicer.exiting = True
+        self.dataplane.exiting = True
         timeout = self.options.exit_timeout_secs
         deadline = asyncio.get_running_loop().time() + timeout
         log.info("shutting down: draining in-flight requests (up to %.0f s)", timeout)

@@ -57,8 +57,8 @@ def _raise_fd_limit() -> None:
 
 from . import __version__  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
-from .access import CATEGORIES  # noqa: E402
-from .repository import CONTROL_MODES  # noqa: E402
+from .engine.repository import CONTROL_MODES  # noqa: E402
+from .frontends.access import CATEGORIES  # noqa: E402
 from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
 

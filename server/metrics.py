@@ -28,8 +28,8 @@ from prometheus_client.core import Metric
 
 from fpgaserve.backends import telemetry_collectors
 
-from .scheduler import abandoned_instances_running
-from .statistics import QUEUE_BUCKETS_US
+from .engine.scheduler import abandoned_instances_running
+from .engine.statistics import QUEUE_BUCKETS_US
 
 log = logging.getLogger("fpgaserve.metrics")
 

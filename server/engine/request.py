@@ -1,9 +1,10 @@
-"""Protocol-free request/response objects that travel from the codec through the scheduler.
+"""Protocol-free request/response objects that travel from the data plane through the engine.
 
-The codec builds an ``InferenceRequest`` from a ModelInferRequest; the scheduler executes it
-(possibly batched with others) and resolves ``future`` with a list of ``EncodedOutput``s,
-already turned into wire bytes in the instance's worker thread so the event loop only copies
-references into the response message.
+A frontend's codec and the data plane build an ``InferenceRequest`` (numpy inputs, requested
+outputs, and ``encode``: how this request's outputs are prepared); the scheduler executes it
+(possibly batched with others) and resolves ``future`` with the list of ``EncodedOutput``s
+that ``encode`` made from the request's output slices, in the instance's worker thread, so
+the event loop only copies references into the response message.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .model_config import TensorSpec
+from ..model_config import TensorSpec
 
 
 class ShmTarget(NamedTuple):
@@ -61,3 +62,6 @@ class InferenceRequest:
     seq: int = 0
     # filled by the scheduler when the request starts executing
     exec_start_ns: int = 0
+    # the request's output slices -> its encoded outputs (bytes, shared-memory writes,
+    # classification); set by the data plane, called in the instance's worker thread
+    encode: Callable[[dict[str, np.ndarray]], list[EncodedOutput]] | None = None

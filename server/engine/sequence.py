@@ -30,8 +30,8 @@ import numpy as np
 
 from fpgaserve.protos import inference as pb
 
-from . import datatypes
-from .errors import invalid_argument
+from .. import datatypes
+from ..errors import invalid_argument
 from .request import InferenceRequest
 from .scheduler import ModelInstance, Scheduler, Wakeup
 

@@ -23,6 +23,7 @@ import json
 import logging
 from urllib.parse import unquote
 
+from ..errors import InferenceError
 from .access import Restriction
 
 log = logging.getLogger("fpgaserve.http")
@@ -184,8 +185,8 @@ class TinyHttpServer:
 
 
 class HealthRoutes:
-    def __init__(self, servicer, restrictions: dict[str, Restriction] | None = None):
-        self.servicer = servicer
+    def __init__(self, dataplane, restrictions: dict[str, Restriction] | None = None):
+        self.dataplane = dataplane
         # probes are Triton's "health" API group (--http-restricted-api=health:<key>=<value>)
         self.restriction = (restrictions or {}).get("health")
 
@@ -196,7 +197,7 @@ class HealthRoutes:
         if parts == ["v2", "health", "live"]:
             return 200
         if parts == ["v2", "health", "ready"]:
-            return 200 if self.servicer.server_ready() else 400
+            return 200 if self.dataplane.ready_now() else 400
         if len(parts) >= 4 and parts[:2] == ["v2", "models"] and parts[-1] == "ready":
             name = parts[2]
             version = ""
@@ -204,7 +205,10 @@ class HealthRoutes:
                 version = parts[4]
             elif len(parts) != 4:
                 return 404
-            ready = not self.servicer.exiting and self.servicer.repository.is_ready(name, version)
+            try:
+                ready = self.dataplane.model_ready_now(name, version)
+            except InferenceError:  # a malformed version: not ready, as any unknown one
+                ready = False
             return 200 if ready else 400
         return 404
 

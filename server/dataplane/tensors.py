@@ -1,8 +1,11 @@
-"""ModelInferRequest -> InferenceRequest (numpy views + validation) and results -> ModelInferResponse.
+"""Protocol-free request handling shared by every frontend: the core half of validation
+(``normalize``), BYTES (de)serialization, and output preparation (``encode_outputs``).
 
-Validation follows Triton's order (gRPC frontend first, then core ``Normalize``) so that a
-request with several problems gets the same first error Triton would report, with the same
-status code and message text (the table in triton-protocol.md).
+A frontend collects a request's wire inputs (its own format: protobuf, JSON, binary
+extension) into ``WireInput``s and the parts every protocol shares into an
+``InferenceRequest``; ``normalize`` then checks them against the model exactly as Triton's
+core does (the order in which errors are found and their texts, see triton-protocol.md) and
+builds numpy views on the bytes.
 
 Zero-copy: raw inputs become ``np.frombuffer`` views on the request's bytes (read once);
 outputs are serialized once with ``tobytes`` (protobuf ``bytes`` fields reject memoryviews).
@@ -10,18 +13,20 @@ outputs are serialized once with ``tobytes`` (protobuf ``bytes`` fields reject m
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from fpgaserve.protos import inference as pb
+from .. import datatypes
+from ..engine.request import EncodedOutput, InferenceRequest, ShmTarget
+from ..errors import invalid_argument
+from ..model_config import TensorSpec
 
-from . import datatypes
-from .errors import invalid_argument
-from .model_config import TensorSpec
-from .request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
+_U32 = struct.Struct("<I")
 
 ALLOWED_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
 RESERVED_PARAMETER_ERROR = (
@@ -30,89 +35,22 @@ RESERVED_PARAMETER_ERROR = (
     + " ".join(ALLOWED_TRITON_PARAMETERS)
 )
 
-_U32 = struct.Struct("<I")
+
+class TypedValues(Protocol):
+    """An input sent as explicit typed values (gRPC ``contents``, JSON ``data``); converted
+    only once the datatype is validated."""
+
+    def as_array(self, dt: datatypes.DataType) -> np.ndarray: ...
 
 
-# ----------------------------------------------------------------------------- parameters
+@dataclass
+class WireInput:
+    datatype: str
+    shape: list[int]
+    data: Any  # bytes | memoryview (raw), TypedValues, or ShmTarget
 
 
-def parameter_value(p) -> Any:
-    kind = p.WhichOneof("parameter_choice")
-    return None if kind is None else getattr(p, kind)
-
-
-def _request_parameters(request, ireq: InferenceRequest) -> None:
-    for key, p in request.parameters.items():
-        kind = p.WhichOneof("parameter_choice")
-        value = None if kind is None else getattr(p, kind)
-        if key == "sequence_id":
-            if kind not in ("int64_param", "string_param"):
-                raise invalid_argument(
-                    "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
-                )
-        elif key in ("sequence_start", "sequence_end"):
-            if kind != "bool_param":
-                raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
-        elif key == "priority":
-            if kind not in ("int64_param", "uint64_param"):
-                raise invalid_argument(
-                    "invalid value type for 'priority' parameter, expected int64_param or uint64_param."
-                )
-            if value < 0:
-                raise invalid_argument("invalid value for 'priority', expected value >= 0.")
-            ireq.priority = int(value)
-        elif key == "timeout":
-            if kind != "int64_param":
-                raise invalid_argument("invalid value type for 'timeout' parameter, expected int64_param.")
-            ireq.timeout_us = max(0, int(value))
-        elif key.startswith("triton_"):
-            if key not in ALLOWED_TRITON_PARAMETERS:
-                raise invalid_argument(RESERVED_PARAMETER_ERROR)
-            if kind != "bool_param":
-                raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
-        elif kind not in ("int64_param", "bool_param", "string_param", "double_param"):
-            # Triton passes custom parameters to the model; uint64 has no core setter.
-            raise invalid_argument(
-                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
-            )
-        ireq.parameters[key] = value
-
-
-def _tensor_shm(params, tensor: str) -> ShmTarget | None:
-    """A tensor's shared-memory location, checked as Triton's ParseSharedMemoryParams does."""
-    region = None
-    if "shared_memory_region" in params:
-        p = params["shared_memory_region"]
-        if p.WhichOneof("parameter_choice") != "string_param":
-            raise invalid_argument(
-                f"invalid value type for 'shared_memory_region' parameter for tensor '{tensor}', expected string_param."
-            )
-        region = p.string_param
-    values = {}
-    for key in ("shared_memory_offset", "shared_memory_byte_size"):
-        if key not in params:
-            continue
-        if region is None:
-            raise invalid_argument(
-                f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
-            )
-        p = params[key]
-        if p.WhichOneof("parameter_choice") != "int64_param":
-            raise invalid_argument(
-                f"invalid value type for '{key}' parameter for tensor '{tensor}', expected int64_param."
-            )
-        values[key] = p.int64_param
-    if region is None:
-        return None
-    if "shared_memory_byte_size" not in values:
-        raise invalid_argument(
-            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
-            f"parameter for tensor '{tensor}'"
-        )
-    return ShmTarget(region, values.get("shared_memory_offset", 0), values["shared_memory_byte_size"])
-
-
-def _id_prefix(request_id: str) -> str:
+def id_prefix(request_id: str) -> str:
     """Triton core prefixes request-validation errors with the request id."""
     return f"[request id: {request_id or '<id_unknown>'}] "
 
@@ -211,21 +149,6 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 # ----------------------------------------------------------------------------- decode
 
 
-def _typed_contents(contents, dt: datatypes.DataType) -> np.ndarray:
-    if dt.contents_field is None:
-        return np.empty(0, dtype=dt.dtype)
-    values = getattr(contents, dt.contents_field)
-    if dt.wire == "BYTES":
-        out = np.empty(len(values), dtype=object)
-        out[:] = list(values)
-        return out
-    if dt.contents_field in ("int_contents", "uint_contents"):
-        # 8/16-bit types travel in 32-bit fields; Triton keeps the low bytes (wraps)
-        wide = np.int32 if dt.contents_field == "int_contents" else np.uint32
-        return np.array(values, dtype=wide).astype(dt.dtype)
-    return np.array(values, dtype=dt.dtype)
-
-
 def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -238,27 +161,8 @@ _SHAPE_NOTE = (
 )
 
 
-# typed contents field -> the datatype Triton names in "unexpected explicit tensor data"
-_FIELD_TYPES = {
-    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64",
-    "uint_contents": "UINT32", "uint64_contents": "UINT64", "fp32_contents": "FP32",
-    "fp64_contents": "FP64", "bytes_contents": "BYTES",
-}
-_FIELD_FOR_WIRE = {dt.wire: dt.contents_field for dt in datatypes.BY_WIRE.values()}
-
-
-def _check_typed_field(contents, tensor, model_name: str) -> None:
-    expected_field = _FIELD_FOR_WIRE.get(tensor.datatype)
-    for fd, _ in contents.ListFields():
-        if fd.name != expected_field:
-            raise invalid_argument(
-                f"unexpected explicit tensor data for input tensor '{tensor.name}' for model "
-                f"'{model_name}' of type '{_FIELD_TYPES[fd.name]}', expected datatype '{tensor.datatype}'"
-            )
-
-
 _INT64_MAX = 2**63 - 1
-_SPARE_INPUTS = 64  # extra inputs still walked one by one, so small mistakes get Triton's exact texts
+SPARE_INPUTS = 64  # extra inputs still walked one by one, so small mistakes get Triton's exact texts
 
 
 def _check_element_count(shape, dt: datatypes.DataType, in_name: str, model: str, prefix: str) -> None:
@@ -275,109 +179,15 @@ def _check_element_count(shape, dt: datatypes.DataType, in_name: str, model: str
                 )
 
 
-def decode_request(request, model, shm) -> InferenceRequest:
-    """Validate ``request`` against ``model`` (a repository.ModelVersion) and build the numpy view.
+def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm) -> InferenceRequest:
+    """The core half of request validation, whatever the wire: counts, names, batch size,
+    then per input datatype, shape, batch dim and byte size, and the numpy views.
 
-    The order of checks, and which input an error names, follow Triton 2.51 as observed:
-    frontend (parameters; per input in send order: raw/typed mixing, data presence,
-    duplicates), then core (unknown outputs, input count, unknown inputs, batch size, then
-    per input in *reverse* send order: datatype, shape, batch dim, byte size).
+    ``ireq`` carries what the frontend collected (id, parameters, requested outputs);
+    ``received`` the inputs in send order. Triton's order and texts (triton-protocol.md).
     """
     name = model.name
-    ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1, id=request.id)
-    prefix = _id_prefix(request.id)
-    if request.parameters:
-        _request_parameters(request, ireq)
-
-    if len(request.inputs) > len(model.inputs) + _SPARE_INPUTS:
-        # far more inputs than the model has: answered before a per-input walk (Python work
-        # per input) over what may be millions of them; the text is Triton's count error
-        raise invalid_argument(
-            f"{prefix}expected {len(model.inputs)} inputs but got {len(request.inputs)} inputs for model '{name}'"
-        )
-
-    # --- frontend: every input is added to the request before any data is looked at, so a
-    # duplicate is reported before the data problems of any input (Triton's order)
-    names: set[str] = set()
-    for tensor in request.inputs:
-        if tensor.name in names:
-            raise invalid_argument(f"{prefix}input '{tensor.name}' already exists in request")
-        names.add(tensor.name)
-
-    # --- frontend: collect inputs (raw vs typed vs shm)
-    raw_contents = request.raw_input_contents  # read the repeated field once
-    has_raw = len(raw_contents) > 0
-    received: dict[str, tuple[Any, list[int], Any]] = {}  # name -> (datatype, shape, data)
-    raw_index = 0
-    for tensor in request.inputs:
-        target = _tensor_shm(tensor.parameters, tensor.name) if tensor.parameters else None
-        if target is not None:
-            if tensor.HasField("contents"):
-                raise invalid_argument(
-                    f"unexpected 'content' provided when using shared memory for input tensor "
-                    f"'{tensor.name}' for model '{name}'"
-                )
-            # validated now (Triton's frontend order); read once the declared size is checked
-            shm.check(*target)
-            data = target
-        elif has_raw:
-            if tensor.HasField("contents"):
-                raise invalid_argument(
-                    f"contents field must not be specified when using raw_input_contents for "
-                    f"'{tensor.name}' for model '{name}'"
-                )
-            if raw_index >= len(raw_contents):
-                raise invalid_argument(
-                    f"unable to find data for input tensor '{tensor.name}' for model '{name}' in request."
-                )
-            data = raw_contents[raw_index]
-            raw_index += 1
-        else:
-            if not tensor.HasField("contents"):
-                raise invalid_argument(
-                    f"unable to find data for input tensor '{tensor.name}' for model '{name}' in request."
-                )
-            data = tensor.contents  # typed contents, converted after dtype validation
-            _check_typed_field(data, tensor, name)
-        received[tensor.name] = (tensor.datatype, list(tensor.shape), data)
-
-    # --- requested outputs (duplicates rejected, as newer Triton and qa/L0_grpc expect)
-    requested: list[RequestedOutput] = []
-    seen: set[str] = set()
-    for out in request.outputs:
-        spec = model.outputs.get(out.name)
-        if spec is None:
-            raise invalid_argument(f"unexpected inference output '{out.name}' for model '{name}'")
-        if out.name in seen:
-            raise invalid_argument(f"{prefix}output '{out.name}' already exists in request")
-        seen.add(out.name)
-        params = out.parameters
-        target = _tensor_shm(params, out.name) if params else None
-        if target is not None:
-            shm.check(*target)
-        k = 0
-        if params and "classification" in params:
-            p = params["classification"]
-            if p.WhichOneof("parameter_choice") != "int64_param":
-                raise invalid_argument(
-                    "invalid value type for 'classification' parameter, expected int64_param"
-                )
-            k = int(p.int64_param)
-            if k <= 0:
-                raise invalid_argument("invalid value for 'classification' parameter, expected >= 0")
-            if target is not None:
-                raise invalid_argument("output can't set both 'shared_memory_region' and 'classification'")
-            if spec.datatype.wire in ("BYTES", "BOOL"):
-                # Triton's text (classification.cc); a top-k of strings has no meaning
-                raise invalid_argument(
-                    f"class result not available for output '{out.name}' due to unsupported type "
-                    f"'{spec.datatype.wire}'"
-                )
-        requested.append(RequestedOutput(spec, target, k))
-    if not requested:
-        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
-    ireq.outputs = requested
-
+    prefix = id_prefix(ireq.id)
     # --- input count, unknown inputs. Triton's core keeps inputs in a hash map whose
     # iteration order is the reverse of insertion, which shows in its texts; we match it.
     order = list(reversed(received))
@@ -414,7 +224,7 @@ def decode_request(request, model, shm) -> InferenceRequest:
             raise invalid_argument(f"unexpected inference input '{in_name}' for model '{name}'")
         if max_batch <= 0 or model.inputs[in_name].is_shape_tensor:
             continue
-        shape = received[in_name][1]
+        shape = received[in_name].shape
         if not shape:
             raise invalid_argument(
                 f"{prefix}input '{in_name}' has no shape but model requires batch dimension for '{name}'"
@@ -432,7 +242,8 @@ def decode_request(request, model, shm) -> InferenceRequest:
 
     # --- per input, in core order: datatype, shape, batch dim, size; then the numpy view
     for in_name in order:
-        datatype, shape, data = received[in_name]
+        wire = received[in_name]
+        datatype, shape, data = wire.datatype, wire.shape, wire.data
         spec: TensorSpec = model.inputs[in_name]
         dt = spec.datatype
         if datatype != dt.wire:
@@ -483,7 +294,7 @@ def decode_request(request, model, shm) -> InferenceRequest:
             if isinstance(data, (bytes, memoryview)):
                 array = deserialize_bytes(data, count, in_name, name, prefix)
             else:
-                array = _typed_contents(data, dt)
+                array = data.as_array(dt)
                 if array.size < count:
                     raise invalid_argument(
                         f"{prefix}expected {count} string elements for inference input '{in_name}' "
@@ -505,7 +316,7 @@ def decode_request(request, model, shm) -> InferenceRequest:
                     )
                 array = np.frombuffer(data, dtype=dt.dtype)
             else:
-                array = _typed_contents(data, dt)
+                array = data.as_array(dt)
                 if array.size != count:
                     raise invalid_argument(
                         f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
@@ -521,7 +332,11 @@ def decode_request(request, model, shm) -> InferenceRequest:
     # input copies it out of the message (up to ~1 ms for a 16k-row FACILE batch), which would
     # otherwise be reported as queue time even on an idle server.
     ireq.arrival_ns = time.monotonic_ns()
+    # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
+    ireq.encode = functools.partial(encode_outputs, ireq, shm=shm)
     return ireq
+
+
 
 
 # ----------------------------------------------------------------------------- encode
@@ -572,17 +387,3 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) 
     return encoded
 
 
-def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool | None = None):
-    """ModelInferResponse; ``final_flag`` sets ``triton_final_response`` (streams only)."""
-    response = pb.ModelInferResponse(
-        model_name=model.name, model_version=model.version_str, id=request_id
-    )
-    for out in encoded:
-        tensor = response.outputs.add()
-        tensor.name = out.name
-        tensor.datatype = out.datatype
-        tensor.shape.extend(out.shape)
-    response.raw_output_contents.extend([out.raw for out in encoded])
-    if final_flag is not None:
-        response.parameters["triton_final_response"].bool_param = final_flag
-    return response

@@ -24,8 +24,7 @@ import numpy as np
 
 from fpgaserve.backends import Backend, DeviceUnavailableError
 
-from . import codec
-from .errors import InferenceError, internal, unavailable
+from ..errors import InferenceError, internal, unavailable
 from .request import EncodedOutput, InferenceRequest
 from .statistics import BatchTimings
 
@@ -248,7 +247,7 @@ def _batch_input_specs(config) -> list[tuple[str, str, np.dtype, str]]:
     """(target name, kind, dtype, source input) for each ``batch_input`` of the config."""
     from fpgaserve.protos import inference as pb
 
-    from . import datatypes
+    from .. import datatypes
 
     specs = []
     for bi in config.batch_input:
@@ -275,11 +274,10 @@ def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.nd
 
 
 class ModelInstance:
-    def __init__(self, model, backend: Backend, index: int, shm):
+    def __init__(self, model, backend: Backend, index: int):
         self.model = model
         self.backend = backend
         self.index = index
-        self.shm = shm
         # inputs a batching model receives flattened to 1-D (see run_batch)
         self.ragged_inputs = frozenset(
             s.name for s in model.inputs.values() if s.allow_ragged_batch and model.max_batch_size > 0
@@ -336,7 +334,7 @@ class ModelInstance:
                 results.append(None)
                 continue
             try:
-                results.append(codec.encode_outputs(r, mine, self.shm))
+                results.append(r.encode(mine))
             except Exception as e:  # this request's outputs only (e.g. a too-small shm region)
                 results.append(e if isinstance(e, InferenceError) else model_failure(model.name, e))
         t3 = time.monotonic_ns()
@@ -358,7 +356,7 @@ class ModelInstance:
                 t1 = time.monotonic_ns()
                 infer_ns += t1 - t
                 outputs = self._check_outputs(outputs, [request], request.batch_size)
-                request.emit(codec.encode_outputs(request, outputs, self.shm))
+                request.emit(request.encode(outputs))
                 t = time.monotonic_ns()
                 output_ns += t - t1
         except BaseException as e:
@@ -594,18 +592,3 @@ class Scheduler:
 
 class DirectScheduler(Scheduler):
     """No dynamic batching: each request executes alone, in arrival order."""
-
-
-def make_scheduler(model, instances: list[ModelInstance]) -> Scheduler:
-    """Triton's choice: a ``dynamic_batching`` block (on a batching model, not decoupled)
-    gets the dynamic batcher; otherwise every request executes alone."""
-    config = model.config
-    if config.HasField("sequence_batching"):
-        from .sequence import SequenceBatcher
-
-        return SequenceBatcher(model, instances)
-    if config.HasField("dynamic_batching") and model.max_batch_size > 0 and not model.decoupled:
-        from .batcher import DynamicBatcher
-
-        return DynamicBatcher(model, instances)
-    return DirectScheduler(model, instances)

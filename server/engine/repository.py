@@ -31,10 +31,12 @@ from fpgaserve.backends import BackendError, backend_class
 from fpgaserve.backends.base import path_inside
 from grpc import StatusCode
 
-from . import datatypes
-from . import model_config as mc
-from .errors import InferenceError, escape_control, internal, invalid_argument, not_found, unavailable
-from .scheduler import ModelInstance, Scheduler, make_scheduler
+from .. import datatypes
+from .. import model_config as mc
+from ..errors import InferenceError, escape_control, internal, invalid_argument, not_found, unavailable
+from .batcher import DynamicBatcher
+from .scheduler import DirectScheduler, ModelInstance, Scheduler
+from .sequence import SequenceBatcher
 from .statistics import ModelStatistics
 
 log = logging.getLogger("fpgaserve.repository")
@@ -241,7 +243,6 @@ class ModelRepository:
         control_mode: str = "none",
         startup_models: list[str] | None = None,
         poll_secs: float = 15.0,
-        shm=None,
         strict_readiness: bool = True,
         backend_config: dict | None = None,
         unload_timeout_secs: float = 30.0,
@@ -254,7 +255,6 @@ class ModelRepository:
         self.control_mode = control_mode
         self.startup_models = startup_models or []
         self.poll_secs = poll_secs
-        self.shm = shm
         self.strict_readiness = strict_readiness
         self.backend_config = backend_config or {}
         self.unload_timeout_secs = unload_timeout_secs
@@ -486,7 +486,7 @@ class ModelRepository:
         try:
             for group in config.instance_group:
                 for _ in range(group.count):
-                    instance = ModelInstance(mv, None, index, self.shm)
+                    instance = ModelInstance(mv, None, index)
                     # Build the backend on the instance's own thread: backends that keep
                     # thread-affine state (device handles) are then created where they run.
                     try:
@@ -626,6 +626,17 @@ class ModelRepository:
 
     def loaded_versions(self) -> list[ModelVersion]:
         return [v for e in self.models.values() for v in e.versions.values()]
+
+
+def make_scheduler(model, instances: list[ModelInstance]) -> Scheduler:
+    """Triton's choice: a ``dynamic_batching`` block (on a batching model, not decoupled)
+    gets the dynamic batcher; otherwise every request executes alone."""
+    config = model.config
+    if config.HasField("sequence_batching"):
+        return SequenceBatcher(model, instances)
+    if config.HasField("dynamic_batching") and model.max_batch_size > 0 and not model.decoupled:
+        return DynamicBatcher(model, instances)
+    return DirectScheduler(model, instances)
 
 
 class _TempDirReaper:

@@ -33,28 +33,12 @@ from fpgaserve.protos import (
     service_methods,
 )
 
-from . import __version__, codec
+from ..dataplane import DataPlane
+from ..errors import InferenceError, bound_message, internal, invalid_argument, unimplemented
+from . import grpc_codec as codec
 from .access import GRPC_METHOD_CATEGORIES, Restriction
-from .errors import InferenceError, bound_message, internal, invalid_argument, not_found, unimplemented
-from .log_settings import LogSettings
-from .repository import parse_version
 
 log = logging.getLogger("fpgaserve.grpc")
-
-# Only what really works (ServerMetadata is how clients discover features).
-EXTENSIONS = [
-    "classification",
-    "sequence",  # sequence batching + ModelStreamInfer
-    "model_repository",
-    "schedule_policy",  # priorities, queue policies, request timeouts
-    "model_configuration",
-    "system_shared_memory",
-    "parameters",
-    "statistics",
-    "logging",
-]
-
-SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."  # Triton's text
 
 _SERVING = health_pb.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb.HealthCheckResponse.NOT_SERVING
@@ -222,49 +206,32 @@ class InferenceServicer:
     """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
     turn errors into statuses (or in-stream error responses)."""
 
-    def __init__(self, repository, shm, log_settings: LogSettings, server_id: str = "triton"):
-        self.repository = repository
-        self.server_id = server_id
-        self.shm = shm
-        self.log_settings = log_settings
-        self.exiting = False
-        self._trace = {
-            "trace_file": [""],
-            "trace_level": ["OFF"],
-            "trace_rate": ["1000"],
-            "trace_count": ["-1"],
-            "log_frequency": ["0"],
-            "trace_mode": ["triton"],
-        }
+    def __init__(self, dataplane: DataPlane):
+        self.dataplane = dataplane
 
     # ------------------------------------------------------------------ health
     async def ServerLive(self, request, context):
-        return pb.ServerLiveResponse(live=True)
+        return pb.ServerLiveResponse(live=await self.dataplane.live())
 
-    def server_ready(self) -> bool:
-        return not self.exiting and self.repository.all_ready()
+    async def server_ready(self) -> bool:
+        return await self.dataplane.ready()
 
     async def ServerReady(self, request, context):
-        return pb.ServerReadyResponse(ready=self.server_ready())
+        return pb.ServerReadyResponse(ready=await self.dataplane.ready())
 
     async def ModelReady(self, request, context):
-        # Triton answers OK/ready=false for unknown models (clients call it after unloads),
-        # but rejects a malformed version string first.
-        if request.version:
-            parse_version(request.version)
-        ready = not self.exiting and self.repository.is_ready(request.name, request.version)
-        return pb.ModelReadyResponse(ready=ready)
+        return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name, request.version))
 
     async def ServerMetadata(self, request, context):
-        return pb.ServerMetadataResponse(name=self.server_id, version=__version__, extensions=EXTENSIONS)
+        info = await self.dataplane.server_metadata()
+        return pb.ServerMetadataResponse(name=info.name, version=info.version, extensions=info.extensions)
 
     # ------------------------------------------------------------------ model info
     async def ModelMetadata(self, request, context):
-        model = self.repository.get(request.name, request.version)
-        entry = self.repository.models[model.name]
+        model = await self.dataplane.model(request.name, request.version)
         response = pb.ModelMetadataResponse(
             name=model.name,
-            versions=[str(v) for v in entry.ready_versions()],
+            versions=[str(v) for v in await self.dataplane.ready_versions(model.name)],
             platform=model.platform,
         )
         batch = [-1] if model.max_batch_size > 0 else []
@@ -277,33 +244,14 @@ class InferenceServicer:
         return response
 
     async def ModelConfig(self, request, context):
-        model = self.repository.get(request.name, request.version)
+        model = await self.dataplane.model(request.name, request.version)
         response = pb.ModelConfigResponse()
         response.config.CopyFrom(model.config)
         return response
 
     async def ModelStatistics(self, request, context):
         response = pb.ModelStatisticsResponse()
-        if request.version:
-            parse_version(request.version)  # Triton rejects a bad version string first
-        if request.name:
-            entry = self.repository.models.get(request.name)
-            if entry is None or not entry.versions:
-                raise invalid_argument(f"requested model '{request.name}' is not available")
-            if request.version:
-                try:
-                    versions = [self.repository.get(request.name, request.version)]
-                except InferenceError as e:
-                    if e.code == grpc.StatusCode.INVALID_ARGUMENT:
-                        raise
-                    raise invalid_argument(
-                        f"requested model version is not available for model '{request.name}'"
-                    ) from None
-            else:
-                versions = [entry.versions[v] for v in entry.ready_versions()]
-        else:
-            versions = sorted(self.repository.loaded_versions(), key=lambda v: (v.name, v.version))
-        for mv in versions:
+        for mv in await self.dataplane.statistics(request.name, request.version):
             s = mv.stats
             ms = response.model_stats.add()
             ms.name = mv.name
@@ -324,22 +272,15 @@ class InferenceServicer:
         return response
 
     # ------------------------------------------------------------------ inference
-    def _check_accepting(self) -> None:
-        if self.exiting:
-            # a call gRPC dispatched while shutdown was starting; in-flight ones are past this
-            raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-
     async def _infer(self, request, model):
-        """Decode, schedule, await. Raises InferenceError."""
-        self._check_accepting()
-        ireq = codec.decode_request(request, model, self.shm)
-        # If this coroutine is cancelled (client cancel / deadline), awaiting cancels the
-        # future too, which withdraws the request if it is still queued.
-        return await model.scheduler.submit(ireq)
+        """Decode against the model, execute, await the encoded outputs. Raises InferenceError."""
+        self.dataplane.check_accepting()
+        ireq = codec.decode_request(request, model, self.dataplane.shm)
+        return await self.dataplane.infer(ireq)
 
     async def ModelInfer(self, request, context):
-        self._check_accepting()
-        model = self.repository.get(request.model_name, request.model_version)
+        self.dataplane.check_accepting()
+        model = await self.dataplane.model(request.model_name, request.model_version)
         if model.decoupled:
             raise unimplemented("ModelInfer RPC doesn't support models with decoupled transaction policy")
         encoded = await self._infer(request, model)
@@ -349,8 +290,8 @@ class InferenceServicer:
         """Stream each response of a decoupled model as the model yields it; then an empty
         final response if the client asked for one (triton_enable_empty_final_response)."""
         loop = asyncio.get_running_loop()
-        self._check_accepting()
-        ireq = codec.decode_request(request, model, self.shm)
+        self.dataplane.check_accepting()
+        ireq = codec.decode_request(request, model, self.dataplane.shm)
 
         def put(encoded):
             msg = pb.ModelStreamInferResponse()
@@ -359,7 +300,7 @@ class InferenceServicer:
 
         # called from the instance thread; call_soon_threadsafe keeps the order
         ireq.emit = lambda encoded: loop.call_soon_threadsafe(put, encoded)
-        await model.scheduler.submit(ireq)
+        await self.dataplane.infer(ireq)
         if ireq.parameters.get("triton_enable_empty_final_response"):
             msg = pb.ModelStreamInferResponse()
             msg.infer_response.CopyFrom(codec.build_response(model, request.id, [], final_flag=True))
@@ -394,7 +335,7 @@ class InferenceServicer:
             try:
                 if isinstance(request, _Malformed):
                     raise request.error()
-                model = self.repository.get(request.model_name, request.model_version)
+                model = await self.dataplane.model(request.model_name, request.model_version)
                 if model.decoupled:
                     await self._stream_decoupled(request, model, responses)
                     return
@@ -447,7 +388,7 @@ class InferenceServicer:
         if request.repository_name:
             raise unimplemented("'repository_name' specification is not supported")
         response = pb.RepositoryIndexResponse()
-        rows = await asyncio.get_running_loop().run_in_executor(None, self.repository.index, request.ready)
+        rows = await self.dataplane.repository_index(request.ready)
         for name, version, state, reason in rows:
             m = response.models.add()
             m.name, m.version, m.state, m.reason = name, version, state, reason
@@ -470,54 +411,50 @@ class InferenceServicer:
                 files[key[len("file:"):]] = p.bytes_param
             else:
                 raise invalid_argument(f"unrecognized load parameter '{key}'.")
-        await self.repository.load(request.model_name, config_json, files or None)
+        await self.dataplane.load(request.model_name, config_json, files or None)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):
         if request.repository_name:
             raise unimplemented("'repository_name' specification is not supported")
-        await self.repository.unload(request.model_name)
+        await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ shared memory
     async def SystemSharedMemoryStatus(self, request, context):
-        regions = self.shm.status(request.name)
         response = pb.SystemSharedMemoryStatusResponse()
-        for r in regions:
+        for r in await self.dataplane.shm_status(request.name):
             s = response.regions[r.name]
             s.name, s.key, s.offset, s.byte_size = r.name, r.key, r.offset, r.byte_size
         return response
 
     async def SystemSharedMemoryRegister(self, request, context):
-        await asyncio.get_running_loop().run_in_executor(
-            None, self.shm.register, request.name, request.key, request.offset, request.byte_size
-        )
+        await self.dataplane.shm_register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request, context):
-        self.shm.unregister(request.name)
+        await self.dataplane.shm_unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    # CUDA shared memory: there is no GPU, so no region can ever be registered. Status and
-    # Unregister still answer exactly as Triton does with none registered, because clients
-    # (Triton's shm examples, perf_analyzer --shared-memory) unregister all CUDA regions
-    # before they start; only Register is refused. Not advertised in ServerMetadata.
     async def CudaSharedMemoryStatus(self, request, context):
-        if request.name:
-            raise not_found(f"Unable to find cuda shared memory region: '{request.name}'")
+        await self.dataplane.cuda_shm_status(request.name)
         return pb.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request, context):
-        raise unimplemented("CUDA shared memory is not supported by this server (no GPU)")
+        await self.dataplane.cuda_shm_register()
+        return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request, context):
+        await self.dataplane.cuda_shm_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ------------------------------------------------------------------ settings
     async def LogSettings(self, request, context):
-        self.log_settings.update_many({key: _setting(value) for key, value in request.settings.items()})
+        current = await self.dataplane.update_log_settings(
+            {key: _setting(value) for key, value in request.settings.items()}
+        )
         response = pb.LogSettingsResponse()
-        for key, value in self.log_settings.as_dict().items():
+        for key, value in current.items():
             v = response.settings[key]
             if isinstance(value, bool):
                 v.bool_param = value
@@ -528,21 +465,11 @@ class InferenceServicer:
         return response
 
     async def TraceSetting(self, request, context):
-        # Request tracing is not implemented: we report it OFF (honestly) and refuse to turn
-        # it on rather than pretend. Other trace settings are stored and echoed.
-        if request.model_name and not self.repository.is_ready(request.model_name):
-            # (sic) Triton's text, with the space before the colon
-            raise invalid_argument(f"Request for unknown model : {request.model_name}")
-        for key, value in request.settings.items():
-            values = list(value.value)
-            if key not in self._trace:
-                raise invalid_argument(f"unknown trace setting '{key}'")
-            if key == "trace_level" and any(v.upper() != "OFF" for v in values):
-                raise unimplemented("request tracing is not supported by fpgaserve; trace_level can only be OFF")
-            if values:
-                self._trace[key] = values
+        current = await self.dataplane.trace_settings(
+            request.model_name, {key: list(value.value) for key, value in request.settings.items()}
+        )
         response = pb.TraceSettingResponse()
-        for key, values in self._trace.items():
+        for key, values in current.items():
             response.settings[key].value.extend(values)
         return response
 
@@ -564,19 +491,19 @@ class HealthServicer:
     def __init__(self, inference: InferenceServicer):
         self.inference = inference
 
-    def _status(self):
+    async def _status(self):
         try:
-            return _SERVING if self.inference.server_ready() else _NOT_SERVING
+            return _SERVING if await self.inference.server_ready() else _NOT_SERVING
         except Exception:
             return _UNKNOWN
 
     async def Check(self, request, context):
-        return health_pb.HealthCheckResponse(status=self._status())
+        return health_pb.HealthCheckResponse(status=await self._status())
 
     async def Watch(self, request, context):
         last = None
         while True:
-            status = self._status()
+            status = await self._status()
             if status != last:
                 yield health_pb.HealthCheckResponse(status=status)
                 last = status

@@ -32,7 +32,7 @@ import collections
 import time
 from dataclasses import dataclass
 
-from .errors import InferenceError, unavailable
+from ..errors import InferenceError, unavailable
 from .request import InferenceRequest
 from .scheduler import ModelInstance, Scheduler, resolve
 

@@ -1,0 +1,192 @@
+"""The data plane: the one API every frontend calls (gRPC today, HTTP next).
+
+Frontends own the wire (transport, message formats, turning errors into statuses); the data
+plane owns the semantics Triton defines independently of the wire: health, metadata,
+statistics, repository control, shared-memory registration, log and trace settings, and
+inference (accepting a request, preparing its outputs, submitting it to the engine). It
+raises ``InferenceError`` with Triton's status and text, which each frontend renders its way.
+In the spirit of MLServer's DataPlane and of Triton's split between its frontends and core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+
+from .. import __version__
+from ..engine.repository import ModelRepository, ModelVersion, parse_version
+from ..engine.request import EncodedOutput, InferenceRequest
+from ..errors import InferenceError, invalid_argument, not_found, unimplemented
+from ..log_settings import LogSettings
+from ..shared_memory import Region, SystemSharedMemoryManager
+
+# Only what really works (ServerMetadata is how clients discover features); Triton's names.
+EXTENSIONS = (
+    "classification",
+    "sequence",  # sequence batching + ModelStreamInfer
+    "model_repository",
+    "schedule_policy",  # priorities, queue policies, request timeouts
+    "model_configuration",
+    "system_shared_memory",
+    "parameters",
+    "statistics",
+    "logging",
+)
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."  # Triton's text
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+class DataPlane:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        shm: SystemSharedMemoryManager,
+        log_settings: LogSettings,
+        server_id: str = "triton",
+    ):
+        self.repository = repository
+        self.shm = shm
+        self.log_settings = log_settings
+        self.server_id = server_id
+        self.exiting = False  # set at shutdown: not ready, new inference refused
+        self._trace: dict[str, list[str]] = {
+            "trace_file": [""],
+            "trace_level": ["OFF"],
+            "trace_rate": ["1000"],
+            "trace_count": ["-1"],
+            "log_frequency": ["0"],
+            "trace_mode": ["triton"],
+        }
+
+    # ------------------------------------------------------------------ health
+    async def live(self) -> bool:
+        return True
+
+    async def ready(self) -> bool:
+        return self.ready_now()
+
+    def ready_now(self) -> bool:
+        """``ready`` for callers in the engine's process that cannot await (HTTP probes)."""
+        return not self.exiting and self.repository.all_ready()
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return self.model_ready_now(name, version)
+
+    def model_ready_now(self, name: str, version: str = "") -> bool:
+        # Triton answers not-ready for unknown models (clients call it after unloads), but
+        # rejects a malformed version string first
+        if version:
+            parse_version(version)
+        return not self.exiting and self.repository.is_ready(name, version)
+
+    async def server_metadata(self) -> ServerInfo:
+        return ServerInfo(self.server_id, __version__, EXTENSIONS)
+
+    # ------------------------------------------------------------------ models
+    async def model(self, name: str, version: str = "") -> ModelVersion:
+        """The model version a request addresses (metadata, config, decoding), or Triton's error."""
+        return self.repository.get(name, version)
+
+    async def ready_versions(self, name: str) -> list[int]:
+        entry = self.repository.models.get(name)
+        return entry.ready_versions() if entry is not None else []
+
+    async def statistics(self, name: str = "", version: str = "") -> list[ModelVersion]:
+        """The versions ModelStatistics reports, with Triton's errors and their order."""
+        if version:
+            parse_version(version)  # Triton rejects a bad version string first
+        if not name:
+            return sorted(self.repository.loaded_versions(), key=lambda v: (v.name, v.version))
+        entry = self.repository.models.get(name)
+        if entry is None or not entry.versions:
+            raise invalid_argument(f"requested model '{name}' is not available")
+        if not version:
+            return [entry.versions[v] for v in entry.ready_versions()]
+        try:
+            return [self.repository.get(name, version)]
+        except InferenceError as e:
+            if e.code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            raise invalid_argument(f"requested model version is not available for model '{name}'") from None
+
+    # ------------------------------------------------------------------ inference
+    def check_accepting(self) -> None:
+        if self.exiting:
+            # a call dispatched while shutdown was starting; in-flight ones are past this
+            raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+
+    async def infer(self, request: InferenceRequest) -> list[EncodedOutput]:
+        """Execute a normalized request (see tensors.normalize); resolves to its encoded
+        outputs (``[]`` for a decoupled model, whose responses go to ``request.emit``).
+
+        If the awaiting coroutine is cancelled (client cancel, deadline), the future is
+        cancelled too, which withdraws the request if it is still queued.
+        """
+        self.check_accepting()
+        return await request.model.scheduler.submit(request)
+
+    # ------------------------------------------------------------------ repository
+    async def repository_index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
+        # reads the model directories: off the event loop
+        return await asyncio.get_running_loop().run_in_executor(None, self.repository.index, ready_only)
+
+    async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        await self.repository.load(name, config_json, files or None)
+
+    async def unload(self, name: str) -> None:
+        await self.repository.unload(name)
+
+    # ------------------------------------------------------------------ shared memory
+    async def shm_status(self, name: str = "") -> list[Region]:
+        return self.shm.status(name)
+
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        # opens and stats the client's object: off the event loop
+        await asyncio.get_running_loop().run_in_executor(None, self.shm.register, name, key, offset, byte_size)
+
+    async def shm_unregister(self, name: str = "") -> None:
+        self.shm.unregister(name)
+
+    # CUDA shared memory: there is no GPU, so no region can ever be registered. Status and
+    # Unregister still answer exactly as Triton does with none registered, because clients
+    # (Triton's shm examples, perf_analyzer --shared-memory) unregister all CUDA regions
+    # before they start; only Register is refused. Not advertised in ServerMetadata.
+    async def cuda_shm_status(self, name: str = "") -> list[Region]:
+        if name:
+            raise not_found(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
+    async def cuda_shm_register(self) -> None:
+        raise unimplemented("CUDA shared memory is not supported by this server (no GPU)")
+
+    async def cuda_shm_unregister(self, name: str = "") -> None:
+        return None
+
+    # ------------------------------------------------------------------ settings
+    async def update_log_settings(self, settings: dict) -> dict:
+        """Apply all of ``settings`` or none; the current settings."""
+        self.log_settings.update_many(settings)
+        return self.log_settings.as_dict()
+
+    async def trace_settings(self, model: str = "", settings: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+        # Request tracing is not implemented: it is reported OFF (honestly) and turning it on
+        # is refused rather than pretended. Other trace settings are stored and echoed.
+        if model and not self.repository.is_ready(model):
+            # (sic) Triton's text, with the space before the colon
+            raise invalid_argument(f"Request for unknown model : {model}")
+        for key, values in (settings or {}).items():
+            if key not in self._trace:
+                raise invalid_argument(f"unknown trace setting '{key}'")
+            if key == "trace_level" and any(v.upper() != "OFF" for v in values):
+                raise unimplemented("request tracing is not supported by fpgaserve; trace_level can only be OFF")
+            if values:
+                self._trace[key] = list(values)
+        return {k: list(v) for k, v in self._trace.items()}

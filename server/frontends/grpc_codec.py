@@ -1,0 +1,271 @@
+"""gRPC wire format: ModelInferRequest -> InferenceRequest, encoded outputs -> ModelInferResponse.
+
+``collect`` is the frontend half of decoding (protobuf parameters, raw vs typed vs shared
+memory, requested outputs); ``tensors.normalize`` the protocol-free core half.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fpgaserve.protos import inference as pb
+
+from .. import datatypes
+from ..dataplane.tensors import (
+    ALLOWED_TRITON_PARAMETERS,
+    RESERVED_PARAMETER_ERROR,
+    SPARE_INPUTS,
+    WireInput,
+    id_prefix,
+    normalize,
+)
+from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
+from ..errors import invalid_argument
+
+
+
+def parameter_value(p) -> Any:
+    kind = p.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(p, kind)
+
+
+def _request_parameters(request, ireq: InferenceRequest) -> None:
+    for key, p in request.parameters.items():
+        kind = p.WhichOneof("parameter_choice")
+        value = None if kind is None else getattr(p, kind)
+        if key == "sequence_id":
+            if kind not in ("int64_param", "string_param"):
+                raise invalid_argument(
+                    "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
+                )
+        elif key in ("sequence_start", "sequence_end"):
+            if kind != "bool_param":
+                raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
+        elif key == "priority":
+            if kind not in ("int64_param", "uint64_param"):
+                raise invalid_argument(
+                    "invalid value type for 'priority' parameter, expected int64_param or uint64_param."
+                )
+            if value < 0:
+                raise invalid_argument("invalid value for 'priority', expected value >= 0.")
+            ireq.priority = int(value)
+        elif key == "timeout":
+            if kind != "int64_param":
+                raise invalid_argument("invalid value type for 'timeout' parameter, expected int64_param.")
+            ireq.timeout_us = max(0, int(value))
+        elif key.startswith("triton_"):
+            if key not in ALLOWED_TRITON_PARAMETERS:
+                raise invalid_argument(RESERVED_PARAMETER_ERROR)
+            if kind != "bool_param":
+                raise invalid_argument(f"invalid value type for '{key}' parameter, expected bool_param.")
+        elif kind not in ("int64_param", "bool_param", "string_param", "double_param"):
+            # Triton passes custom parameters to the model; uint64 has no core setter.
+            raise invalid_argument(
+                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+            )
+        ireq.parameters[key] = value
+
+
+def _tensor_shm(params, tensor: str) -> ShmTarget | None:
+    """A tensor's shared-memory location, checked as Triton's ParseSharedMemoryParams does."""
+    region = None
+    if "shared_memory_region" in params:
+        p = params["shared_memory_region"]
+        if p.WhichOneof("parameter_choice") != "string_param":
+            raise invalid_argument(
+                f"invalid value type for 'shared_memory_region' parameter for tensor '{tensor}', expected string_param."
+            )
+        region = p.string_param
+    values = {}
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key not in params:
+            continue
+        if region is None:
+            raise invalid_argument(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+            )
+        p = params[key]
+        if p.WhichOneof("parameter_choice") != "int64_param":
+            raise invalid_argument(
+                f"invalid value type for '{key}' parameter for tensor '{tensor}', expected int64_param."
+            )
+        values[key] = p.int64_param
+    if region is None:
+        return None
+    if "shared_memory_byte_size" not in values:
+        raise invalid_argument(
+            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{tensor}'"
+        )
+    return ShmTarget(region, values.get("shared_memory_offset", 0), values["shared_memory_byte_size"])
+
+
+def _typed_contents(contents, dt: datatypes.DataType) -> np.ndarray:
+    if dt.contents_field is None:
+        return np.empty(0, dtype=dt.dtype)
+    values = getattr(contents, dt.contents_field)
+    if dt.wire == "BYTES":
+        out = np.empty(len(values), dtype=object)
+        out[:] = list(values)
+        return out
+    if dt.contents_field in ("int_contents", "uint_contents"):
+        # 8/16-bit types travel in 32-bit fields; Triton keeps the low bytes (wraps)
+        wide = np.int32 if dt.contents_field == "int_contents" else np.uint32
+        return np.array(values, dtype=wide).astype(dt.dtype)
+    return np.array(values, dtype=dt.dtype)
+
+
+# typed contents field -> the datatype Triton names in "unexpected explicit tensor data"
+_FIELD_TYPES = {
+    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64",
+    "uint_contents": "UINT32", "uint64_contents": "UINT64", "fp32_contents": "FP32",
+    "fp64_contents": "FP64", "bytes_contents": "BYTES",
+}
+_FIELD_FOR_WIRE = {dt.wire: dt.contents_field for dt in datatypes.BY_WIRE.values()}
+
+
+def _check_typed_field(contents, tensor, model_name: str) -> None:
+    expected_field = _FIELD_FOR_WIRE.get(tensor.datatype)
+    for fd, _ in contents.ListFields():
+        if fd.name != expected_field:
+            raise invalid_argument(
+                f"unexpected explicit tensor data for input tensor '{tensor.name}' for model "
+                f"'{model_name}' of type '{_FIELD_TYPES[fd.name]}', expected datatype '{tensor.datatype}'"
+            )
+
+
+class _PbTypedValues:
+    """Typed ``contents`` of a ModelInferRequest input (tensors.TypedValues)."""
+
+    __slots__ = ("contents",)
+
+    def __init__(self, contents):
+        self.contents = contents
+
+    def as_array(self, dt: datatypes.DataType) -> np.ndarray:
+        return _typed_contents(self.contents, dt)
+
+
+def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]]:
+    """The frontend half of decoding a ModelInferRequest, in Triton 2.51's order: parameters;
+    per input in send order: duplicates, raw/typed mixing, data presence, shared-memory
+    location; then the requested outputs. The core half is ``tensors.normalize``."""
+    name = model.name
+    ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1, id=request.id)
+    prefix = id_prefix(request.id)
+    if request.parameters:
+        _request_parameters(request, ireq)
+
+    if len(request.inputs) > len(model.inputs) + SPARE_INPUTS:
+        # far more inputs than the model has: answered before a per-input walk (Python work
+        # per input) over what may be millions of them; the text is Triton's count error
+        raise invalid_argument(
+            f"{prefix}expected {len(model.inputs)} inputs but got {len(request.inputs)} inputs for model '{name}'"
+        )
+
+    # --- frontend: every input is added to the request before any data is looked at, so a
+    # duplicate is reported before the data problems of any input (Triton's order)
+    names: set[str] = set()
+    for tensor in request.inputs:
+        if tensor.name in names:
+            raise invalid_argument(f"{prefix}input '{tensor.name}' already exists in request")
+        names.add(tensor.name)
+
+    # --- frontend: collect inputs (raw vs typed vs shm)
+    raw_contents = request.raw_input_contents  # read the repeated field once
+    has_raw = len(raw_contents) > 0
+    received: dict[str, WireInput] = {}
+    raw_index = 0
+    for tensor in request.inputs:
+        target = _tensor_shm(tensor.parameters, tensor.name) if tensor.parameters else None
+        if target is not None:
+            if tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{tensor.name}' for model '{name}'"
+                )
+            # validated now (Triton's frontend order); read once the declared size is checked
+            shm.check(*target)
+            data = target
+        elif has_raw:
+            if tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{name}'"
+                )
+            if raw_index >= len(raw_contents):
+                raise invalid_argument(
+                    f"unable to find data for input tensor '{tensor.name}' for model '{name}' in request."
+                )
+            data = raw_contents[raw_index]
+            raw_index += 1
+        else:
+            if not tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"unable to find data for input tensor '{tensor.name}' for model '{name}' in request."
+                )
+            _check_typed_field(tensor.contents, tensor, name)
+            data = _PbTypedValues(tensor.contents)  # converted after dtype validation
+        received[tensor.name] = WireInput(tensor.datatype, list(tensor.shape), data)
+
+    # --- requested outputs (duplicates rejected, as newer Triton and qa/L0_grpc expect)
+    requested: list[RequestedOutput] = []
+    seen: set[str] = set()
+    for out in request.outputs:
+        spec = model.outputs.get(out.name)
+        if spec is None:
+            raise invalid_argument(f"unexpected inference output '{out.name}' for model '{name}'")
+        if out.name in seen:
+            raise invalid_argument(f"{prefix}output '{out.name}' already exists in request")
+        seen.add(out.name)
+        params = out.parameters
+        target = _tensor_shm(params, out.name) if params else None
+        if target is not None:
+            shm.check(*target)
+        k = 0
+        if params and "classification" in params:
+            p = params["classification"]
+            if p.WhichOneof("parameter_choice") != "int64_param":
+                raise invalid_argument(
+                    "invalid value type for 'classification' parameter, expected int64_param"
+                )
+            k = int(p.int64_param)
+            if k <= 0:
+                raise invalid_argument("invalid value for 'classification' parameter, expected >= 0")
+            if target is not None:
+                raise invalid_argument("output can't set both 'shared_memory_region' and 'classification'")
+            if spec.datatype.wire in ("BYTES", "BOOL"):
+                # Triton's text (classification.cc); a top-k of strings has no meaning
+                raise invalid_argument(
+                    f"class result not available for output '{out.name}' due to unsupported type "
+                    f"'{spec.datatype.wire}'"
+                )
+        requested.append(RequestedOutput(spec, target, k))
+    if not requested:
+        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
+    ireq.outputs = requested
+    return ireq, received
+
+
+def decode_request(request, model, shm) -> InferenceRequest:
+    """Validate ``request`` against ``model`` (a model snapshot) and build the numpy views."""
+    ireq, received = collect(request, model, shm)
+    return normalize(ireq, received, model, shm)
+
+
+def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool | None = None):
+    """ModelInferResponse; ``final_flag`` sets ``triton_final_response`` (streams only)."""
+    response = pb.ModelInferResponse(
+        model_name=model.name, model_version=model.version_str, id=request_id
+    )
+    for out in encoded:
+        tensor = response.outputs.add()
+        tensor.name = out.name
+        tensor.datatype = out.datatype
+        tensor.shape.extend(out.shape)
+    response.raw_output_contents.extend([out.raw for out in encoded])
+    if final_flag is not None:
+        response.parameters["triton_final_response"].bool_param = final_flag
+    return response
