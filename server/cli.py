@@ -72,6 +72,25 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid value for bool option: {text}")
 
 
+def auto_frontend_processes(cores: int | None = None) -> int:
+    """What ``--frontend-processes auto`` means on a host with ``cores`` CPUs (see README:
+    Processes for the measurements behind it)."""
+    cores = cores or os.cpu_count() or 1
+    return 1 if cores <= 2 else min(cores - 1, 16)
+
+
+def _processes(text: str) -> int:
+    if text == "auto":
+        return auto_frontend_processes()
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes or auto, got '{text}'") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"expected 1 to 256 frontend processes, got {n}")
+    return n
+
+
 def _int_bool(text: str) -> int:
     """--log-verbose: tritonserver takes a level or true/false (1/0)."""
     t = text.strip().lower()
@@ -323,6 +342,19 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         help="system shared-memory regions that may be registered at once (each keeps one file "
         "descriptor open); registrations beyond it are refused with UNAVAILABLE.",
     )
+    g = p.add_argument_group("processes")
+    g.add_argument(
+        "--frontend-processes", type=_processes, default="auto", metavar="N|auto",
+        help="gRPC frontend processes sharing the gRPC port (SO_REUSEPORT), each decoding and "
+        "validating requests and feeding the one engine (models, queues, devices) over shared "
+        "memory. 1 = gRPC in the engine's process, no IPC. auto = "
+        + "see README: Processes.",
+    )
+    g.add_argument(
+        "--frontend-arena-bytes", type=int, default=256 << 20, metavar="BYTES",
+        help="per frontend process: shared memory for request tensors in flight to the engine "
+        "(larger bursts travel inline, slower).",
+    )
     g = p.add_argument_group("backends")
     g.add_argument(
         "--fpga-mode", choices=FPGA_MODES, default=None,
@@ -437,6 +469,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         log_info=args.log_info,
         log_warning=args.log_warning,
         log_error=args.log_error,
+        frontend_processes=args.frontend_processes,
+        arena_bytes=args.frontend_arena_bytes,
     )
 
 

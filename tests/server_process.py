@@ -50,18 +50,30 @@ class ServerProcess:
         for r in self.repositories:
             args += ["--model-repository", r]
         args += [
-            "--grpc-address", "127.0.0.1",
-            "--http-address", "127.0.0.1",
-            "--grpc-port", str(self.grpc_port),
-            "--http-port", str(self.http_port),
-            "--metrics-address", "127.0.0.1",
-            "--metrics-port", str(self.metrics_port),
+            "--grpc-address",
+            "127.0.0.1",
+            "--http-address",
+            "127.0.0.1",
+            "--grpc-port",
+            str(self.grpc_port),
+            "--http-port",
+            str(self.http_port),
+            "--metrics-address",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
         ]
-        return args + self.extra_args
+        extra = list(self.extra_args)
+        # FPGASERVE_TEST_FRONTEND_PROCESSES=N runs every test server with N gRPC frontend
+        # processes (the suite runs its protocol modules that way too: tests/test_processes.py)
+        n = os.environ.get("FPGASERVE_TEST_FRONTEND_PROCESSES")
+        if n and not any(a.startswith("--frontend-processes") for a in extra):
+            extra += ["--frontend-processes", n]
+        return args + extra
 
-    def start(self, timeout: float = 60.0, wait_ready: bool = True) -> "ServerProcess":
+    def start(self, timeout: float = 60.0, wait_ready: bool = True) -> ServerProcess:
         if self.log_path is not None:
-            self._log_file = open(self.log_path, "wb")
+            self._log_file = open(self.log_path, "wb")  # noqa: SIM115  (closed in stop())
             out = self._log_file
         else:
             out = subprocess.DEVNULL

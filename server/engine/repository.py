@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -74,6 +75,9 @@ def _read_labels(model_dir: Path, config) -> dict[str, list[str]]:
     return labels
 
 
+_VERSION_UIDS = itertools.count(1)
+
+
 class ModelVersion:
     """One loaded version: what the codec validates against and the scheduler executes."""
 
@@ -95,6 +99,9 @@ class ModelVersion:
         # decoupled: a request may get any number of responses (ModelStreamInfer only)
         self.decoupled = config.model_transaction_policy.decoupled
         self.stats = ModelStatistics()
+        # identifies this load of the version across processes (a frontend decodes against a
+        # snapshot; the engine checks the request still addresses the same load)
+        self.uid = next(_VERSION_UIDS)
         self.scheduler: Scheduler | None = None
         self.load_duration_s = 0.0
         self._labels = labels or {}

@@ -1,7 +1,8 @@
 """A shared-memory arena: where a frontend process puts request tensors for the engine.
 
-Each frontend owns one arena, a file in /dev/shm that it creates, maps, and unlinks as soon
-as the engine has opened it (so nothing is left behind, whatever way the processes end). The
+Each frontend owns one arena, an anonymous memory file (``memfd_create``: no name in
+/dev/shm to leak or to collide, and not bounded by a container's small /dev/shm) that the
+engine maps read-only through ``/proc/<frontend pid>/fd/<fd>``. The
 frontend copies a request's input bytes into a block of the arena -- the one copy decoding
 makes anyway (protobuf's ``bytes`` fields are immutable, so a view on them cannot be handed
 to another process) -- and sends the engine the block's offset; the engine reads the tensors
@@ -17,7 +18,8 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-import uuid
+
+import numpy as np
 
 ALIGN = 64  # cache-line aligned blocks: numpy views of any dtype are aligned
 
@@ -35,26 +37,15 @@ class Arena:
 
     def __init__(self, size: int):
         self.size = _round_up(size)
-        self.name = f"/fpgaserve-arena-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        path = "/dev/shm" + self.name
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.ftruncate(fd, self.size)
-            self.map = mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
-        self.path = path
+        self.fd = os.memfd_create("fpgaserve-arena", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, self.size)  # sparse: pages exist once written
+        self.map = mmap.mmap(self.fd, self.size)
+        # where the engine opens it
+        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
         self.view = memoryview(self.map)
         self._starts: list[int] = [0]  # free blocks, sorted by start
         self._lengths: dict[int, int] = {0: self.size}
         self.used = 0
-
-    def unlink(self) -> None:
-        """Remove the name once the engine has mapped it (the memory lives while mapped)."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     def allocate(self, nbytes: int) -> int:
         need = _round_up(max(nbytes, 1))
@@ -87,23 +78,22 @@ class Arena:
         self._starts.insert(i, start)
         self._lengths[start] = length
 
-    def write(self, offset: int, data) -> None:
-        mv = memoryview(data).cast("B")
-        self.view[offset : offset + mv.nbytes] = mv
+    def write(self, offset: int, array) -> None:
+        """Copy a C-contiguous numpy array into the block at ``offset``."""
+        if array.nbytes:
+            self.view[offset : offset + array.nbytes] = array.reshape(-1).view(np.uint8)
 
     def close(self) -> None:
         self.view.release()
         self.map.close()
-        self.unlink()
+        os.close(self.fd)
 
 
 class ArenaReader:
-    """The engine's side: a read-only mapping of a frontend's arena, opened by name."""
+    """The engine's side: a read-only mapping of a frontend's arena."""
 
-    def __init__(self, name: str, size: int):
-        if not name.startswith("/fpgaserve-arena-") or "/" in name[1:]:
-            raise ValueError(f"not an arena name: {name!r}")
-        fd = os.open("/dev/shm" + name, os.O_RDONLY | os.O_NOFOLLOW)
+    def __init__(self, pid: int, fd_number: int, size: int):
+        fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDONLY)
         try:
             if os.fstat(fd).st_size < size:
                 raise ValueError(f"arena {name} is smaller than announced")

@@ -1,0 +1,1 @@
+"""Inter-process plumbing: gRPC frontend processes feeding one engine (issue 11)."""

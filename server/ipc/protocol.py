@@ -1,0 +1,54 @@
+"""The frontend <-> engine channel: length-prefixed pickled tuples over a Unix socket.
+
+Both ends are fpgaserve's own processes, started by the engine, over a socket in a directory
+only the server's user can open; nothing a client sends is unpickled (clients' bytes travel
+as ``bytes`` and strings inside the tuples). Tensor data does not travel here: numeric inputs
+are in the frontend's shared-memory arena (``arena.py``), and the channel carries their offsets.
+
+Messages (first element is the kind):
+
+frontend -> engine
+  ("hello", pid, arena_name, arena_size)
+  ("call", token, method, args)        a DataPlane method (allow-listed in the engine)
+  ("infer", token, InferHeader)        a normalized request
+  ("cancel", token)                    the client went away: withdraw it if still queued
+  ("ack", token)                       a broadcast was applied
+  ("bound", port)                      the frontend's gRPC listener is up
+engine -> frontend
+  ("welcome", regions)                 the shared-memory registry to mirror
+  ("result", token, value)             a call's result / an infer's encoded outputs
+  ("error", token, code_name, message) an InferenceError, to re-raise as is
+  ("emit", token, encoded)             one response of a decoupled model
+  ("stale", token)                     the model snapshot used to decode is out of date
+  ("shm", token, op, args)             mirror a registry change, then ack
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import struct
+
+_LEN = struct.Struct("<I")
+MAX_FRAME = 1 << 31  # a header with inline BYTES tensors can be large; INT32_MAX like gRPC
+
+
+async def read_frame(reader: asyncio.StreamReader):
+    """The next message, or None at end of stream."""
+    try:
+        head = await reader.readexactly(4)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    (n,) = _LEN.unpack(head)
+    if n > MAX_FRAME:
+        raise ValueError(f"IPC frame of {n} bytes")
+    try:
+        body = await reader.readexactly(n)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    return pickle.loads(body)
+
+
+def frame(message) -> bytes:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LEN.pack(len(body)) + body

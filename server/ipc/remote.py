@@ -1,0 +1,291 @@
+"""``RemoteDataPlane``: the data-plane API in a frontend process, served by the engine.
+
+The gRPC servicer calls it exactly as it calls the in-process ``DataPlane``. What it keeps
+locally, so the request path costs one message each way:
+
+* model snapshots (a ``ModelVersion`` rebuilt from the engine's config, without a scheduler)
+  to decode and validate requests against; the engine says when the repository changed
+  (before a load/unload call returns), and the cache is dropped;
+* a mirror of the system shared-memory registry (the engine broadcasts every register and
+  unregister and waits for the mirrors before it answers), so decoding reads shm inputs here,
+  with the same checks, straight into the arena;
+* the arena: numeric inputs are copied into it once and the engine reads them in place.
+
+Everything else (statistics, readiness, repository control, settings) is a call to the
+engine, the one place that state lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from grpc import StatusCode
+
+from ..engine.repository import ModelVersion
+from ..engine.request import EncodedOutput, InferenceRequest
+from ..errors import InferenceError, unavailable
+from ..model_config import ModelConfig
+from ..shared_memory import SystemSharedMemoryManager
+from .arena import Arena, ArenaFull
+from .protocol import frame, read_frame
+
+log = logging.getLogger("fpgaserve.frontend")
+
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."  # Triton's text
+ENGINE_GONE = "the server's engine process is not running"
+
+
+@dataclass
+class InferHeader:
+    """A normalized request, as the engine needs it (tensor data in the arena or inline)."""
+
+    model: str
+    version: int
+    uid: int
+    id: str
+    parameters: dict
+    priority: int
+    timeout_us: int
+    batch_size: int
+    # (name, dtype str, shape, "arena", (offset, nbytes)) or (name, dtype, shape, "inline", array)
+    inputs: list
+    # (name, (region, offset, byte_size) or None, classification k)
+    outputs: list
+
+
+class _Pending:
+    __slots__ = ("blocks", "emit", "future")
+
+    def __init__(self, future, blocks, emit):
+        self.future = future
+        self.blocks = blocks
+        self.emit = emit
+
+
+class RemoteDataPlane:
+    def __init__(self, socket_path: str, arena_bytes: int):
+        self.socket_path = socket_path
+        self.arena = Arena(arena_bytes)
+        # the mirror of the engine's registry (limits and permissions are the engine's)
+        self.shm = SystemSharedMemoryManager(max_regions=1 << 30)
+        self.exiting = False
+        self.engine_lost = asyncio.Event()
+        self._tokens = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._snapshots: dict[tuple[str, str], ModelVersion] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ channel
+    async def connect(self) -> None:
+        reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
+        self._writer = writer
+        writer.write(frame(("hello", os.getpid(), self.arena.fd, self.arena.size)))
+        welcome = await read_frame(reader)
+        if not welcome or welcome[0] != "welcome":
+            raise RuntimeError("the engine did not answer the frontend's hello")
+        for name, key, offset, byte_size in welcome[1]:
+            self._mirror("register", (name, key, offset, byte_size))
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    def send(self, message) -> None:
+        if self._writer is None or self._writer.is_closing():
+            raise unavailable(ENGINE_GONE)
+        self._writer.write(frame(message))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                message = await read_frame(reader)
+                if message is None:
+                    break
+                self._dispatch(message)
+        finally:
+            self.engine_lost.set()
+            for token, p in list(self._pending.items()):
+                if not p.future.done():
+                    p.future.set_exception(unavailable(ENGINE_GONE))
+                self._finish(token)
+
+    def _finish(self, token: int) -> None:
+        p = self._pending.pop(token, None)
+        if p is not None:
+            for offset, nbytes in p.blocks:  # the engine is done with the inputs only now
+                self.arena.free(offset, nbytes)
+
+    def _dispatch(self, message) -> None:
+        kind = message[0]
+        if kind == "result":
+            p = self._pending.get(message[1])
+            if p is not None and not p.future.done():
+                p.future.set_result(message[2])
+            self._finish(message[1])
+        elif kind == "error":
+            p = self._pending.get(message[1])
+            if p is not None and not p.future.done():
+                p.future.set_exception(InferenceError(StatusCode[message[2]], message[3]))
+            self._finish(message[1])
+        elif kind == "emit":
+            p = self._pending.get(message[1])
+            if p is not None and p.emit is not None:
+                p.emit(message[2])
+        elif kind == "shm":
+            _, token, op, args = message
+            self._mirror(op, args)
+            self.send(("ack", token))
+        elif kind == "models_changed":
+            self._snapshots.clear()
+            self.send(("ack", message[1]))
+        else:
+            log.error("unknown message from the engine: %s", kind)
+
+    def _mirror(self, op: str, args) -> None:
+        try:
+            if op == "register":
+                self.shm.register(*args)
+            else:
+                self.shm.unregister(*args)
+        except InferenceError as e:
+            # the engine accepted it, so the object changed between the two opens
+            log.warning("shared memory %s %s not mirrored: %s", op, args[0], e.message)
+
+    async def _call(self, method: str, *args) -> Any:
+        token = next(self._tokens)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[token] = _Pending(future, (), None)
+        try:
+            self.send(("call", token, method, args))
+        except InferenceError:
+            self._pending.pop(token, None)
+            raise
+        return await future
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+
+    # ------------------------------------------------------------------ the DataPlane API
+    async def live(self) -> bool:
+        return await self._call("live")
+
+    async def ready(self) -> bool:
+        return not self.exiting and await self._call("ready")
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return not self.exiting and await self._call("model_ready", name, version)
+
+    async def server_metadata(self):
+        return await self._call("server_metadata")
+
+    async def model(self, name: str, version: str = "") -> ModelVersion:
+        snapshot = self._snapshots.get((name, version))
+        if snapshot is None:
+            name_, number, uid, config_bytes, labels, version_dir, model_dir = await self._call(
+                "model_snapshot", name, version
+            )
+            config = ModelConfig.FromString(config_bytes)
+            snapshot = ModelVersion(name_, number, config, version_dir, model_dir, labels)
+            snapshot.uid = uid
+            self._snapshots[(name, version)] = snapshot
+        return snapshot
+
+    async def ready_versions(self, name: str) -> list[int]:
+        return await self._call("ready_versions", name)
+
+    async def statistics(self, name: str = "", version: str = ""):
+        return await self._call("statistics", name, version)
+
+    def check_accepting(self) -> None:
+        if self.exiting:
+            raise InferenceError(StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+
+    async def infer(self, request: InferenceRequest) -> list[EncodedOutput]:
+        self.check_accepting()
+        loop = asyncio.get_running_loop()
+        token = next(self._tokens)
+        blocks: list[tuple[int, int]] = []
+        inputs = []
+        try:
+            for name, array in request.inputs.items():
+                if array.dtype == object:  # BYTES: Python objects travel pickled
+                    inputs.append((name, "O", array.shape, "inline", array))
+                    continue
+                try:
+                    offset = self.arena.allocate(array.nbytes)
+                except ArenaFull:  # a burst larger than the arena: this one goes inline
+                    inputs.append((name, array.dtype.str, array.shape, "inline", np.ascontiguousarray(array)))
+                    continue
+                blocks.append((offset, array.nbytes))
+                self.arena.write(offset, np.ascontiguousarray(array))
+                inputs.append((name, array.dtype.str, array.shape, "arena", (offset, array.nbytes)))
+        except BaseException:
+            for offset, nbytes in blocks:
+                self.arena.free(offset, nbytes)
+            raise
+        model = request.model
+        header = InferHeader(
+            model=model.name, version=model.version, uid=model.uid, id=request.id,
+            parameters=request.parameters, priority=request.priority, timeout_us=request.timeout_us,
+            batch_size=request.batch_size, inputs=inputs,
+            outputs=[(o.spec.name, tuple(o.shm) if o.shm is not None else None, o.classification)
+                     for o in request.outputs],
+        )
+        future = loop.create_future()
+        self._pending[token] = _Pending(future, blocks, request.emit)
+        try:
+            self.send(("infer", token, header))
+        except InferenceError:
+            self._finish(token)
+            raise
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # the engine withdraws it (or lets it finish); the arena blocks are freed when
+            # its final answer arrives, never while it may still read them
+            if not self.engine_lost.is_set():
+                self.send(("cancel", token))
+            raise
+
+    # ------------------------------------------------------------------ repository
+    async def repository_index(self, ready_only: bool = False):
+        return await self._call("repository_index", ready_only)
+
+    async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        await self._call("load", name, config_json, files)
+
+    async def unload(self, name: str) -> None:
+        await self._call("unload", name)
+
+    # ------------------------------------------------------------------ shared memory
+    async def shm_status(self, name: str = ""):
+        return await self._call("shm_status", name)
+
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self._call("shm_register", name, key, offset, byte_size)
+
+    async def shm_unregister(self, name: str = "") -> None:
+        await self._call("shm_unregister", name)
+
+    async def cuda_shm_status(self, name: str = ""):
+        return await self._call("cuda_shm_status", name)
+
+    async def cuda_shm_register(self) -> None:
+        await self._call("cuda_shm_register")
+
+    async def cuda_shm_unregister(self, name: str = "") -> None:
+        await self._call("cuda_shm_unregister", name)
+
+    # ------------------------------------------------------------------ settings
+    async def update_log_settings(self, settings: dict) -> dict:
+        return await self._call("update_log_settings", settings)
+
+    async def trace_settings(self, model: str = "", settings: dict[str, list[str]] | None = None):
+        return await self._call("trace_settings", model, settings)

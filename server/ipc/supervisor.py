@@ -1,0 +1,128 @@
+"""Starts, watches and stops the gRPC frontend processes of one engine.
+
+The frontends are ``python -m fpgaserve.server.ipc.frontend_process`` children, all bound to
+the gRPC port with SO_REUSEPORT (the kernel spreads new connections over them) and connected
+to the engine over a Unix socket in a private directory (mode 0700). A frontend that dies is
+started again; the others keep serving meanwhile. Each one dies with the engine (the
+kernel's parent-death signal), so an engine that crashes leaves no orphan holding the port
+and the orchestrator sees the server exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+
+from .engine_server import EngineServer
+
+log = logging.getLogger("fpgaserve")
+
+_PR_SET_PDEATHSIG = 1
+_RESTART_DELAY_S = 0.5
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class FrontendSupervisor:
+    def __init__(self, options, dataplane):
+        self.options = options
+        self.count = options.frontend_processes
+        self.dir = tempfile.mkdtemp(prefix="fpgaserve-ipc-")  # 0700: only this user connects
+        self.config_path = os.path.join(self.dir, "frontend.json")
+        self.server = EngineServer(dataplane, os.path.join(self.dir, "engine.sock"))
+        self.server.on_bound = self._on_bound
+        self.procs: list[asyncio.subprocess.Process | None] = [None] * self.count
+        self._bound: dict[int, asyncio.Future] = {}
+        self._watchers: list[asyncio.Task] = []
+        self.stopping = False
+        self.port = 0
+        self.restarts = 0
+
+    def _on_bound(self, pid: int, port: int) -> None:
+        future = self._bound.get(pid)
+        if future is not None and not future.done():
+            future.set_result(port)
+
+    async def _spawn(self, index: int, port: int) -> int:
+        """Start frontend ``index`` on ``port``; its bound port, or SystemExit if it failed."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "fpgaserve.server.ipc.frontend_process",
+            self.config_path, self.server.socket_path, str(index), str(port),
+            preexec_fn=_die_with_parent,
+        )
+        self.procs[index] = proc
+        future = asyncio.get_running_loop().create_future()
+        self._bound[proc.pid] = future
+        exited = asyncio.ensure_future(proc.wait())
+        try:
+            done, _ = await asyncio.wait({future, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._bound.pop(proc.pid, None)
+        if future in done:
+            exited.cancel()
+            return future.result()
+        raise SystemExit(f"error: gRPC frontend process {index} exited with {proc.returncode} while starting")
+
+    async def start(self) -> int:
+        o = self.options
+        # unusable TLS files are named here, once, as the single-process server does, rather
+        # than by every frontend that then fails to start
+        from ..frontends.grpc_listener import GrpcListener
+
+        GrpcListener(o, None, {})._grpc_credentials()
+        with open(self.config_path, "w") as f:
+            json.dump(dataclasses.asdict(o), f)
+        await self.server.start()
+        port = o.grpc_port
+        for index in range(self.count):  # the first one fixes the port (0 = any)
+            port = await self._spawn(index, port)
+        self.port = port
+        self._watchers = [asyncio.ensure_future(self._watch(i)) for i in range(self.count)]
+        log.info("Started GRPCInferenceService at %s:%d", o.grpc_address, port)
+        log.info("%d gRPC frontend processes share port %d", self.count, port)
+        return port
+
+    async def _watch(self, index: int) -> None:
+        while not self.stopping:
+            proc = self.procs[index]
+            rc = await proc.wait()
+            if self.stopping:
+                return
+            self.restarts += 1
+            log.error("gRPC frontend process %d (pid %d) exited with %s; starting it again", index, proc.pid, rc)
+            await asyncio.sleep(_RESTART_DELAY_S)
+            try:
+                await self._spawn(index, self.port)
+            except SystemExit as e:
+                log.error("%s", e.code)
+
+    async def stop(self, timeout: float) -> None:
+        """SIGTERM every frontend (each drains its calls for up to ``timeout``), then wait."""
+        self.stopping = True
+        for w in self._watchers:
+            w.cancel()
+        live = [p for p in self.procs if p is not None and p.returncode is None]
+        for p in live:
+            p.send_signal(signal.SIGTERM)
+        if live:
+            try:
+                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in live)), timeout + 5)
+            except asyncio.TimeoutError:
+                for p in live:
+                    if p.returncode is None:
+                        p.kill()
+        await self.server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
