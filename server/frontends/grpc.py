@@ -325,17 +325,18 @@ class InferenceServicer:
         # growing the server's response queue without end.
         in_flight = asyncio.Semaphore(MAX_STREAM_IN_FLIGHT)
 
-        async def one(request):
+        async def one(request, model, lookup_error):
             try:
-                await answer(request)
+                await answer(request, model, lookup_error)
             finally:
                 responses.put_nowait(_ANSWERED)  # after all of this request's responses
 
-        async def answer(request):
+        async def answer(request, model, lookup_error):
             try:
                 if isinstance(request, _Malformed):
                     raise request.error()
-                model = await self.dataplane.model(request.model_name, request.model_version)
+                if lookup_error is not None:
+                    raise lookup_error
                 if model.decoupled:
                     await self._stream_decoupled(request, model, responses)
                     return
@@ -356,7 +357,17 @@ class InferenceServicer:
             try:
                 async for request in request_iterator:
                     await in_flight.acquire()
-                    t = loop.create_task(one(request))
+                    # The model is resolved here, in arrival order, and each task's first step
+                    # (decode and submit) then runs in creation order: a stream's requests reach
+                    # the scheduler in the order they were sent (a sequence's START first) even
+                    # when resolving waits on the engine process (--frontend-processes > 1)
+                    model, lookup_error = None, None
+                    if not isinstance(request, _Malformed):
+                        try:
+                            model = await self.dataplane.model(request.model_name, request.model_version)
+                        except InferenceError as e:
+                            lookup_error = e
+                    t = loop.create_task(one(request, model, lookup_error))
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
                 while tasks:

@@ -83,6 +83,15 @@ class GrpcListener:
             # off by default: a second server on a taken port must fail ("Address already in
             # use", which cmsTriton watches for to pick other ports), not silently share it
             ("grpc.so_reuseport", int(self.reuse_port)),
+            # grpc.aio takes RPCs from grpc-core one at a time, on the event loop; a burst waits
+            # in core's queue of not-yet-requested calls, and past 1,000 of them (the default
+            # soft limit; hard limit 3,000) core refuses new calls at random, which clients see
+            # as CANCELLED. A fan-in of thousands of connections must queue, not fail: no
+            # random refusals below 65,536 waiting calls, a refusal for each one above (and a
+            # call still waiting after grpc.server_max_unrequested_time_in_server, 30 s, is
+            # dropped, as before).
+            ("grpc.server.max_pending_requests", 65536),
+            ("grpc.server.max_pending_requests_hard_limit", 65536),
         ] + ([
             ("grpc.max_connection_age_ms", o.grpc_max_connection_age_ms),
         ] if o.grpc_max_connection_age_ms > 0 else []) + ([

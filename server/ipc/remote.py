@@ -79,6 +79,8 @@ class RemoteDataPlane:
         self._tokens = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._snapshots: dict[tuple[str, str], ModelVersion] = {}
+        self._fetching: dict[tuple[str, str], asyncio.Task] = {}
+        self._generation = 0  # bumped when the engine says the repository changed
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task | None = None
 
@@ -141,6 +143,7 @@ class RemoteDataPlane:
             self.send(("ack", token))
         elif kind == "models_changed":
             self._snapshots.clear()
+            self._generation += 1
             self.send(("ack", message[1]))
         else:
             log.error("unknown message from the engine: %s", kind)
@@ -186,14 +189,28 @@ class RemoteDataPlane:
         return await self._call("server_metadata")
 
     async def model(self, name: str, version: str = "") -> ModelVersion:
-        snapshot = self._snapshots.get((name, version))
-        if snapshot is None:
-            name_, number, uid, config_bytes, labels, version_dir, model_dir = await self._call(
-                "model_snapshot", name, version
-            )
-            config = ModelConfig.FromString(config_bytes)
-            snapshot = ModelVersion(name_, number, config, version_dir, model_dir, labels)
-            snapshot.uid = uid
+        key = (name, version)
+        snapshot = self._snapshots.get(key)
+        if snapshot is not None:
+            return snapshot
+        # One fetch per key, awaited by every request that needs it meanwhile: they resume in
+        # the order they asked, so a stream's requests still reach the engine in order (a
+        # sequence's START before its continuations)
+        pending = self._fetching.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_task(self._fetch_snapshot(name, version))
+            self._fetching[key] = pending
+            pending.add_done_callback(lambda _t: self._fetching.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _fetch_snapshot(self, name: str, version: str) -> ModelVersion:
+        generation = self._generation
+        name_, number, uid, config_bytes, labels, version_dir, model_dir = await self._call(
+            "model_snapshot", name, version
+        )
+        snapshot = ModelVersion(name_, number, ModelConfig.FromString(config_bytes), version_dir, model_dir, labels)
+        snapshot.uid = uid
+        if generation == self._generation:  # not if the repository changed meanwhile
             self._snapshots[(name, version)] = snapshot
         return snapshot
 
