@@ -37,9 +37,15 @@ from server_process import CONFORMANCE_REPO, ROOT, ServerProcess, free_port
 N = "2"
 SIMPLE = ["--model-control-mode=explicit", "--load-model=simple", "--load-model=simple_identity"]
 PROTOCOL_MODULES = [
-    "tests/test_rpcs.py", "tests/test_errors.py", "tests/test_shared_memory.py", "tests/test_decoupled.py",
-    "tests/test_sequence.py", "tests/test_dynamic_batcher.py", "tests/test_datatypes.py",
-    "tests/test_transport.py", "tests/test_ragged_batching.py",
+    "tests/test_rpcs.py",
+    "tests/test_errors.py",
+    "tests/test_shared_memory.py",
+    "tests/test_decoupled.py",
+    "tests/test_sequence.py",
+    "tests/test_dynamic_batcher.py",
+    "tests/test_datatypes.py",
+    "tests/test_transport.py",
+    "tests/test_ragged_batching.py",
 ]
 
 
@@ -120,8 +126,9 @@ def test_connections_spread_over_both_frontends_and_state_is_shared(server):
     assert all(n > 0 for n in per_frontend.values()), per_frontend
     # statistics: every request counted once, whichever frontend carried it
     stats = clients[0].get_inference_statistics("simple").model_stats[0]
-    assert all(c.get_inference_statistics("simple").model_stats[0].inference_count == stats.inference_count
-               for c in clients)
+    assert all(
+        c.get_inference_statistics("simple").model_stats[0].inference_count == stats.inference_count for c in clients
+    )
     # shared memory registered on one connection is usable and visible on all
     region = shm.create_shared_memory_region("procs_in", "/fpgaserve_procs_in", 128)
     try:
@@ -130,7 +137,10 @@ def test_connections_spread_over_both_frontends_and_state_is_shared(server):
         clients[0].register_system_shared_memory("procs_in", "/fpgaserve_procs_in", 128)
         for c in clients:
             assert "procs_in" in c.get_system_shared_memory_status(as_json=True)["regions"]
-            inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs = [
+                grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+            ]
             inputs[0].set_shared_memory("procs_in", 64, 0)
             inputs[1].set_shared_memory("procs_in", 64, 64)
             r = c.infer("simple", inputs)
@@ -156,7 +166,7 @@ def test_killed_frontend_is_started_again(server):
     # the other frontend serves throughout (a client whose connection died reconnects)
     client = grpcclient.InferenceServerClient(server.url)
     for i in range(10):
-        for attempt in range(50):
+        for _attempt in range(50):
             try:
                 _infer(client, i)
                 break
@@ -166,8 +176,9 @@ def test_killed_frontend_is_started_again(server):
                 time.sleep(0.1)
         else:
             raise AssertionError("no frontend answered after one was killed")
-    after = _wait(lambda: (lambda f: f if len(f) == 2 and victim not in f else None)(_frontends(server)),
-                  "a replacement frontend")
+    after = _wait(
+        lambda: f if len(f := _frontends(server)) == 2 and victim not in f else None, "a replacement frontend"
+    )
     assert victim not in after and len(after & before) == 1
     assert "exited with -9; starting it again" in server.log()
     client.close()
@@ -177,10 +188,12 @@ def test_engine_killed_takes_its_frontends_along(tmp_path):
     server = ServerProcess([CONFORMANCE_REPO], "--frontend-processes", N, *SIMPLE, log_path=tmp_path / "s.log")
     server.start()
     try:
-        frontends = _wait(lambda: (lambda f: f if len(f) == 2 else None)(_frontends(server)), "frontends")
+        frontends = _wait(lambda: f if len(f := _frontends(server)) == 2 else None, "frontends")
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait(timeout=30)
         _wait(lambda: not any(Path(f"/proc/{p}").exists() for p in frontends), "frontends to exit")
+        assert server.proc.returncode != 0
+        _wait(lambda: server.log().count("the engine process is gone; exiting") == 2, "each frontend to say why")
         with socket.socket() as s:  # nobody holds the gRPC port any more
             s.bind(("127.0.0.1", server.grpc_port))
     finally:
@@ -190,7 +203,7 @@ def test_engine_killed_takes_its_frontends_along(tmp_path):
 def test_sigterm_stops_every_process(tmp_path):
     server = ServerProcess([CONFORMANCE_REPO], "--frontend-processes", N, *SIMPLE, log_path=tmp_path / "s.log")
     server.start()
-    frontends = _wait(lambda: (lambda f: f if len(f) == 2 else None)(_frontends(server)), "frontends")
+    frontends = _wait(lambda: f if len(f := _frontends(server)) == 2 else None, "frontends")
     _infer(grpcclient.InferenceServerClient(server.url))
     assert server.stop(timeout=60) == 0, server.log()
     _wait(lambda: not any(Path(f"/proc/{p}").exists() for p in frontends), "frontends to exit")
@@ -203,10 +216,21 @@ def test_taken_port_says_address_already_in_use():
         holder.listen()
         port = holder.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "fpgaserve.server.cli", f"--model-repository={CONFORMANCE_REPO}", *SIMPLE,
-             "--frontend-processes", N, f"--grpc-port={port}", f"--http-port={free_port()}",
-             f"--metrics-port={free_port()}"],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "fpgaserve.server.cli",
+                f"--model-repository={CONFORMANCE_REPO}",
+                *SIMPLE,
+                "--frontend-processes",
+                N,
+                f"--grpc-port={port}",
+                f"--http-port={free_port()}",
+                f"--metrics-port={free_port()}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode != 0
     assert "Address already in use" in proc.stderr
@@ -218,6 +242,10 @@ def test_protocol_suites_with_two_frontend_processes():
     env = dict(os.environ, FPGASERVE_TEST_FRONTEND_PROCESSES=N)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PROTOCOL_MODULES],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=880,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=880,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]

@@ -44,6 +44,7 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, dataplane.engine_lost.set)  # the parent-death signal
     stop_wait = loop.create_task(stop.wait())
     lost_wait = loop.create_task(dataplane.engine_lost.wait())
     await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -3,9 +3,10 @@
 The frontends are ``python -m fpgaserve.server.ipc.frontend_process`` children, all bound to
 the gRPC port with SO_REUSEPORT (the kernel spreads new connections over them) and connected
 to the engine over a Unix socket in a private directory (mode 0700). A frontend that dies is
-started again; the others keep serving meanwhile. Each one dies with the engine (the
-kernel's parent-death signal), so an engine that crashes leaves no orphan holding the port
-and the orchestrator sees the server exit.
+started again; the others keep serving meanwhile. Each one ends with the engine (the
+kernel's parent-death signal, SIGHUP, and the channel's end of file), logging that the
+engine is gone, so an engine that crashes leaves no orphan holding the port and the
+orchestrator sees the server exit.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ _RESTART_DELAY_S = 0.5
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
+    # SIGHUP when the engine dies, however it dies (even SIGKILL): the frontend logs it and exits
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGHUP)
     except OSError:
         pass
 
