@@ -41,5 +41,12 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-__all__ = ["Backend", "BackendError", "DeviceUnavailableError", "TensorDescription", "backend_class",
-           "register_telemetry", "telemetry_collectors"]
+__all__ = [
+    "Backend",
+    "BackendError",
+    "DeviceUnavailableError",
+    "TensorDescription",
+    "backend_class",
+    "register_telemetry",
+    "telemetry_collectors",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -63,6 +63,10 @@ def version_file(version_dir: str, name: str, what: str) -> str:
     return path_inside(os.path.dirname(os.path.abspath(version_dir)), version_dir, name, what)
 
 
+@overload
+def config_parameter(config: dict, key: str, default: str) -> str: ...
+@overload
+def config_parameter(config: dict, key: str, default: None = None) -> str | None: ...
 def config_parameter(config: dict, key: str, default: str | None = None) -> str | None:
     """A config.pbtxt ``parameters { key: ... value: { string_value: ... } }`` entry (empty = unset)."""
     value = config.get("parameters", {}).get(key, {}).get("string_value")
@@ -98,5 +102,5 @@ class Backend(ABC):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch. Arrays carry the leading batch dim when max_batch_size > 0."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional hook: a backend without resources keeps this)
         """Release resources; called once when the model version is unloaded."""

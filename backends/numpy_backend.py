@@ -34,10 +34,12 @@ class NumpyBackend(Backend):
         # by accident, and reloading a changed model.py must not see the old module.
         module_name = f"fpgaserve_numpy_model_{next(_module_ids)}"
         spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
+        # TODO: spec is None when default_model_filename does not end in .py, and this fails
+        # with an AttributeError rather than a BackendError (kept as is: behaviour unchanged).
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
         except BaseException as e:  # model code may even raise SystemExit at import
             sys.modules.pop(module_name, None)
             raise BackendError(f"failed to import {path}: {type(e).__name__}: {e}") from None

@@ -102,6 +102,8 @@ class OnnxRuntimeBackend(Backend):
         out = {}
         for name, value in zip(self._output_names, results):
             if value.dtype.kind in ("U", "O"):
-                value = np.vectorize(lambda s: s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s, otypes=[object])(value)
+                value = np.vectorize(
+                    lambda s: s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s, otypes=[object]
+                )(value)
             out[name] = value
         return out

@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import argparse
 import io
-from collections import OrderedDict
 import tempfile
 import zipfile
+from collections import OrderedDict
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,7 @@ therefore runs the bit-exact C-simulation.
 def he_uniform_weights(layers, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     weights: dict[str, np.ndarray] = {}
-    for k, (fan_in, fan_out) in enumerate(zip(layers[:-1], layers[1:]), 1):
+    for k, (fan_in, fan_out) in enumerate(pairwise(layers), 1):
         w_bound = np.sqrt(6.0 / fan_in)
         b_bound = 1.0 / np.sqrt(fan_in)
         weights[f"W{k}"] = rng.uniform(-w_bound, w_bound, (fan_in, fan_out)).astype(np.float32)
@@ -151,8 +152,9 @@ def facile_weights(seed: int = FACILE_SEED) -> dict[str, np.ndarray]:
     return he_uniform_weights(FACILE_LAYERS, seed)
 
 
-def mlp_onnx(name: str, layers, weights: dict[str, np.ndarray], input_name: str, output_name: str,
-             softmax: bool, doc: str) -> onnx.ModelProto:
+def mlp_onnx(
+    name: str, layers, weights: dict[str, np.ndarray], input_name: str, output_name: str, softmax: bool, doc: str
+) -> onnx.ModelProto:
     """Gemm/Relu (+ Softmax) graph computing the MLP with the given weights."""
     n_layers = len(layers) - 1
     initializers = [numpy_helper.from_array(a, k) for k, a in weights.items()]
@@ -184,7 +186,7 @@ def torch_mlp(layers, weights: dict[str, np.ndarray], softmax: bool):
 
     # named layers: hls4ml names the firmware's layers and types after them (fc1_accum_t, ...)
     modules = {}
-    for k, (fan_in, fan_out) in enumerate(zip(layers[:-1], layers[1:]), 1):
+    for k, (fan_in, fan_out) in enumerate(pairwise(layers), 1):
         linear = torch.nn.Linear(fan_in, fan_out)
         with torch.no_grad():
             linear.weight.copy_(torch.from_numpy(weights[f"W{k}"].T.copy()))
@@ -197,8 +199,18 @@ def torch_mlp(layers, weights: dict[str, np.ndarray], softmax: bool):
     return torch.nn.Sequential(OrderedDict(modules)).eval()
 
 
-def build_hls4ml_model(out: Path, name: str, layers, weights, input_name: str, output_name: str,
-                       softmax: bool, readme: str, doc: str, overrides: dict | None = None) -> list[Path]:
+def build_hls4ml_model(
+    out: Path,
+    name: str,
+    layers,
+    weights,
+    input_name: str,
+    output_name: str,
+    softmax: bool,
+    readme: str,
+    doc: str,
+    overrides: dict | None = None,
+) -> list[Path]:
     """Pack the network with fpgaserve pack (hls4ml conversion) and add the float files."""
     from fpgaserve.backends.hls4ml.pack import PackRequest, pack
 
@@ -207,17 +219,31 @@ def build_hls4ml_model(out: Path, name: str, layers, weights, input_name: str, o
         reference = Path(tmp) / "model.onnx"
         reference.write_bytes(_serialize(mlp_onnx(name, layers, weights, input_name, output_name, softmax, doc)))
         staging = Path(tmp) / "repo"
-        pack(PackRequest(
-            name=name, repository=staging, pytorch_module=torch_mlp(layers, weights, softmax),
-            input_shape=(layers[0],), default_precision=PRECISION, granularity="name",
-            max_batch_size=FACILE_MAX_BATCH, queue_delay_us=0, input_name=input_name, output_name=output_name,
-            float_reference=str(reference), header=CONFIG_HEADER, hls_overrides=overrides or {},
-        ))
+        pack(
+            PackRequest(
+                name=name,
+                repository=staging,
+                pytorch_module=torch_mlp(layers, weights, softmax),
+                input_shape=(layers[0],),
+                default_precision=PRECISION,
+                granularity="name",
+                max_batch_size=FACILE_MAX_BATCH,
+                queue_delay_us=0,
+                input_name=input_name,
+                output_name=output_name,
+                float_reference=str(reference),
+                header=CONFIG_HEADER,
+                hls_overrides=overrides or {},
+            )
+        )
         written = []
         for path in sorted(p for p in (staging / name).rglob("*") if p.is_file()):
             written.append(_write(model_dir / path.relative_to(staging / name), path.read_bytes()))
     # drop files of an older build that the packer no longer writes
-    keep = {p.resolve() for p in written} | {(model_dir / "README.md").resolve(), (model_dir / "1" / "weights.npz").resolve()}
+    keep = {p.resolve() for p in written} | {
+        (model_dir / "README.md").resolve(),
+        (model_dir / "1" / "weights.npz").resolve(),
+    }
     for path in sorted(model_dir.rglob("*"), reverse=True):
         if path.is_file() and path.resolve() not in keep:
             path.unlink()
@@ -232,7 +258,14 @@ def build_facile(out: Path) -> list[Path]:
     weights = facile_weights()
     assert sum(a.size for a in weights.values()) == 3097, "FACILE has 3097 parameters"
     return build_hls4ml_model(
-        out, "facile", FACILE_LAYERS, weights, FACILE_INPUT, FACILE_OUTPUT, False, FACILE_README,
+        out,
+        "facile",
+        FACILE_LAYERS,
+        weights,
+        FACILE_INPUT,
+        FACILE_OUTPUT,
+        False,
+        FACILE_README,
         "FACILE-shaped HCAL regression MLP; synthetic weights (not physics).",
     )
 
@@ -240,25 +273,34 @@ def build_facile(out: Path) -> list[Path]:
 def build_jet_tagger(out: Path) -> list[Path]:
     weights = he_uniform_weights(JET_LAYERS, JET_SEED)
     return build_hls4ml_model(
-        out, "jet_tagger", JET_LAYERS, weights, JET_INPUT, JET_OUTPUT, True, JET_README,
+        out,
+        "jet_tagger",
+        JET_LAYERS,
+        weights,
+        JET_INPUT,
+        JET_OUTPUT,
+        True,
+        JET_README,
         "hls4ml jet-tagging MLP shape (16-64-32-32-5, softmax); synthetic weights (not physics).",
-        overrides={"LayerName": {
-            # hls4ml's softmax indexes its exp/inverse lookup tables with the top bits of its
-            # input: left at the auto-sized accumulator (ap_fixed<38,18>) the 1024-entry tables
-            # would only resolve steps of 2^8 (every output the same). The logits are kept at
-            # the model precision.
-            "fc4": {"Precision": {"result": PRECISION}},
-            # hls4ml's default table types (ap_fixed<18,8>) index 1/sum in steps of 1/4 for
-            # sums of 1..5 (outputs off by up to 0.19, rows summing to 1.24); exp values lie
-            # in (0, 1] and the sum of 5 of them in (0, 5], so give the bits to the fraction:
-            # max |firmware - float| 0.19 -> 0.023 on unit-normal rows.
-            "softmax": {
-                "exp_table_t": "ap_fixed<18,2,AP_RND,AP_SAT>",
-                "inv_table_t": "ap_fixed<18,2,AP_RND,AP_SAT>",
-                "inv_inp_t": "ap_fixed<18,4,AP_RND,AP_SAT>",
-                "accum_t": "ap_fixed<18,4,AP_RND,AP_SAT>",
-            },
-        }},
+        overrides={
+            "LayerName": {
+                # hls4ml's softmax indexes its exp/inverse lookup tables with the top bits of its
+                # input: left at the auto-sized accumulator (ap_fixed<38,18>) the 1024-entry tables
+                # would only resolve steps of 2^8 (every output the same). The logits are kept at
+                # the model precision.
+                "fc4": {"Precision": {"result": PRECISION}},
+                # hls4ml's default table types (ap_fixed<18,8>) index 1/sum in steps of 1/4 for
+                # sums of 1..5 (outputs off by up to 0.19, rows summing to 1.24); exp values lie
+                # in (0, 1] and the sum of 5 of them in (0, 5], so give the bits to the fraction:
+                # max |firmware - float| 0.19 -> 0.023 on unit-normal rows.
+                "softmax": {
+                    "exp_table_t": "ap_fixed<18,2,AP_RND,AP_SAT>",
+                    "inv_table_t": "ap_fixed<18,2,AP_RND,AP_SAT>",
+                    "inv_inp_t": "ap_fixed<18,4,AP_RND,AP_SAT>",
+                    "accum_t": "ap_fixed<18,4,AP_RND,AP_SAT>",
+                },
+            }
+        },
     )
 
 
@@ -292,8 +334,7 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, array in arrays.items():
             npy = io.BytesIO()
-            np.lib.format.write_array(npy, np.ascontiguousarray(array), version=(1, 0),
-                                      allow_pickle=False)
+            np.lib.format.write_array(npy, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.create_system = 3  # Unix; the default depends on the building platform
             info.external_attr = 0o100644 << 16
@@ -317,8 +358,7 @@ def build(out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE,
-                        help="repository directory to write (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=HERE, help="repository directory to write (default: %(default)s)")
     args = parser.parse_args(argv)
     for path in build(args.out):
         print(f"{path.stat().st_size:>8}  {path}")

@@ -104,13 +104,18 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=3, help="events, i.e. requests (default %(default)s)")
     parser.add_argument("--channels", type=int, default=16000, help="typical rows per event (default %(default)s)")
     parser.add_argument(
-        "--compression", choices=("none", "gzip", "deflate"), default="none",
+        "--compression",
+        choices=("none", "gzip", "deflate"),
+        default="none",
         help="per-call gRPC compression, as SonicTriton's 'compression' parameter",
     )
-    parser.add_argument("--timeout", type=float, default=None, help="per-request deadline in seconds (SonicTriton 'timeout')")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="per-request deadline in seconds (SonicTriton 'timeout')"
+    )
     parser.add_argument("--no-stats-check", action="store_true", help="do not require exact statistics deltas")
     parser.add_argument(
-        "--shm", action="store_true",
+        "--shm",
+        action="store_true",
         help="inputs and outputs through system shared memory, as SonicTriton with its local fallback "
         "server (client and server must share /dev/shm)",
     )
@@ -199,7 +204,11 @@ def main() -> int:
             for t in metadata.inputs:
                 shape = ([rows] if batched else []) + list(t.shape[1 if batched else 0 :])
                 dtype = triton_to_np_dtype(t.datatype)
-                x = rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype)
+                x = (
+                    rng.standard_normal(shape).astype(dtype)
+                    if np.issubdtype(dtype, np.floating)
+                    else np.zeros(shape, dtype)
+                )
                 inp = grpcclient.InferInput(t.name, shape, t.datatype)
                 if regions is None:
                     inp.set_data_from_numpy(x)
@@ -235,8 +244,10 @@ def main() -> int:
                     # the bytes are in the output region; the response only describes them
                     described = result.get_output(t.name)
                     if described is None or list(described.shape) != shape or described.datatype != t.datatype:
-                        print(f"FAILED: event {event}: output '{t.name}' described as {described}, expected "
-                              f"{t.datatype} {shape} in shared memory")
+                        print(
+                            f"FAILED: event {event}: output '{t.name}' described as {described}, expected "
+                            f"{t.datatype} {shape} in shared memory"
+                        )
                         return 1
                     _, handle, _ = regions.region(t.name)
                     # a copy: no array may point into a region when it is closed

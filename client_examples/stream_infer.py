@@ -73,7 +73,9 @@ def main() -> int:
             try:
                 result, error = responses.get(timeout=args.timeout)
             except queue.Empty:
-                print(f"FAILED: only {len(received) + len(errors)} of {len(sent) + 1} responses within {args.timeout} s")
+                print(
+                    f"FAILED: only {len(received) + len(errors)} of {len(sent) + 1} responses within {args.timeout} s"
+                )
                 return 1
             if error is not None:
                 errors.append(str(error))

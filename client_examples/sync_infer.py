@@ -58,7 +58,10 @@ def infer_simple(client, args) -> bool:
     batch = 4
     in0 = np.arange(batch * 16, dtype=np.int32).reshape(batch, 16)
     in1 = np.full((batch, 16), 7, dtype=np.int32)
-    inputs = [grpcclient.InferInput("INPUT0", [batch, 16], "INT32"), grpcclient.InferInput("INPUT1", [batch, 16], "INT32")]
+    inputs = [
+        grpcclient.InferInput("INPUT0", [batch, 16], "INT32"),
+        grpcclient.InferInput("INPUT1", [batch, 16], "INT32"),
+    ]
     inputs[0].set_data_from_numpy(in0)
     inputs[1].set_data_from_numpy(in1)
     outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
@@ -78,10 +81,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-u", "--url", default="localhost:8001", help="server gRPC address (default %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print more details")
-    parser.add_argument("-n", "--channels", type=int, default=4096, help="FACILE rows per request (default %(default)s)")
+    parser.add_argument(
+        "-n", "--channels", type=int, default=4096, help="FACILE rows per request (default %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the input data")
     parser.add_argument(
-        "--model", action="append", choices=("facile", "simple"),
+        "--model",
+        action="append",
+        choices=("facile", "simple"),
         help="model(s) to run (repeatable); default: facile, plus simple if the server has it",
     )
     facile.add_reference_args(parser)

@@ -33,9 +33,9 @@ PROTO_FILES = ("model_config.proto", "grpc_service.proto", "health.proto")
 
 
 def _compile_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
-    from grpc_tools import protoc  # imported lazily: only needed once per process
-
+    # imported lazily: only needed once per process
     import grpc_tools
+    from grpc_tools import protoc
 
     well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     with tempfile.TemporaryDirectory() as tmp:

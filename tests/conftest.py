@@ -10,6 +10,7 @@ import os
 import pytest
 
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
+from tools import perf_analyzer  # noqa: F401  (module-scoped fixture: locate or install, else skip)
 
 
 @pytest.fixture(scope="session", autouse=True)

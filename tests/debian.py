@@ -30,7 +30,11 @@ COMMANDS = {
 
 
 def _missing(packages: tuple[str, ...]) -> list[str]:
-    return [p for p in packages if shutil.which(COMMANDS.get(p, p)) is None and not os.path.exists(f"/usr/sbin/{COMMANDS.get(p, p)}")]
+    return [
+        p
+        for p in packages
+        if shutil.which(COMMANDS.get(p, p)) is None and not os.path.exists(f"/usr/sbin/{COMMANDS.get(p, p)}")
+    ]
 
 
 def _apt_prefix() -> list[str] | None:
@@ -41,7 +45,7 @@ def _apt_prefix() -> list[str] | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _install(packages: tuple[str, ...]) -> str:
     """'' when every package is there afterwards, else why not."""
     missing = _missing(packages)

@@ -79,7 +79,9 @@ def render_nginx(text: str, listen_port: int, upstreams: list[Upstream], log_dir
         return [f"{indent}server {u.host}:{u.grpc_port}{params};" for u in upstreams]
 
     text = _replace_server_lines(text, pattern, lines, "nginx upstream servers")
-    text = _sub_once(r"^([ \t]*)listen[ \t]+8001[ \t]+http2;", rf"\g<1>listen 127.0.0.1:{listen_port} http2;", text, "nginx listen")
+    text = _sub_once(
+        r"^([ \t]*)listen[ \t]+8001[ \t]+http2;", rf"\g<1>listen 127.0.0.1:{listen_port} http2;", text, "nginx listen"
+    )
     if "/var/log/nginx/" not in text:
         raise ValueError("rendering nginx: no /var/log/nginx/ path to redirect")
     return text.replace("/var/log/nginx/", f"{log_dir}/")
@@ -94,7 +96,8 @@ def render_haproxy(text: str, listen_port: int, stats_port: int, upstreams: list
         if len(re.findall(r"\bport 8000\b", params)) != 1:
             raise ValueError("rendering haproxy: the template server line has no single 'port 8000' (health port)")
         return [
-            f"{indent}server replica-{i} {u.host}:{u.grpc_port}" + re.sub(r"\bport 8000\b", f"port {u.http_port}", params)
+            f"{indent}server replica-{i} {u.host}:{u.grpc_port}"
+            + re.sub(r"\bport 8000\b", f"port {u.http_port}", params)
             for i, u in enumerate(upstreams)
         ]
 
@@ -167,7 +170,15 @@ class ProxyProcess:
             snippet.write_text(render_nginx(NGINX_CONF.read_text(), self.port, self.upstreams, self.workdir))
             self.config_path = self.workdir / "nginx.conf"
             self.config_path.write_text(_nginx_main_conf(self.workdir, snippet))
-            base = [self._exe(), "-p", str(self.workdir), "-e", str(self.workdir / "error.log"), "-c", str(self.config_path)]
+            base = [
+                self._exe(),
+                "-p",
+                str(self.workdir),
+                "-e",
+                str(self.workdir / "error.log"),
+                "-c",
+                str(self.config_path),
+            ]
             check = subprocess.run([*base, "-t"], capture_output=True, text=True)
             if check.returncode != 0:
                 raise RuntimeError(f"nginx -t rejected the rendered config:\n{check.stderr}")
@@ -179,9 +190,9 @@ class ProxyProcess:
             raise RuntimeError(f"haproxy -c rejected the rendered config:\n{check.stdout}{check.stderr}")
         return [self._exe(), "-f", str(self.config_path), "-db"]
 
-    def start(self, timeout: float = 30.0) -> "ProxyProcess":
+    def start(self, timeout: float = 30.0) -> ProxyProcess:
         cmd = self.write_config()
-        self._out = open(self.workdir / f"{self.kind}.out", "wb")
+        self._out = open(self.workdir / f"{self.kind}.out", "wb")  # noqa: SIM115  (closed in stop())
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, cwd=self.workdir)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -208,7 +219,11 @@ class ProxyProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.stats_port}/stats;csv", timeout=5) as r:
             text = r.read().decode()
         rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
-        return {row["svname"]: row["status"] for row in rows if row["pxname"] == "fpgaserve_replicas" and row["svname"] not in ("BACKEND",)}
+        return {
+            row["svname"]: row["status"]
+            for row in rows
+            if row["pxname"] == "fpgaserve_replicas" and row["svname"] not in ("BACKEND",)
+        }
 
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.proc is None:
@@ -227,7 +242,7 @@ class ProxyProcess:
             self._out = None
         return self.proc.returncode
 
-    def __enter__(self) -> "ProxyProcess":
+    def __enter__(self) -> ProxyProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -37,8 +37,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -46,14 +46,14 @@ __all__ = [
     "ALL_MODELS",
     "FACILE_LAYERS",
     "FACILE_WEIGHT_KEYS",
-    "find_tritonserver",
     "default_facile_weights",
-    "load_facile_weights",
     "facile_reference",
-    "write_python_backend_repository",
+    "find_tritonserver",
+    "load_facile_weights",
     "start_tritonserver",
     "stop_tritonserver",
     "wait_until_ready",
+    "write_python_backend_repository",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -68,13 +68,13 @@ FACILE_WEIGHT_KEYS = ("w0", "b0", "w1", "b1", "w2", "b2")
 FACILE_MAX_BATCH = 16384
 _FACILE_WEIGHTS_FILE = "facile_weights.npz"
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 
 # --------------------------------------------------------------------------- lookup
 
 
-def find_tritonserver() -> Optional[Path]:
+def find_tritonserver() -> Path | None:
     """Return the tritonserver wrapper from ``.tools/tritonserver``, or None if absent."""
     exe = TRITONSERVER_WRAPPER
     if exe.is_file() and os.access(exe, os.X_OK):
@@ -85,17 +85,17 @@ def find_tritonserver() -> Optional[Path]:
 # --------------------------------------------------------------------------- FACILE weights
 
 
-def default_facile_weights(seed: int = 0) -> Dict[str, np.ndarray]:
+def default_facile_weights(seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic FACILE weights (numpy seed ``seed``), float32, He-style scaling."""
     rng = np.random.RandomState(seed)
-    weights: Dict[str, np.ndarray] = {}
+    weights: dict[str, np.ndarray] = {}
     for i, (n_in, n_out) in enumerate(FACILE_LAYERS):
         weights[f"w{i}"] = (rng.standard_normal((n_in, n_out)) * np.sqrt(2.0 / n_in)).astype(np.float32)
         weights[f"b{i}"] = (rng.standard_normal((n_out,)) * 0.1).astype(np.float32)
     return weights
 
 
-def load_facile_weights(path: PathLike) -> Dict[str, np.ndarray]:
+def load_facile_weights(path: PathLike) -> dict[str, np.ndarray]:
     """Load and validate FACILE weights from an .npz with keys w0,b0,w1,b1,w2,b2."""
     with np.load(path) as data:
         missing = [k for k in FACILE_WEIGHT_KEYS if k not in data]
@@ -263,7 +263,7 @@ class TritonPythonModel:
 '''
 
 
-def _write_model(repo: Path, name: str, config: str, model_py: str, extra_files: Optional[dict] = None) -> None:
+def _write_model(repo: Path, name: str, config: str, model_py: str, extra_files: dict | None = None) -> None:
     model_dir = repo / name
     version_dir = model_dir / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
@@ -277,7 +277,7 @@ def write_python_backend_repository(
     dest: PathLike,
     models: Iterable[str] = ALL_MODELS,
     *,
-    facile_weights: Optional[PathLike] = None,
+    facile_weights: PathLike | None = None,
     facile_dynamic_batching: bool = False,
 ) -> Path:
     """Write a Triton Python-backend model repository into ``dest`` and return its path.
@@ -306,10 +306,7 @@ def write_python_backend_repository(
             cfg = _config(name, 8, [("INPUT0", "TYPE_STRING", [-1])], [("OUTPUT0", "TYPE_STRING", [-1])])
             _write_model(repo, name, cfg, _SIMPLE_IDENTITY_PY)
         elif name == "facile":
-            if facile_weights is None:
-                weights = default_facile_weights(0)
-            else:
-                weights = load_facile_weights(facile_weights)
+            weights = default_facile_weights(0) if facile_weights is None else load_facile_weights(facile_weights)
 
             def _save(path: Path, weights=weights) -> None:
                 np.savez(path, **weights)
@@ -342,15 +339,17 @@ def _python_bin_dir() -> Path:
     return Path(sys.executable).parent
 
 
-def wait_until_ready(http_port: int, timeout: float = 120.0, proc: Optional[subprocess.Popen] = None,
-                     host: str = "127.0.0.1") -> None:
+def wait_until_ready(
+    http_port: int, timeout: float = 120.0, proc: subprocess.Popen | None = None, host: str = "127.0.0.1"
+) -> None:
     """Poll ``GET /v2/health/ready`` until it answers 200; raise on timeout or process exit."""
     url = f"http://{host}:{http_port}/v2/health/ready"
     deadline = time.monotonic() + timeout
     while True:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"tritonserver exited with code {proc.returncode} before becoming ready"
-                               + _log_tail(proc))
+            raise RuntimeError(
+                f"tritonserver exited with code {proc.returncode} before becoming ready" + _log_tail(proc)
+            )
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
@@ -362,7 +361,7 @@ def wait_until_ready(http_port: int, timeout: float = 120.0, proc: Optional[subp
         time.sleep(0.25)
 
 
-def _log_tail(proc: Optional[subprocess.Popen], n: int = 40) -> str:
+def _log_tail(proc: subprocess.Popen | None, n: int = 40) -> str:
     path = getattr(proc, "log_path", None)
     if not path:
         return ""
@@ -380,10 +379,10 @@ def start_tritonserver(
     metrics_port: int,
     *,
     extra_args: Sequence[str] = (),
-    model_control_mode: Optional[str] = None,
-    log_path: Optional[PathLike] = None,
+    model_control_mode: str | None = None,
+    log_path: PathLike | None = None,
     timeout: float = 120.0,
-    executable: Optional[PathLike] = None,
+    executable: PathLike | None = None,
 ) -> subprocess.Popen:
     """Start the real tritonserver on ``repo`` and wait until ``/v2/health/ready`` is 200.
 
@@ -414,8 +413,9 @@ def start_tritonserver(
     log = Path(log_path) if log_path is not None else repo.parent / f"tritonserver-{grpc_port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     proc.log_path = str(log)  # type: ignore[attr-defined]
     try:
         wait_until_ready(http_port, timeout=timeout, proc=proc)
@@ -454,5 +454,8 @@ if __name__ == "__main__":  # pragma: no cover - manual helper
     ap.add_argument("--facile-weights")
     ap.add_argument("--facile-dynamic-batching", action="store_true")
     ns = ap.parse_args()
-    print(write_python_backend_repository(ns.dest, ns.models, facile_weights=ns.facile_weights,
-                                          facile_dynamic_batching=ns.facile_dynamic_batching))
+    print(
+        write_python_backend_repository(
+            ns.dest, ns.models, facile_weights=ns.facile_weights, facile_dynamic_batching=ns.facile_dynamic_batching
+        )
+    )

@@ -47,8 +47,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _build(script: Path, out: Path) -> None:
-    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True,
-                   capture_output=True, cwd=ROOT)
+    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, capture_output=True, cwd=ROOT)
 
 
 @pytest.fixture(scope="module", params=sorted(GENERATORS))
@@ -69,10 +68,10 @@ def test_committed_files_equal_fresh_build(fresh_build):
     assert generated, "generator wrote nothing"
     # Compare whole model directories, so stale extra files are caught as well.
     model_dirs = {rel.split("/")[0] for rel in generated}
-    on_disk = {rel: data for rel, data in _files(committed).items()
-               if rel.split("/")[0] in model_dirs}
+    on_disk = {rel: data for rel, data in _files(committed).items() if rel.split("/")[0] in model_dirs}
     assert sorted(on_disk) == sorted(generated), (
-        f"committed files differ from a fresh build of {committed}; rerun its generator")
+        f"committed files differ from a fresh build of {committed}; rerun its generator"
+    )
     drifted = [rel for rel in generated if on_disk[rel] != generated[rel]]
     assert not drifted, f"committed files drifted from their generator: {drifted}"
 
@@ -91,12 +90,10 @@ def test_generator_is_idempotent(fresh_build):
 # Configs
 # ---------------------------------------------------------------------------------------
 def _config(model_dir: Path) -> model_config_pb2.ModelConfig:
-    return text_format.Parse((model_dir / "config.pbtxt").read_text(),
-                             model_config_pb2.ModelConfig())
+    return text_format.Parse((model_dir / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
 
 
-ALL_MODEL_DIRS = sorted(p.parent for repo in (BITSTREAMS, TEST_MODELS)
-                        for p in repo.glob("*/config.pbtxt"))
+ALL_MODEL_DIRS = sorted(p.parent for repo in (BITSTREAMS, TEST_MODELS) for p in repo.glob("*/config.pbtxt"))
 
 
 @pytest.mark.parametrize("model_dir", ALL_MODEL_DIRS, ids=lambda p: p.name)
@@ -109,50 +106,65 @@ def test_config_parses_and_names_its_directory(model_dir):
 
 def test_expected_models_present():
     assert {p.name for p in ALL_MODEL_DIRS} == {
-        "facile", "jet_tagger", "simple", "simple_int8", "simple_string", "simple_identity", "repeat_int32",
-        "simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence"}
+        "facile",
+        "jet_tagger",
+        "simple",
+        "simple_int8",
+        "simple_string",
+        "simple_identity",
+        "repeat_int32",
+        "simple_sequence",
+        "simple_dyna_sequence",
+        "simple_string_dyna_sequence",
+    }
 
 
 def _dt(name: str) -> int:
     return model_config_pb2.DataType.Value(name)
 
 
-@pytest.mark.parametrize("name, dtype, engine", [
-    ("simple", "TYPE_INT32", ("platform", "onnxruntime_onnx")),
-    ("simple_int8", "TYPE_INT8", ("platform", "onnxruntime_onnx")),
-    ("simple_string", "TYPE_STRING", ("backend", "numpy")),
-])
+@pytest.mark.parametrize(
+    "name, dtype, engine",
+    [
+        ("simple", "TYPE_INT32", ("platform", "onnxruntime_onnx")),
+        ("simple_int8", "TYPE_INT8", ("platform", "onnxruntime_onnx")),
+        ("simple_string", "TYPE_STRING", ("backend", "numpy")),
+    ],
+)
 def test_simple_family_config(name, dtype, engine):
     config = _config(TEST_MODELS / name)
     assert getattr(config, engine[0]) == engine[1]
     assert config.max_batch_size == 8
     assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
-        ("INPUT0", _dt(dtype), [16]), ("INPUT1", _dt(dtype), [16])]
+        ("INPUT0", _dt(dtype), [16]),
+        ("INPUT1", _dt(dtype), [16]),
+    ]
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [
-        ("OUTPUT0", _dt(dtype), [16]), ("OUTPUT1", _dt(dtype), [16])]
+        ("OUTPUT0", _dt(dtype), [16]),
+        ("OUTPUT1", _dt(dtype), [16]),
+    ]
 
 
 def test_simple_identity_config():
     config = _config(TEST_MODELS / "simple_identity")
     assert config.backend == "numpy" and config.max_batch_size == 8
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
-        ("INPUT0", _dt("TYPE_STRING"), [-1])]
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [
-        ("OUTPUT0", _dt("TYPE_STRING"), [-1])]
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("INPUT0", _dt("TYPE_STRING"), [-1])]
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [("OUTPUT0", _dt("TYPE_STRING"), [-1])]
 
 
-@pytest.mark.parametrize("name, n_in, output, n_out", [
-    ("facile", 47, "output/BiasAdd", 1),
-    ("jet_tagger", 16, "output", 5),
-])
+@pytest.mark.parametrize(
+    "name, n_in, output, n_out",
+    [
+        ("facile", 47, "output/BiasAdd", 1),
+        ("jet_tagger", 16, "output", 5),
+    ],
+)
 def test_hls4ml_model_config(name, n_in, output, n_out):
     config = _config(BITSTREAMS / name)
     assert config.backend == "hls4ml" and not config.platform
     assert config.max_batch_size == 16384
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
-        ("input", _dt("TYPE_FP32"), [n_in])]
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [
-        (output, _dt("TYPE_FP32"), [n_out])]
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("input", _dt("TYPE_FP32"), [n_in])]
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [(output, _dt("TYPE_FP32"), [n_out])]
     [group] = config.instance_group
     assert group.count == 1 and group.kind == model_config_pb2.ModelInstanceGroup.KIND_MODEL
     # the version folder holds the model's hls4ml project and nothing of hls4ml's own library
@@ -168,12 +180,12 @@ def test_hls4ml_model_config(name, n_in, output, n_out):
 # ONNX models, run with onnxruntime
 # ---------------------------------------------------------------------------------------
 def _session(model_dir: Path) -> ort.InferenceSession:
-    return ort.InferenceSession(str(model_dir / "1" / "model.onnx"),
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(model_dir / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
 
 
-@pytest.mark.parametrize("model_dir", [p for p in ALL_MODEL_DIRS if (p / "1/model.onnx").exists()],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "model_dir", [p for p in ALL_MODEL_DIRS if (p / "1/model.onnx").exists()], ids=lambda p: p.name
+)
 def test_onnx_matches_config(model_dir):
     """ONNX I/O names, element types and shapes agree with config.pbtxt, batch dynamic."""
     config = _config(model_dir)
@@ -191,8 +203,8 @@ def test_onnx_matches_config(model_dir):
 
     np_of = {"TYPE_INT32": np.int32, "TYPE_INT8": np.int8, "TYPE_FP32": np.float32}
     expect = lambda tensors: [  # noqa: E731
-        (t.name, np.dtype(np_of[model_config_pb2.DataType.Name(t.data_type)]),
-         ["batch", *t.dims]) for t in tensors]
+        (t.name, np.dtype(np_of[model_config_pb2.DataType.Name(t.data_type)]), ["batch", *t.dims]) for t in tensors
+    ]
     assert io(model.graph.input) == expect(config.input)
     assert io(model.graph.output) == expect(config.output)
 
@@ -245,8 +257,7 @@ def test_facile_weights():
         shapes = {k: w[k].shape for k in w.files}
         assert all(w[k].dtype == np.float32 for k in w.files)
         assert sum(w[k].size for k in w.files) == 3097
-    assert shapes == {"W1": (47, 36), "b1": (36,), "W2": (36, 36), "b2": (36,),
-                      "W3": (36, 1), "b3": (1,)}
+    assert shapes == {"W1": (47, 36), "b1": (36,), "W2": (36, 36), "b2": (36,), "W3": (36, 1), "b3": (1,)}
 
 
 def test_jet_tagger_reference_is_a_softmax():
@@ -287,14 +298,13 @@ def _numpy_model(name: str):
     model = module.Model()
     if hasattr(model, "initialize"):
         from google.protobuf.json_format import MessageToDict
-        model.initialize(MessageToDict(_config(model_dir.parent),
-                                       preserving_proto_field_name=True), str(model_dir))
+
+        model.initialize(MessageToDict(_config(model_dir.parent), preserving_proto_field_name=True), str(model_dir))
     return model
 
 
 def _bytes_array(values, shape) -> np.ndarray:
-    return np.array([v if isinstance(v, bytes) else str(v).encode() for v in values],
-                    dtype=object).reshape(shape)
+    return np.array([v if isinstance(v, bytes) else str(v).encode() for v in values], dtype=object).reshape(shape)
 
 
 def _assert_bytes_output(out: np.ndarray, expected: list, shape) -> None:
@@ -316,10 +326,9 @@ def test_simple_string_add_sub():
 
     # A full batch with negatives and large values: plain integers, no float formatting.
     rng = np.random.default_rng(1)
-    ia = rng.integers(-10**12, 10**12, (8, 16))
-    ib = rng.integers(-10**12, 10**12, (8, 16))
-    out = model.execute({"INPUT0": _bytes_array(ia.flat, (8, 16)),
-                         "INPUT1": _bytes_array(ib.flat, (8, 16))})
+    ia = rng.integers(-(10**12), 10**12, (8, 16))
+    ib = rng.integers(-(10**12), 10**12, (8, 16))
+    out = model.execute({"INPUT0": _bytes_array(ia.flat, (8, 16)), "INPUT1": _bytes_array(ib.flat, (8, 16))})
     _assert_bytes_output(out["OUTPUT0"], [str(v).encode() for v in (ia + ib).flat], (8, 16))
     _assert_bytes_output(out["OUTPUT1"], [str(v).encode() for v in (ia - ib).flat], (8, 16))
 
@@ -333,8 +342,16 @@ def test_simple_string_rejects_non_integers():
 
 def test_simple_identity_is_byte_exact():
     model = _numpy_model("simple_identity")
-    values = [b"he\x00llo", b"", b"\x00", b"\x00\x00end\x00", b"\xff\xfe not utf-8",
-              "ünïcödé".encode(), b"x" * 100_000, b"plain"]
+    values = [
+        b"he\x00llo",
+        b"",
+        b"\x00",
+        b"\x00\x00end\x00",
+        b"\xff\xfe not utf-8",
+        "ünïcödé".encode(),
+        b"x" * 100_000,
+        b"plain",
+    ]
     for shape in [(1, 8), (2, 4), (8, 1)]:
         x = np.array(values, dtype=object).reshape(shape)
         [y] = model.execute({"INPUT0": x}).values()

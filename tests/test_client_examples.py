@@ -33,6 +33,7 @@ def run_example(script: str, url: str, *args: str, timeout: float = 180) -> subp
 
 def wait_idle(client, model: str, timeout: float = 15.0) -> None:
     """Until the model's success+fail counts stop changing (three reads 0.1 s apart)."""
+
     def counts():
         st = client.get_inference_statistics(model).model_stats[0].inference_stats
         return st.success.count, st.fail.count
@@ -64,9 +65,16 @@ def assert_pass(proc: subprocess.CompletedProcess, name: str) -> str:
         ("shared_memory_infer.py", ["-n", "5000"], ["facile via shared memory: 5000 channels"]),
         ("sonic_like.py", ["--events", "3"], ["ModelMetadata: inputs input FP32 [-1, 47]", "3 events"]),
         ("sonic_like.py", ["--events", "2", "--compression", "gzip"], ["2 events"]),
-        ("sonic_like.py", ["--events", "2", "--shm"],
-         ["SystemSharedMemoryRegister: 2 region(s)", "2 events", "through system shared memory",
-          "SystemSharedMemoryUnregister: 2 region(s)"]),
+        (
+            "sonic_like.py",
+            ["--events", "2", "--shm"],
+            [
+                "SystemSharedMemoryRegister: 2 region(s)",
+                "2 events",
+                "through system shared memory",
+                "SystemSharedMemoryUnregister: 2 region(s)",
+            ],
+        ),
     ],
     ids=["sync", "sync-simple", "sync-facile-max-batch", "async", "stream", "shm", "sonic", "sonic-gzip", "sonic-shm"],
 )

@@ -12,7 +12,6 @@ since r26.06); both directions are checked bit for bit.
 
 from __future__ import annotations
 
-
 import grpc
 import ml_dtypes
 import numpy as np
@@ -45,9 +44,20 @@ DATATYPES = {
     "BYTES": ("TYPE_STRING", "object", "bytes_contents"),
 }
 CLIENT_DTYPE = {  # what tritonclient 2.73 maps each datatype to
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
-    "FP32": np.float32, "FP64": np.float64, "BF16": ml_dtypes.bfloat16, "BYTES": np.object_,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BF16": ml_dtypes.bfloat16,
+    "BYTES": np.object_,
 }
 
 MODEL_PY = '''\
@@ -83,7 +93,7 @@ class Model:
 '''
 
 
-OPTIONAL_PY = '''\
+OPTIONAL_PY = """\
 import numpy as np
 
 
@@ -91,7 +101,7 @@ class Model:
     def execute(self, inputs):
         extra = inputs["INPUT1"] if "INPUT1" in inputs else np.int32(100)
         return {"OUTPUT0": inputs["INPUT0"] + extra}
-'''
+"""
 
 
 def model_name(wire: str) -> str:
@@ -105,9 +115,9 @@ def _tensor(kind: str, name: str, enum: str, dims) -> str:
 def _write_model(repo, name: str, max_batch: int, ios, code: str, extra: str = "") -> None:
     """ios: [(input name, output name, config enum, dims)]"""
     lines = [f'name: "{name}"', 'backend: "numpy"', f"max_batch_size: {max_batch}"]
-    for in_name, out_name, enum, dims in ios:
+    for in_name, _out_name, enum, dims in ios:
         lines.append(_tensor("input", in_name, enum, dims))
-    for in_name, out_name, enum, dims in ios:
+    for _in_name, out_name, enum, dims in ios:
         lines.append(_tensor("output", out_name, enum, dims))
     lines.append(extra)
     d = repo / name
@@ -119,18 +129,38 @@ def _write_model(repo, name: str, max_batch: int, ios, code: str, extra: str = "
 def write_repository(repo) -> None:
     for wire, (enum, np_name, _) in DATATYPES.items():
         # batched, both non-batch dims variable: shapes [b, -1, -1]
-        _write_model(repo, model_name(wire), 8, [("INPUT0", "OUTPUT0", enum, [-1, -1])],
-                     MODEL_PY.format(expected={"INPUT0": np_name}))
+        _write_model(
+            repo,
+            model_name(wire),
+            8,
+            [("INPUT0", "OUTPUT0", enum, [-1, -1])],
+            MODEL_PY.format(expected={"INPUT0": np_name}),
+        )
     # max_batch_size 0: the request shape must equal dims exactly
-    _write_model(repo, "fixed_nobatch", 0,
-                 [("INPUT0", "OUTPUT0", "TYPE_FP32", [2, 3]), ("INPUT1", "OUTPUT1", "TYPE_STRING", [2])],
-                 MODEL_PY.format(expected={"INPUT0": "float32", "INPUT1": "object"}))
+    _write_model(
+        repo,
+        "fixed_nobatch",
+        0,
+        [("INPUT0", "OUTPUT0", "TYPE_FP32", [2, 3]), ("INPUT1", "OUTPUT1", "TYPE_STRING", [2])],
+        MODEL_PY.format(expected={"INPUT0": "float32", "INPUT1": "object"}),
+    )
     # max_batch_size 0 with variable dims [-1, -1]
-    _write_model(repo, "var_nobatch", 0, [("INPUT0", "OUTPUT0", "TYPE_INT16", [-1, -1])],
-                 MODEL_PY.format(expected={"INPUT0": "int16"}))
+    _write_model(
+        repo,
+        "var_nobatch",
+        0,
+        [("INPUT0", "OUTPUT0", "TYPE_INT16", [-1, -1])],
+        MODEL_PY.format(expected={"INPUT0": "int16"}),
+    )
     # a dynamic batcher block, to see its normalization
-    _write_model(repo, "dyn_fp32", 4, [("INPUT0", "OUTPUT0", "TYPE_FP32", [3])],
-                 MODEL_PY.format(expected={"INPUT0": "float32"}), extra="dynamic_batching { }")
+    _write_model(
+        repo,
+        "dyn_fp32",
+        4,
+        [("INPUT0", "OUTPUT0", "TYPE_FP32", [3])],
+        MODEL_PY.format(expected={"INPUT0": "float32"}),
+        extra="dynamic_batching { }",
+    )
     d = repo / "optional_in"
     (d / "1").mkdir(parents=True)
     (d / "config.pbtxt").write_text(
@@ -144,9 +174,12 @@ def write_repository(repo) -> None:
     (d / "1").mkdir(parents=True)
     (d / "config.pbtxt").write_text(
         'name: "bf16_bits"\nbackend: "numpy"\nmax_batch_size: 8\n'
-        + _tensor("input", "INPUT0", "TYPE_BF16", [-1]) + "\n"
-        + _tensor("output", "BITS", "TYPE_UINT16", [-1]) + "\n"
-        + _tensor("output", "AS_FP32", "TYPE_FP32", [-1]) + "\n"
+        + _tensor("input", "INPUT0", "TYPE_BF16", [-1])
+        + "\n"
+        + _tensor("output", "BITS", "TYPE_UINT16", [-1])
+        + "\n"
+        + _tensor("output", "AS_FP32", "TYPE_FP32", [-1])
+        + "\n"
     )
     (d / "1" / "model.py").write_text(BF16_BITS_PY)
 
@@ -216,8 +249,10 @@ def values(wire: str) -> np.ndarray:
     if wire == "BYTES":
         return np.array([b"", b"\x00", b"a\x00b", b"\xff\xfe", b"hello", b"\xc3\x28", b"x" * 300, b"z"], dtype=object)
     if wire == "BF16":
-        f = np.array([0.0, -0.0, 1.0, -2.5, 3.140625, 3.0e38, -3.0e38, np.inf, -np.inf, np.nan, 1e-40, 2.0**-126],
-                     dtype=np.float32)
+        f = np.array(
+            [0.0, -0.0, 1.0, -2.5, 3.140625, 3.0e38, -3.0e38, np.inf, -np.inf, np.nan, 1e-40, 2.0**-126],
+            dtype=np.float32,
+        )
         return f.astype(ml_dtypes.bfloat16)
     dt = np.dtype(CLIENT_DTYPE[wire])
     if dt.kind in "iu":
@@ -226,7 +261,20 @@ def values(wire: str) -> np.ndarray:
         return np.array(base, dtype=dt)
     info = np.finfo(dt)
     return np.array(
-        [0.0, -0.0, 1.0, -1.5, info.max, info.min, info.tiny, info.smallest_subnormal, np.inf, -np.inf, np.nan, info.eps],
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.5,
+            info.max,
+            info.min,
+            info.tiny,
+            info.smallest_subnormal,
+            np.inf,
+            -np.inf,
+            np.nan,
+            info.eps,
+        ],
         dtype=dt,
     )
 
@@ -276,7 +324,7 @@ def test_bf16_is_raw_bits_on_the_server(dt_client):
 
 def test_bf16_float32_arrays_are_refused_by_tritonclient():
     inp = grpcclient.InferInput("INPUT0", [1, 2], "BF16")
-    with pytest.raises(InferenceServerException, match="ml_dtypes.bfloat16"):
+    with pytest.raises(InferenceServerException, match=r"ml_dtypes.bfloat16"):
         inp.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
 
 
@@ -335,9 +383,15 @@ TYPED = {
     "INT16": ([-32768, 32767, 40000, -2], np.array([-32768, 32767, -25536, -2], dtype=np.int16)),
     "INT32": ([-(2**31), 2**31 - 1, 0, -7], np.array([-(2**31), 2**31 - 1, 0, -7], dtype=np.int32)),
     "INT64": ([-(2**63), 2**63 - 1, 0, 3], np.array([-(2**63), 2**63 - 1, 0, 3], dtype=np.int64)),
-    "FP32": ([0.0, -1.5, float("inf"), 3.4028234663852886e38], np.array([0.0, -1.5, np.inf, 3.4028234663852886e38], np.float32)),
+    "FP32": (
+        [0.0, -1.5, float("inf"), 3.4028234663852886e38],
+        np.array([0.0, -1.5, np.inf, 3.4028234663852886e38], np.float32),
+    ),
     "FP64": ([0.0, -1e308, float("-inf"), 5e-324], np.array([0.0, -1e308, -np.inf, 5e-324], dtype=np.float64)),
-    "BYTES": ([b"", b"\x00\xff", "é".encode(), b"x" * 1000], np.array([b"", b"\x00\xff", "é".encode(), b"x" * 1000], object)),
+    "BYTES": (
+        [b"", b"\x00\xff", "é".encode(), b"x" * 1000],
+        np.array([b"", b"\x00\xff", "é".encode(), b"x" * 1000], object),
+    ),
 }
 
 
@@ -369,16 +423,19 @@ def test_typed_contents_roundtrip_as_raw(channel, wire):
     assert_same_bits(got, expected.reshape(1, 2, 2))
 
 
-@pytest.mark.parametrize("wire, field, field_type", [
-    ("FP16", "fp32_contents", "FP32"),  # FP16 and BF16 have no typed field
-    ("BF16", "fp32_contents", "FP32"),
-    ("BF16", "uint_contents", "UINT32"),
-    ("INT64", "int_contents", "INT32"),
-    ("UINT64", "uint_contents", "UINT32"),
-    ("BOOL", "int_contents", "INT32"),
-    ("BYTES", "int_contents", "INT32"),
-    ("FP64", "fp32_contents", "FP32"),
-])
+@pytest.mark.parametrize(
+    "wire, field, field_type",
+    [
+        ("FP16", "fp32_contents", "FP32"),  # FP16 and BF16 have no typed field
+        ("BF16", "fp32_contents", "FP32"),
+        ("BF16", "uint_contents", "UINT32"),
+        ("INT64", "int_contents", "INT32"),
+        ("UINT64", "uint_contents", "UINT32"),
+        ("BOOL", "int_contents", "INT32"),
+        ("BYTES", "int_contents", "INT32"),
+        ("FP64", "fp32_contents", "FP32"),
+    ],
+)
 def test_typed_contents_wrong_field(channel, wire, field, field_type):
     with pytest.raises(grpc.RpcError) as info:
         infer_raw(channel, typed_request(wire, field, [1, 2, 3, 4], [1, 2, 2]))

@@ -42,7 +42,7 @@ GATE = 1000  # a batch containing this id blocks while <model dir>/hold exists
 FAIL = -1  # a batch containing this id raises in execute()
 WAIT_S = 15.0  # bound for every "wait until" (never reached by a correct server)
 
-GATE_MODEL_PY = r'''
+GATE_MODEL_PY = r"""
 import json
 import os
 import time
@@ -82,7 +82,7 @@ class Model:
             raise ValueError("gate model refuses id -1")
         self._log(dict(entry, event="end"))
         return {"OUTPUT0": (ids.reshape(-1, 1) * 2).astype(np.int32)}
-'''
+"""
 
 IO_FIXED = """
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -102,9 +102,15 @@ MODELS = {
     "db_preferred": (8, "dynamic_batching { preferred_batch_size: [ 2, 4 ] }", IO_FIXED),
     "db_metrics": (8, "dynamic_batching { preferred_batch_size: [ 2, 4 ] }", IO_FIXED),
     "db_delay_long": (
-        8, "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000 }", IO_FIXED),
+        8,
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000 }",
+        IO_FIXED,
+    ),
     "db_delay_short": (
-        8, "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 300000 }", IO_FIXED),
+        8,
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 300000 }",
+        IO_FIXED,
+    ),
     "db_max_batch": (8, "dynamic_batching { }", IO_FIXED),
     "db_shape": (8, "dynamic_batching { }", IO_VARIABLE % ""),
     "db_ragged": (8, "dynamic_batching { }", IO_VARIABLE % "allow_ragged_batch: true "),
@@ -128,7 +134,10 @@ MODELS = {
         IO_FIXED,
     ),
     "db_timeout_zero_default": (
-        8, "dynamic_batching { default_queue_policy { allow_timeout_override: true } }", IO_FIXED),
+        8,
+        "dynamic_batching { default_queue_policy { allow_timeout_override: true } }",
+        IO_FIXED,
+    ),
     "db_timeout_delay": (
         2,
         "dynamic_batching { default_queue_policy { timeout_action: DELAY "
@@ -136,9 +145,15 @@ MODELS = {
         IO_FIXED,
     ),
     "db_ordered": (
-        4, 'dynamic_batching { preserve_ordering: true }\ninstance_group [ { kind: KIND_CPU count: 2 } ]', IO_FIXED),
+        4,
+        "dynamic_batching { preserve_ordering: true }\ninstance_group [ { kind: KIND_CPU count: 2 } ]",
+        IO_FIXED,
+    ),
     "db_unordered": (
-        4, 'dynamic_batching { preserve_ordering: false }\ninstance_group [ { kind: KIND_CPU count: 2 } ]', IO_FIXED),
+        4,
+        "dynamic_batching { preserve_ordering: false }\ninstance_group [ { kind: KIND_CPU count: 2 } ]",
+        IO_FIXED,
+    ),
     "db_bad_input": (2, "dynamic_batching { }", IO_FIXED),
     "db_raise": (2, "dynamic_batching { }", IO_FIXED),
     "db_cancel": (8, "dynamic_batching { }", IO_FIXED),
@@ -282,9 +297,7 @@ class Calls:
                 self.order.append(key)
             event.set()
 
-        self.client.async_infer(
-            self.model, self.inputs(ids, width, dtype), done, request_id=key, **kwargs
-        )
+        self.client.async_infer(self.model, self.inputs(ids, width, dtype), done, request_id=key, **kwargs)
 
     def is_done(self, key: str) -> bool:
         return self.events[key].is_set()
@@ -301,7 +314,7 @@ class Calls:
 
     def error(self, key: str) -> InferenceServerException:
         self.wait(key)
-        result, error = self.results[key]
+        _result, error = self.results[key]
         assert error is not None, f"{key} unexpectedly succeeded"
         return error
 
@@ -313,9 +326,7 @@ def statistics(client, model: str) -> dict:
         "execution_count": int(stats.get("execution_count", 0)),
         "success": int(stats.get("inference_stats", {}).get("success", {}).get("count", 0)),
         "fail": int(stats.get("inference_stats", {}).get("fail", {}).get("count", 0)),
-        "batch_stats": {
-            int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])
-        },
+        "batch_stats": {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])},
     }
 
 
@@ -509,17 +520,26 @@ def test_priority_levels(batch_server, client):
     """priority_levels 2, default 2, mbs 2: requests queued at the default level (no
     priority, priority 2, or an out-of-range priority) run after the later priority-1 ones."""
     gate, calls = gated(batch_server, client, "db_priority")
-    queue(gate, calls, [
-        ("low1", [1], {}),
-        ("low2", [2], {"priority": 2}),
-        ("high1", [3], {"priority": 1}),
-        ("low3", [4], {"priority": 7}),  # > priority_levels: the default level
-        ("high2", [5], {"priority": 1}),
-    ])
+    queue(
+        gate,
+        calls,
+        [
+            ("low1", [1], {}),
+            ("low2", [2], {"priority": 2}),
+            ("high1", [3], {"priority": 1}),
+            ("low3", [4], {"priority": 7}),  # > priority_levels: the default level
+            ("high2", [5], {"priority": 1}),
+        ],
+    )
     gate.release()
     calls.wait()
     assert [calls.output(k).tolist() for k in ("low1", "low2", "high1", "low3", "high2")] == [
-        [[2]], [[4]], [[6]], [[8]], [[10]]]
+        [[2]],
+        [[4]],
+        [[6]],
+        [[8]],
+        [[10]],
+    ]
     assert gate.batches() == [[GATE], [3, 5], [1, 2], [4]]
     assert statistics(client, "db_priority")["batch_stats"] == {1: 2, 2: 2}
 
@@ -740,7 +760,8 @@ def test_metrics_match_statistics_and_supersonic_load(batch_server, client):
     assert metric(after, "nv_inference_pending_request_count", model) == 0
     # SuperSONIC's autoscaler: queue µs per execution between two scrapes
     d_queue = metric(after, "nv_inference_queue_duration_us", model) - metric(
-        before, "nv_inference_queue_duration_us", model)
+        before, "nv_inference_queue_duration_us", model
+    )
     d_exec = metric(after, "nv_inference_exec_count", model) - metric(before, "nv_inference_exec_count", model)
     assert d_exec == 3
     assert d_queue > 0  # five requests waited behind the held one

@@ -63,7 +63,11 @@ class Page:
         self.samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
 
     def series(self, name: str, **match) -> list[tuple[dict, float]]:
-        return [(s.labels, s.value) for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in match.items())]
+        return [
+            (s.labels, s.value)
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in match.items())
+        ]
 
     def value(self, name: str, **match) -> float:
         found = self.series(name, **match)
@@ -85,7 +89,7 @@ def _load(srv: ServerProcess, clients: int = 6, requests: int = 8) -> None:
     def client(seed: int) -> None:
         rng = np.random.default_rng(seed)
         with grpcclient.InferenceServerClient(srv.url) as c:
-            for i in range(requests):
+            for _ in range(requests):
                 for model, (name, features) in MODELS.items():
                     x = grpcclient.InferInput(name, [512, features], "FP32")
                     x.set_data_from_numpy(rng.random((512, features), dtype=np.float32))
@@ -131,14 +135,23 @@ def test_emulated_device_after_load(csim_server):
     # every emulated execute() is one call of the device; the busy time is real busy time
     calls = second.value("fpga_kernel_calls_total", device=dev, cu="emulator")
     assert calls - first.value("fpga_kernel_calls_total", device=dev, cu="emulator") == exec_after - exec_before > 0
-    busy_s = (second.value("fpga_kernel_duration_us_total", device=dev, cu="emulator")
-              - first.value("fpga_kernel_duration_us_total", device=dev, cu="emulator")) / 1e6
+    busy_s = (
+        second.value("fpga_kernel_duration_us_total", device=dev, cu="emulator")
+        - first.value("fpga_kernel_duration_us_total", device=dev, cu="emulator")
+    ) / 1e6
     assert 0 < busy_s <= wall, (busy_s, wall)
     assert busy_s <= (infer_after - infer_before) + 1e-6, (busy_s, infer_after - infer_before)
 
     # nothing measured, nothing exported: no power, energy or memory for an emulation
-    for name in ("nv_gpu_power_usage", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",
-                 "nv_energy_consumption", "fpga_power_usage_watts", "fpga_memory_used_bytes", "fpga_bitstream_info"):
+    for name in (
+        "nv_gpu_power_usage",
+        "nv_gpu_memory_used_bytes",
+        "nv_gpu_memory_total_bytes",
+        "nv_energy_consumption",
+        "fpga_power_usage_watts",
+        "fpga_memory_used_bytes",
+        "fpga_bitstream_info",
+    ):
         assert not second.series(name), (name, second.series(name))
     for s in second.samples:
         assert not FORBIDDEN_LABELS & set(s.labels), f"{s.name} carries {s.labels}: Prometheus adds these itself"

@@ -50,9 +50,10 @@ import pytest
 
 pytest.importorskip("pynq")
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
 from server_process import BUNDLED_REPO, ROOT, ServerProcess
 from tools import perf_analyzer_path
-from tritonclient.utils import InferenceServerException
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("g++") is None, reason="the simulated kernels run hls4ml's C-simulation (g++)"),
@@ -71,16 +72,29 @@ HANG_TIMEOUT_S = 2  # facile's kernel_timeout_secs: the length of a hang
 # facile_pair's kernel timeout outlasts the simulator's rendezvous timeout (20 s), so a server
 # that serialized the two cards fails on the rendezvous fault, not on a kernel timeout
 PAIR_TIMEOUT_S = 60
-SIM_ENV = ("FPGASERVE_SIM_CARDS", "FPGASERVE_SIM_CONTROL_DIR", "FPGASERVE_SIM_KERNEL_DELAY_MS",
-           "FPGASERVE_SIM_RENDEZVOUS", "FPGASERVE_SIM_RENDEZVOUS_TIMEOUT_S", "FPGASERVE_SIM_PLATFORM")
+SIM_ENV = (
+    "FPGASERVE_SIM_CARDS",
+    "FPGASERVE_SIM_CONTROL_DIR",
+    "FPGASERVE_SIM_KERNEL_DELAY_MS",
+    "FPGASERVE_SIM_RENDEZVOUS",
+    "FPGASERVE_SIM_RENDEZVOUS_TIMEOUT_S",
+    "FPGASERVE_SIM_PLATFORM",
+)
 # perf_analyzer's metrics parser (client_backend/triton/triton_client_backend.cc): one label,
 # a plain decimal
 GPU_SAMPLE = re.compile(r'^(nv_gpu_\w+)\{gpu_uuid="([^"]+)"\} (\d+\.?\d*)$')
 
 
 # ------------------------------------------------------------------------------ repository
-def _model(repo: Path, source: str, name: str, params: dict[str, str], count: int = 1, xclbin: bool = True,
-           batcher: bool = True):
+def _model(
+    repo: Path,
+    source: str,
+    name: str,
+    params: dict[str, str],
+    count: int = 1,
+    xclbin: bool = True,
+    batcher: bool = True,
+):
     """Copy a bundled model under ``name`` with extra config parameters; returns its xclbin uuid."""
     from fpga_sim.xclbin import write_hls4ml_xclbin
 
@@ -108,8 +122,14 @@ def repo(tmp_path_factory):
     uuids = {
         "facile": _model(root, "facile", "facile", {"cards": "0", "kernel_timeout_secs": str(HANG_TIMEOUT_S)}),
         "jet_tagger": _model(root, "jet_tagger", "jet_tagger", {"cards": "1"}),
-        "facile_pair": _model(root, "facile", "facile_pair", {"cards": "2,3", "kernel_timeout_secs": str(PAIR_TIMEOUT_S)},
-                              count=2, batcher=False),
+        "facile_pair": _model(
+            root,
+            "facile",
+            "facile_pair",
+            {"cards": "2,3", "kernel_timeout_secs": str(PAIR_TIMEOUT_S)},
+            count=2,
+            batcher=False,
+        ),
         "bad_cards": _model(root, "facile", "bad_cards", {"cards": "1,7"}),
         "no_xclbin": _model(root, "facile", "no_xclbin", {"cards": "0"}, xclbin=False),
     }
@@ -195,19 +215,44 @@ def _inputs(features: int) -> dict[str, np.ndarray]:
     """Random rows and the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
     rng = np.random.default_rng(features)
     lsb = 2.0**-10
-    corners = np.array([0.0, -0.0, lsb, -lsb, lsb / 2, -lsb / 2, 31.999, 32.0, -32.0, -32.001, 40.0, -40.0,
-                        100.0, -100.0, 1e4, -1e4, 1e30, -1e30], dtype=np.float32)
+    corners = np.array(
+        [
+            0.0,
+            -0.0,
+            lsb,
+            -lsb,
+            lsb / 2,
+            -lsb / 2,
+            31.999,
+            32.0,
+            -32.0,
+            -32.001,
+            40.0,
+            -40.0,
+            100.0,
+            -100.0,
+            1e4,
+            -1e4,
+            1e30,
+            -1e30,
+        ],
+        dtype=np.float32,
+    )
     grid = (rng.integers(-(2**15), 2**15, (40, features)) * lsb).astype(np.float32)
     return {
         "unit": rng.standard_normal((2000, features), dtype=np.float32),
         "saturating": rng.standard_normal((500, features), dtype=np.float32) * 40,  # beyond the input range
         "negative": -np.abs(rng.standard_normal((300, features), dtype=np.float32)) * 4,
         "zeros": np.zeros((5, features), np.float32),
-        "corners": np.concatenate([
-            np.stack([np.full(features, v, np.float32) for v in corners]),
-            rng.choice(corners, (30, features)).astype(np.float32),
-            grid, grid + np.float32(lsb / 4), grid - np.float32(lsb / 4),
-        ]),
+        "corners": np.concatenate(
+            [
+                np.stack([np.full(features, v, np.float32) for v in corners]),
+                rng.choice(corners, (30, features)).astype(np.float32),
+                grid,
+                grid + np.float32(lsb / 4),
+                grid - np.float32(lsb / 4),
+            ]
+        ),
         "single": rng.standard_normal((1, features), dtype=np.float32),
     }
 
@@ -233,7 +278,8 @@ def test_hardware_mode_is_logged_per_model(hw):
     for model, card in CARD_OF.items():
         assert re.search(
             rf"model {model}: hls4ml project .* runs in hardware mode \(--fpga-mode hardware\); "
-            rf"instance 0 on card {card} FPGA-{card}-\S+ \(simulated\) running model\.xclbin", log
+            rf"instance 0 on card {card} FPGA-{card}-\S+ \(simulated\) running model\.xclbin",
+            log,
         ), log
 
 
@@ -281,7 +327,7 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
     before = _stats(hw, card)
     other_before = _stats(hw, CARD_OF["jet_tagger"])
     x_hung = _inputs(47)["unit"][:5]
-    queued = [_inputs(47)["unit"][10 * i: 10 * i + 3 + i] for i in range(1, 4)]
+    queued = [_inputs(47)["unit"][10 * i : 10 * i + 3 + i] for i in range(1, 4)]
     y_other = _inputs(16)["unit"][:8]
     with grpcclient.InferenceServerClient(hw.url) as client:
         fails_before = client.get_inference_statistics("facile").model_stats[0].inference_stats.fail.count
@@ -294,7 +340,7 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
             while True:
                 try:
                     other_results.append(_infer(hw.url, "jet_tagger", y_other))
-                except Exception as e:  # noqa: BLE001 - reported below
+                except Exception as e:  # broad on purpose: reported below
                     other_results.append(e)
                 if stop.is_set():
                     return
@@ -303,13 +349,15 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
         streamer.start()
         try:
             (hw.control / f"hang-card{card}").touch()  # the next kernel start on card 0 hangs
-            client.async_infer("facile", [_input("facile", x_hung)],
-                               callback=lambda result, error: done.put(("hung", result, error)))
+            client.async_infer(
+                "facile", [_input("facile", x_hung)], callback=lambda result, error: done.put(("hung", result, error))
+            )
             _wait_for("the kernel on card 0 to hang", lambda: _stats(hw, card)["hangs"] > before["hangs"])
             # requests arriving during the hang queue behind the hung batch; they are not part of it
             for i, x in enumerate(queued):
-                client.async_infer("facile", [_input("facile", x)],
-                                   callback=lambda result, error, i=i: done.put((i, result, error)))
+                client.async_infer(
+                    "facile", [_input("facile", x)], callback=lambda result, error, i=i: done.put((i, result, error))
+                )
             outcomes = {}
             for _ in range(1 + len(queued)):
                 key, result, error = done.get(timeout=120)
@@ -325,7 +373,8 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
     message = error.message()
     assert re.search(
         rf"kernel krnl_rtl_1 on card {card} \(FPGA-{card}-\S+\) did not finish a batch of 5 within "
-        rf"{HANG_TIMEOUT_S} s; the card is being reprogrammed", message
+        rf"{HANG_TIMEOUT_S} s; the card is being reprogrammed",
+        message,
     ), message
     want_other = _reference("jet_tagger", y_other, csim_cache)
     for y in other_results:
@@ -360,11 +409,15 @@ def test_one_model_on_two_cards_executes_on_both_at_once(hw, csim_cache):
     (hw.control / "rendezvous").write_text("2")
     # no dynamic batching: each request is one execution, so while the first is held on one
     # card the next goes to the other instance (merged into one batch they could not meet)
-    xs = [_inputs(47)["unit"][40 * i: 40 * i + 17 + i] for i in range(8)]
+    xs = [_inputs(47)["unit"][40 * i : 40 * i + 17 + i] for i in range(8)]
     done: queue.Queue = queue.Queue()
     with grpcclient.InferenceServerClient(hw.url) as client:
         for i, x in enumerate(xs):
-            client.async_infer("facile_pair", [_input("facile_pair", x)], callback=lambda result, error, i=i: done.put((i, result, error)))
+            client.async_infer(
+                "facile_pair",
+                [_input("facile_pair", x)],
+                callback=lambda result, error, i=i: done.put((i, result, error)),
+            )
         results = {}
         for _ in xs:
             i, result, error = done.get(timeout=120)
@@ -395,8 +448,12 @@ def test_cards_parameter_pins_the_model(hw, repo, csim_cache):
     assert starts == [0, 3, 0, 0]
     # each card was programmed with its model's xclbin, and only with it
     uuids = repo.uuids
-    assert [s["xclbin_uuid"] for s in after] == [uuids["facile"], uuids["jet_tagger"], uuids["facile_pair"],
-                                                 uuids["facile_pair"]]
+    assert [s["xclbin_uuid"] for s in after] == [
+        uuids["facile"],
+        uuids["jet_tagger"],
+        uuids["facile_pair"],
+        uuids["facile_pair"],
+    ]
     assert after[1]["bitfile"].endswith("jet_tagger/1/model.xclbin")
 
 
@@ -404,9 +461,9 @@ def test_load_errors_are_clear(hw, repo):
     with grpcclient.InferenceServerClient(hw.url) as client:
         with pytest.raises(InferenceServerException) as err:
             client.load_model("bad_cards")
-        assert re.search(r"parameter cards '1,7' names card\(s\) \[7\]; this host has 4 card\(s\)", err.value.message()), (
-            err.value.message()
-        )
+        assert re.search(
+            r"parameter cards '1,7' names card\(s\) \[7\]; this host has 4 card\(s\)", err.value.message()
+        ), err.value.message()
         with pytest.raises(InferenceServerException) as err:
             client.load_model("no_xclbin")
         assert re.search(
@@ -463,7 +520,7 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     rows = [10 + 7 * i for i in range(6)]
     x_all = _inputs(47)["unit"]
     for i, n in enumerate(rows):
-        x = x_all[100 * i: 100 * i + n]
+        x = x_all[100 * i : 100 * i + n]
         _assert_bitwise(_infer(hw.url, "facile", x), _reference("facile", x, csim_cache), "facile")
     second_text = _scrape(hw)
     second = _parse(second_text)
@@ -517,7 +574,8 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     assert parsed[("nv_gpu_memory_used_bytes", dev)] == str(_buffer_bytes("facile"))
     assert float(parsed[("nv_gpu_utilization", dev)]) == pytest.approx(util, abs=1e-4)
     assert float(parsed[("nv_gpu_power_usage", dev)]) == pytest.approx(
-        _one(second, "fpga_power_usage_watts", device=dev), abs=1e-3)
+        _one(second, "fpga_power_usage_watts", device=dev), abs=1e-3
+    )
 
 
 def test_perf_analyzer_collects_card_metrics(hw, tmp_path):
@@ -525,10 +583,29 @@ def test_perf_analyzer_collects_card_metrics(hw, tmp_path):
     uids = _card_uids(_parse(_scrape(hw)))
     out_csv = tmp_path / "facile.csv"
     cmd = [
-        pa, "-m", "facile", "-u", hw.url, "-i", "grpc", "-b", "64", "--concurrency-range", "1",
-        "--measurement-interval", "1000", "--stability-percentage", "100",
-        "--collect-metrics", "--metrics-url", f"localhost:{hw.metrics_port}/metrics", "--metrics-interval", "500",
-        "-f", str(out_csv), "--verbose-csv",
+        pa,
+        "-m",
+        "facile",
+        "-u",
+        hw.url,
+        "-i",
+        "grpc",
+        "-b",
+        "64",
+        "--concurrency-range",
+        "1",
+        "--measurement-interval",
+        "1000",
+        "--stability-percentage",
+        "100",
+        "--collect-metrics",
+        "--metrics-url",
+        f"localhost:{hw.metrics_port}/metrics",
+        "--metrics-interval",
+        "500",
+        "-f",
+        str(out_csv),
+        "--verbose-csv",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     info = f"{' '.join(cmd)}\nrc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"

@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pynq = pytest.importorskip("pynq")
+pytest.importorskip("pynq")
 
-from fpga_sim import device as simdev  # registers the simulated cards with PYNQ
-from fpga_sim.xclbin import DEFAULT_PLATFORM, write_hls4ml_xclbin
 from pynq import Device, Overlay, allocate
 from pynq.pl_server.device import DeviceMeta
 from pynq.pl_server.xclbin_parser import XclBin
+
+from fpga_sim import device as simdev  # registers the simulated cards with PYNQ
+from fpga_sim.xclbin import DEFAULT_PLATFORM, write_hls4ml_xclbin
 
 N_IN, N_OUT = 10, 3
 TESTS = Path(__file__).resolve().parent
@@ -47,8 +48,14 @@ def _convert(outdir: Path, io_precision: str) -> Path:
         model, input_shape=(N_IN,), granularity="name", backend="VivadoAccelerator", default_precision="ap_fixed<16,6>"
     )
     hm = hls4ml.converters.convert_from_pytorch_model(
-        model, hls_config=cfg, backend="VivadoAccelerator", io_type="io_parallel", output_dir=str(outdir),
-        board="alveo-u250", input_type=io_precision, output_type=io_precision,
+        model,
+        hls_config=cfg,
+        backend="VivadoAccelerator",
+        io_type="io_parallel",
+        output_dir=str(outdir),
+        board="alveo-u250",
+        input_type=io_precision,
+        output_type=io_precision,
     )
     hm.write()
     return outdir
@@ -183,7 +190,10 @@ def test_written_xclbin_parses_with_pynq(tmp_path):
     assert regs["fifo_in"]["memory"] == regs["fifo_out"]["memory"] == "DDR[0]"
     assert "memory" not in regs["length_r_in"]
     assert [(t, m["used"], m["size"]) for t, m in parsed.mem_dict.items()] == [
-        ("DDR[0]", 1, 16 << 30), ("DDR[1]", 0, 16 << 30), ("DDR[2]", 0, 16 << 30), ("DDR[3]", 0, 16 << 30)
+        ("DDR[0]", 1, 16 << 30),
+        ("DDR[1]", 0, 16 << 30),
+        ("DDR[2]", 0, 16 << 30),
+        ("DDR[3]", 0, 16 << 30),
     ]
     assert parsed.clock_dict["clock0"] == {"name": "DATA_CLK", "frequency": 250, "type": "DATA"}
     # a second file gets a new uuid
@@ -343,7 +353,9 @@ def test_bad_lengths_hang_until_reprogrammed(cards, projects, len_in, len_out, r
     assert cards[0].stats["downloads"] == 2 and cards[0].stats["hung"] == []
     x = inputs(8)
     _, out2 = run_call(ol2, "float", x)
-    assert np.array_equal(decode("float", np.asarray(out2)), csim(projects["float"]).predict(decode("float", encode("float", x))))
+    assert np.array_equal(
+        decode("float", np.asarray(out2)), csim(projects["float"]).predict(decode("float", encode("float", x)))
+    )
 
 
 def test_hang_file_hangs_one_kernel_on_one_card(cards, projects, control):
@@ -481,7 +493,17 @@ def test_telemetry_mirrors_xrt_device(cards, projects):
     Overlay(str(projects["float"] / "model.xclbin"), device=card)
     rails = card.sensors
     assert set(rails) == {
-        "0v85", "12v_aux", "12v_pex", "12v_sw", "1v8", "3v3_aux", "3v3_pex", "mgt0v9avcc", "mgtavtt", "sys_5v5", "vccint"
+        "0v85",
+        "12v_aux",
+        "12v_pex",
+        "12v_sw",
+        "1v8",
+        "3v3_aux",
+        "3v3_pex",
+        "mgt0v9avcc",
+        "mgtavtt",
+        "sys_5v5",
+        "vccint",
     }
     assert 11.5 < rails["12v_pex"].voltage.value < 12.5
     assert 5 < _card_power(card) < 100
@@ -527,7 +549,8 @@ def test_xclbin_for_another_shell_is_refused(cards, projects, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "precision", ["float", "ap_fixed<16,6>", "ap_fixed<12,4>", "ap_fixed<8,8>", "ap_ufixed<10,2>", "ap_int<10>", "ap_uint<12>"]
+    "precision",
+    ["float", "ap_fixed<16,6>", "ap_fixed<12,4>", "ap_fixed<8,8>", "ap_ufixed<10,2>", "ap_int<10>", "ap_uint<12>"],
 )
 def test_word_type_follows_hls4ml_rounding(precision):
     """The sim's reading of AcceleratorConfig.Precision agrees with hls4ml's own _next_factor8_type."""
@@ -540,7 +563,9 @@ def test_word_type_follows_hls4ml_rounding(precision):
     if precision == "float":
         assert wt.is_float
         return
-    p = VivadoAcceleratorConfig._next_factor8_type(None, get_backend("VivadoAccelerator").convert_precision_string(precision))
+    p = VivadoAcceleratorConfig._next_factor8_type(
+        None, get_backend("VivadoAccelerator").convert_precision_string(precision)
+    )
     assert (wt.width, wt.width - wt.frac, wt.signed) == (p.width, p.integer, p.signed)
 
 
@@ -562,7 +587,12 @@ def test_word_round_trip_and_rejections():
 def test_serve_entry_point_runs_fpgaserve_with_the_simulator():
     env = dict(os.environ, FPGASERVE_SIM_CARDS="2")
     out = subprocess.run(
-        [sys.executable, str(TESTS / "fpga_sim" / "serve.py"), "--help"], capture_output=True, text=True, env=env, timeout=120, check=False
+        [sys.executable, str(TESTS / "fpga_sim" / "serve.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     assert "--model-repository" in out.stdout
@@ -573,7 +603,9 @@ def test_serve_entry_point_runs_fpgaserve_with_the_simulator():
         f"ns = runpy.run_path({str(TESTS / 'fpga_sim' / 'serve.py')!r}, run_name='not_main'); ns['_bootstrap'](); "
         "import pynq; print([type(d).__module__ + ':' + d.name for d in pynq.Device.devices])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("fpga_sim.device:") == 2 and "(simulated)" in out.stdout
 
@@ -586,9 +618,19 @@ def test_simulator_is_not_part_of_the_installed_package():
     with pytest.raises(ModuleNotFoundError):
         __import__("fpgaserve.fpga_sim")
     probe = subprocess.run(
-        [sys.executable, "-c", ("import fpgaserve.server.cli, pynq; from pynq.pl_server.device import DeviceMeta; "
-                                "print(sorted(DeviceMeta._subclasses))")],
-        capture_output=True, text=True, cwd="/", timeout=120, check=False,
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fpgaserve.server.cli, pynq; from pynq.pl_server.device import DeviceMeta; "
+                "print(sorted(DeviceMeta._subclasses))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+        check=False,
     )
     assert probe.returncode == 0, probe.stderr
     assert str(simdev.PROBE_PRIORITY) not in probe.stdout

@@ -23,9 +23,9 @@ import pytest
 hls4ml = pytest.importorskip("hls4ml")
 torch = pytest.importorskip("torch")
 
-from fpgaserve.backends.hls4ml import csim
-from fpgaserve.backends.hls4ml.csim import CsimLibrary, fix_axi_typedefs
-from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError, installed_templates_dir
+from fpgaserve.backends.hls4ml import csim  # noqa: E402
+from fpgaserve.backends.hls4ml.csim import CsimLibrary, fix_axi_typedefs  # noqa: E402
+from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError, installed_templates_dir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the C-simulation needs g++")
 
@@ -324,7 +324,7 @@ def test_concurrent_builders_in_several_processes(projects, tmp_path):
 def test_missing_weights_file_is_a_project_error(projects, tmp_path, cache):
     prj = _copy_project(projects["float_io"][0], tmp_path / "prj")
     (prj / "firmware" / "weights" / "w4.txt").unlink()
-    with pytest.raises(ProjectError, match="w4.txt"):
+    with pytest.raises(ProjectError, match=r"w4.txt"):
         CsimLibrary.load(Hls4mlProject.load(prj), cache)
     assert not cache.exists() or not any(cache.glob("*/*.so"))  # refused before compiling
     # still alive (hls4ml's loader would have called exit(1)) and other projects still load
@@ -348,7 +348,7 @@ def test_missing_compiler_is_a_clear_project_error(projects, cache, monkeypatch)
     monkeypatch.setattr(csim, "COMPILER", "fpgaserve-no-such-g++")
     prj = Hls4mlProject.load(projects["fixed_io"][0])
     monkeypatch.setattr(CsimLibrary, "_loaded", {})  # not served from this process's registry
-    with pytest.raises(ProjectError, match="fpgaserve-no-such-g\\+\\+.*not on PATH"):
+    with pytest.raises(ProjectError, match=r"fpgaserve-no-such-g\+\+.*not on PATH"):
         CsimLibrary.load(prj, cache)
 
 

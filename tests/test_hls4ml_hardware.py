@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fpgaserve.backends import BackendError, DeviceUnavailableError
 from fpgaserve.backends.hls4ml.kernel_io import KernelIoError, WordCodec, word_format
 from fpgaserve.server.metrics import plain_gpu_values
@@ -50,10 +51,23 @@ def test_word_format_rules():
     assert word_format("fixed<16,6>").frac == 10  # hls4ml's own spelling
 
 
-@pytest.mark.parametrize("precision", [
-    "ap_fixed<16,6>", "ap_fixed<12,4>", "ap_fixed<18,8>", "ap_fixed<8,8>", "ap_fixed<10,-2>", "ap_ufixed<8,3>",
-    "ap_ufixed<13,1>", "ap_int<10>", "ap_int<8>", "ap_int<17>", "ap_uint<12>", "ap_uint<1>",
-])
+@pytest.mark.parametrize(
+    "precision",
+    [
+        "ap_fixed<16,6>",
+        "ap_fixed<12,4>",
+        "ap_fixed<18,8>",
+        "ap_fixed<8,8>",
+        "ap_fixed<10,-2>",
+        "ap_ufixed<8,3>",
+        "ap_ufixed<13,1>",
+        "ap_int<10>",
+        "ap_int<8>",
+        "ap_int<17>",
+        "ap_uint<12>",
+        "ap_uint<1>",
+    ],
+)
 def test_word_format_agrees_with_hls4ml_widening(precision):
     """The word layout is what hls4ml's VivadoAcceleratorConfig makes of the precision."""
     from hls4ml.backends.fpga.fpga_backend import FPGABackend
@@ -179,12 +193,15 @@ int main() {
 """
 
 
-@pytest.mark.parametrize("precision,ctype,width", [
-    ("ap_fixed<16,6>", "ap_fixed<16,6>", 16),
-    ("ap_fixed<12,4>", "ap_fixed<16,4>", 16),  # what hls4ml's T_in becomes
-    ("ap_fixed<32,12>", "ap_fixed<32,12>", 32),
-    ("ap_ufixed<8,3>", "ap_ufixed<8,3>", 8),
-])
+@pytest.mark.parametrize(
+    "precision,ctype,width",
+    [
+        ("ap_fixed<16,6>", "ap_fixed<16,6>", 16),
+        ("ap_fixed<12,4>", "ap_fixed<16,4>", 16),  # what hls4ml's T_in becomes
+        ("ap_fixed<32,12>", "ap_fixed<32,12>", 32),
+        ("ap_ufixed<8,3>", "ap_ufixed<8,3>", 8),
+    ],
+)
 def test_encode_matches_ap_fixed_constructor(tmp_path, precision, ctype, width):
     from fpgaserve.backends.hls4ml.project import installed_templates_dir
 
@@ -194,10 +211,14 @@ def test_encode_matches_ap_fixed_constructor(tmp_path, precision, ctype, width):
     exe = tmp_path / "oracle"
     subprocess.run(["g++", "-O1", "-std=c++11", f"-I{ap_types}", str(src), "-o", str(exe)], check=True)
     rng = np.random.default_rng(7)
-    x = np.concatenate([
-        rng.normal(0, 4, 4000), rng.normal(0, 300, 2000), rng.uniform(-1, 1, 2000) * 2.0**-12,
-        [0.0, -0.0, 1e-30, -1e-30, 1e9, -1e9, 2.0**31, -(2.0**31)],
-    ]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.normal(0, 4, 4000),
+            rng.normal(0, 300, 2000),
+            rng.uniform(-1, 1, 2000) * 2.0**-12,
+            [0.0, -0.0, 1e-30, -1e-30, 1e9, -1e9, 2.0**31, -(2.0**31)],
+        ]
+    ).astype(np.float32)
     proc = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True)
     raw = np.array([int(v) for v in proc.stdout.split()], dtype=np.int64)
     c = _codec(precision)
@@ -213,7 +234,7 @@ def test_encode_matches_ap_fixed_constructor(tmp_path, precision, ctype, width):
 
 def test_plain_gpu_values_rewrites_exponents_only_for_gpu_aliases():
     text = (
-        b'# TYPE nv_gpu_memory_total_bytes gauge\n'
+        b"# TYPE nv_gpu_memory_total_bytes gauge\n"
         b'nv_gpu_memory_total_bytes{gpu_uuid="FPGA-0-x"} 1.7179869184e+10\n'
         b'nv_gpu_memory_used_bytes{gpu_uuid="FPGA-0-x"} 4.194304e+06\n'
         b'nv_gpu_utilization{gpu_uuid="FPGA-0-x"} 0.25\n'
@@ -497,7 +518,7 @@ def test_two_cards_run_in_parallel(sim, pool, versions, rendezvous):
             for i in range(4):
                 x = _inputs(32, 1.0, seed + i)
                 ok.append(np.array_equal(runner.run(x), _reference(runner.project, x)))
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:  # broad on purpose: reported below
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(r, 10 * i)) for i, r in enumerate(runners)]
@@ -552,7 +573,7 @@ def test_compute_units_of_one_card_use_their_own_banks(sim, pool, versions):
             try:
                 x = _inputs(8, 1.0, seed)
                 results[seed] = np.array_equal(r.run(x), _reference(r.project, x))
-            except Exception as e:  # noqa: BLE001 - reported below
+            except Exception as e:  # broad on purpose: reported below
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(r, seed)) for seed, r in enumerate((r1, r2, r1, r2))]
@@ -599,8 +620,9 @@ def _one(samples, name, **labels):
 
 @needs_gxx
 def test_telemetry_families_and_values(sim, pool, versions, monkeypatch):
-    from fpgaserve.backends.hls4ml.telemetry import FpgaTelemetryCollector
     from prometheus_client import CollectorRegistry, generate_latest
+
+    from fpgaserve.backends.hls4ml.telemetry import FpgaTelemetryCollector
 
     xclbin, uuid = versions["fixed"]
     runner = _runner(pool, 0, xclbin, max_batch=64)
@@ -648,7 +670,12 @@ def test_telemetry_families_and_values(sim, pool, versions, monkeypatch):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         text = "\n" + plain_gpu_values(generate_latest(registry)).decode()
-        for name in ("nv_gpu_utilization", "nv_gpu_power_usage", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"):
+        for name in (
+            "nv_gpu_utilization",
+            "nv_gpu_power_usage",
+            "nv_gpu_memory_used_bytes",
+            "nv_gpu_memory_total_bytes",
+        ):
             found = dict(re.findall(PA_REGEX.format(name=name), text))
             assert dev in found, name
         assert dict(re.findall(PA_REGEX.format(name="nv_gpu_memory_total_bytes"), text))[dev] == str(16 << 30)

@@ -72,15 +72,38 @@ def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
 
 def _edge_rows(features: int) -> np.ndarray:
     """Rows that probe the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
-    lsb = 2.0 ** -10
+    lsb = 2.0**-10
     rng = np.random.default_rng(99)
-    values = np.array([
-        0.0, -0.0, lsb, -lsb, lsb / 2, -lsb / 2, 1 - lsb / 3, -1 + lsb / 3, 0.5, -0.5,
-        31.999, 32.0, -32.0, -32.001, 40.0, -40.0, 100.0, -100.0, 1e4, -1e4, 3.14159, -2.71828,
-    ], dtype=np.float32)
-    rows = [np.full(features, v, np.float32) for v in values]           # constant rows
+    values = np.array(
+        [
+            0.0,
+            -0.0,
+            lsb,
+            -lsb,
+            lsb / 2,
+            -lsb / 2,
+            1 - lsb / 3,
+            -1 + lsb / 3,
+            0.5,
+            -0.5,
+            31.999,
+            32.0,
+            -32.0,
+            -32.001,
+            40.0,
+            -40.0,
+            100.0,
+            -100.0,
+            1e4,
+            -1e4,
+            3.14159,
+            -2.71828,
+        ],
+        dtype=np.float32,
+    )
+    rows = [np.full(features, v, np.float32) for v in values]  # constant rows
     rows += [rng.choice(values, features).astype(np.float32) for _ in range(40)]  # mixed
-    grid = (rng.integers(-2 ** 15, 2 ** 15, (40, features)) * lsb).astype(np.float32)  # exactly on the grid
+    grid = (rng.integers(-(2**15), 2**15, (40, features)) * lsb).astype(np.float32)  # exactly on the grid
     return np.concatenate([np.stack(rows), grid, grid + np.float32(lsb / 4), grid - np.float32(lsb / 4)])
 
 
@@ -88,7 +111,7 @@ def _inputs(features: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(features)
     return {
         "unit": rng.standard_normal((3000, features), dtype=np.float32),
-        "scale8": rng.standard_normal((1000, features), dtype=np.float32) * 8,    # saturates / wraps
+        "scale8": rng.standard_normal((1000, features), dtype=np.float32) * 8,  # saturates / wraps
         "scale40": rng.standard_normal((1000, features), dtype=np.float32) * 40,  # beyond the input range
         "negative": -np.abs(rng.standard_normal((500, features), dtype=np.float32)) * 4,
         "zeros": np.zeros((7, features), np.float32),
@@ -150,13 +173,13 @@ def test_batches_are_sliced_per_request(servers):
     with grpcclient.InferenceServerClient(servers["numpy"].url) as client:
         for i in range(16):
             t = grpcclient.InferInput("input", [4, 47], "FP32")
-            t.set_data_from_numpy(x[4 * i: 4 * i + 4])
+            t.set_data_from_numpy(x[4 * i : 4 * i + 4])
             client.async_infer("facile", [t], callback=lambda result, error, i=i: done.put((i, result, error)))
         for _ in range(16):
             i, result, error = done.get(timeout=60)
             assert error is None, error
             piece = result.as_numpy("output/BiasAdd")
-            assert np.array_equal(piece.view(np.uint32), whole[4 * i: 4 * i + 4].view(np.uint32)), i
+            assert np.array_equal(piece.view(np.uint32), whole[4 * i : 4 * i + 4].view(np.uint32)), i
 
 
 def test_log_names_the_mode(servers):
@@ -198,27 +221,35 @@ def _edit(path: Path, old: str, new: str) -> None:
 BROKEN = {
     "missing_weights": (
         lambda d: (d / "1/firmware/weights/w4.txt").unlink(),
-        ("csim", "numpy"), r"missing weight file\(s\) firmware/weights/w4\.txt",
+        ("csim", "numpy"),
+        r"missing weight file\(s\) firmware/weights/w4\.txt",
     ),
     "bad_precision": (
-        lambda d: _edit(d / "1/firmware/defines.h", "typedef ap_fixed<16,6> layer3_t;", "typedef ap_fixed<16,6,AP_FOO> layer3_t;"),
-        ("csim", "numpy"), r"AP_FOO",
+        lambda d: _edit(
+            d / "1/firmware/defines.h", "typedef ap_fixed<16,6> layer3_t;", "typedef ap_fixed<16,6,AP_FOO> layer3_t;"
+        ),
+        ("csim", "numpy"),
+        r"AP_FOO",
     ),
     "not_a_project": (
         lambda d: (d / "1/hls4ml_config.yml").unlink(),
-        ("csim", "numpy", "onnx"), r"no hls4ml project in .*: expected hls4ml_config\.yml",
+        ("csim", "numpy", "onnx"),
+        r"no hls4ml project in .*: expected hls4ml_config\.yml",
     ),
     "wrong_dims": (
         lambda d: _edit(d / "config.pbtxt", "dims: [ 47 ]", "dims: [ 46 ]"),
-        ("csim", "numpy", "onnx"), r"input 'input' has dims \[46\] \(46 elements\) but the firmware's input_1\[\] has 47",
+        ("csim", "numpy", "onnx"),
+        r"input 'input' has dims \[46\] \(46 elements\) but the firmware's input_1\[\] has 47",
     ),
     "unsupported_layer": (
         lambda d: _edit(d / "1/firmware/myproject.cpp", "nnet::relu<", "nnet::elu<"),
-        ("numpy",), r"relu1.*elu|elu.*relu1",
+        ("numpy",),
+        r"relu1.*elu|elu.*relu1",
     ),
     "missing_reference": (
         lambda d: (d / "1/model.onnx").unlink(),
-        ("onnx",), r"fpga-mode onnx needs the float reference .*model\.onnx, which is missing",
+        ("onnx",),
+        r"fpga-mode onnx needs the float reference .*model\.onnx, which is missing",
     ),
 }
 
@@ -230,7 +261,9 @@ def test_bad_projects_fail_to_load_with_clear_errors(tmp_path, tmp_path_factory,
     cases = {name: case for name, case in BROKEN.items() if mode in case[1]}
     for name, (change, _, _) in cases.items():
         _broken_repo(tmp_path, name, change)
-    proc = _serve(mode, [repo], tmp_path_factory, cache_dir, "--model-control-mode", "explicit", "--load-model", "facile")
+    proc = _serve(
+        mode, [repo], tmp_path_factory, cache_dir, "--model-control-mode", "explicit", "--load-model", "facile"
+    )
     try:
         with grpcclient.InferenceServerClient(proc.url) as client:
             for name, (_, _, pattern) in cases.items():
@@ -246,7 +279,7 @@ def test_bad_projects_fail_to_load_with_clear_errors(tmp_path, tmp_path_factory,
 
 
 # ---------------------------------------------------------------------- fpgaserve pack
-PACK_MODEL = textwrap.dedent('''
+PACK_MODEL = textwrap.dedent("""
     import numpy as np
     import torch
 
@@ -268,7 +301,7 @@ PACK_MODEL = textwrap.dedent('''
             m.bn1.running_mean.uniform_(-0.5, 0.5)
             m.bn1.running_var.uniform_(0.5, 2.0)
         return m.eval()
-''')
+""")
 
 
 def test_pack_pytorch_model_and_serve(tmp_path, tmp_path_factory, cache_dir):
@@ -279,9 +312,23 @@ def test_pack_pytorch_model_and_serve(tmp_path, tmp_path_factory, cache_dir):
     precision.write_text("LayerName:\n  fc2:\n    Precision:\n      result: ap_fixed<18,8>\n")
     repo = tmp_path / "repo"
     cmd = [
-        sys.executable, "-m", "fpgaserve.server.cli", "pack", "tagger", "--pytorch", f"{tmp_path / 'tagger.py'}:build",
-        "--input-shape", "10", "--repository", str(repo), "--precision-config", str(precision),
-        "--max-batch-size", "256", "--max-queue-delay-us", "100",
+        sys.executable,
+        "-m",
+        "fpgaserve.server.cli",
+        "pack",
+        "tagger",
+        "--pytorch",
+        f"{tmp_path / 'tagger.py'}:build",
+        "--input-shape",
+        "10",
+        "--repository",
+        str(repo),
+        "--precision-config",
+        str(precision),
+        "--max-batch-size",
+        "256",
+        "--max-queue-delay-us",
+        "100",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -316,8 +363,9 @@ def test_pack_pytorch_model_and_serve(tmp_path, tmp_path_factory, cache_dir):
 
 def test_pack_errors_are_clear(tmp_path):
     def pack(*args):
-        return subprocess.run([sys.executable, "-m", "fpgaserve.server.cli", "pack", *args],
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "fpgaserve.server.cli", "pack", *args], capture_output=True, text=True, timeout=300
+        )
 
     done = pack("m", "--repository", str(tmp_path))
     assert done.returncode == 2 and "give exactly one of --pytorch" in done.stderr
@@ -325,8 +373,14 @@ def test_pack_errors_are_clear(tmp_path):
     assert done.returncode == 2 and "is not an hls4ml project" in done.stderr
     done = pack("m", "--pytorch", str(tmp_path / "nope.pt"), "--input-shape", "3", "--repository", str(tmp_path / "r"))
     assert done.returncode == 2 and "cannot load the PyTorch model" in done.stderr
-    done = pack("m", "--hls4ml-project", str(BUNDLED_REPO / "facile" / "1"), "--build-xclbin",
-                "--repository", str(tmp_path / "r"))
+    done = pack(
+        "m",
+        "--hls4ml-project",
+        str(BUNDLED_REPO / "facile" / "1"),
+        "--build-xclbin",
+        "--repository",
+        str(tmp_path / "r"),
+    )
     assert done.returncode == 2 and "--build-xclbin needs vivado and v++ on PATH" in done.stderr
 
 
@@ -334,10 +388,22 @@ def test_pack_existing_hls4ml_project(tmp_path, tmp_path_factory, cache_dir):
     """--hls4ml-project re-packs a project (here the bundled FACILE) under a new name."""
     repo = tmp_path / "repo"
     done = subprocess.run(
-        [sys.executable, "-m", "fpgaserve.server.cli", "pack", "facile_copy", "--hls4ml-project",
-         str(BUNDLED_REPO / "facile" / "1"), "--float-reference", str(BUNDLED_REPO / "facile" / "1" / "model.onnx"),
-         "--repository", str(repo)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "fpgaserve.server.cli",
+            "pack",
+            "facile_copy",
+            "--hls4ml-project",
+            str(BUNDLED_REPO / "facile" / "1"),
+            "--float-reference",
+            str(BUNDLED_REPO / "facile" / "1" / "model.onnx"),
+            "--repository",
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     proc = _serve("numpy", [repo], tmp_path_factory, cache_dir)

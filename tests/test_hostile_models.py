@@ -43,9 +43,9 @@ output [ {{ name: "OUT" data_type: {dtype} dims: [ 4 ] {extra} }} ]
 """
 
 MODELS = {
-    "raise_systemexit": 'raise SystemExit(3)',
+    "raise_systemexit": "raise SystemExit(3)",
     "raise_keyboardinterrupt": 'raise KeyboardInterrupt("stop")',
-    "call_sys_exit": 'import sys; sys.exit()',
+    "call_sys_exit": "import sys; sys.exit()",
     "huge_error": 'raise ValueError("E" * 100_000)',
     "wrong_dims": 'return {"OUT": np.zeros((len(inputs["IN"]), 3), np.int32)}',
     "wrong_rank": 'return {"OUT": np.zeros((len(inputs["IN"]), 4, 1), np.int32)}',
@@ -65,7 +65,9 @@ class Model:
 """
 
 
-def write_model(repo: Path, name: str, body: str, dtype: str = "TYPE_INT32", extra: str = "", model_py: str | None = None):
+def write_model(
+    repo: Path, name: str, body: str, dtype: str = "TYPE_INT32", extra: str = "", model_py: str | None = None
+):
     d = repo / name
     (d / "1").mkdir(parents=True)
     (d / "config.pbtxt").write_text(CONFIG.format(name=name, dtype=dtype, extra=extra))
@@ -98,8 +100,12 @@ def faulty_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("faulty")
     for name, body in MODELS.items():
         write_model(repo, name, body)
-    write_model(repo, "int_overflow", 'return {"OUT": np.full((len(inputs["IN"]), 4), 300, np.int64)}', dtype="TYPE_INT8")
-    write_model(repo, "int_narrow_ok", 'return {"OUT": np.full((len(inputs["IN"]), 4), 7, np.int64)}', dtype="TYPE_INT8")
+    write_model(
+        repo, "int_overflow", 'return {"OUT": np.full((len(inputs["IN"]), 4), 300, np.int64)}', dtype="TYPE_INT8"
+    )
+    write_model(
+        repo, "int_narrow_ok", 'return {"OUT": np.full((len(inputs["IN"]), 4), 7, np.int64)}', dtype="TYPE_INT8"
+    )
     log = tmp_path_factory.mktemp("faulty-log") / "fpgaserve.log"
     with ServerProcess([repo], log_path=log) as server:
         yield server
@@ -118,12 +124,24 @@ def faulty(faulty_server):
         ("raise_systemexit", "model 'raise_systemexit' raised SystemExit: 3"),
         ("raise_keyboardinterrupt", "model 'raise_keyboardinterrupt' raised KeyboardInterrupt: stop"),
         ("call_sys_exit", "model 'call_sys_exit' raised SystemExit"),
-        ("wrong_dims", "output 'OUT' of model 'wrong_dims' has shape [2, 3], but the model configuration declares [-1, 4]"),
-        ("wrong_rank", "output 'OUT' of model 'wrong_rank' has shape [2, 4, 1], but the model configuration declares [-1, 4]"),
+        (
+            "wrong_dims",
+            "output 'OUT' of model 'wrong_dims' has shape [2, 3], but the model configuration declares [-1, 4]",
+        ),
+        (
+            "wrong_rank",
+            "output 'OUT' of model 'wrong_rank' has shape [2, 4, 1], but the model configuration declares [-1, 4]",
+        ),
         ("wrong_rows", "output 'OUT' of model 'wrong_rows' has shape [3, 4], expected a leading batch dimension of 2"),
-        ("wrong_dtype", "output 'OUT' of model 'wrong_dtype' has data type <U1, but the model configuration declares INT32"),
+        (
+            "wrong_dtype",
+            "output 'OUT' of model 'wrong_dtype' has data type <U1, but the model configuration declares INT32",
+        ),
         ("not_a_dict", "model 'not_a_dict' execute() must return a dict of arrays, got list"),
-        ("int_overflow", "output 'OUT' of model 'int_overflow' has values outside the range of INT8, the data type the model configuration declares"),
+        (
+            "int_overflow",
+            "output 'OUT' of model 'int_overflow' has values outside the range of INT8, the data type the model configuration declares",
+        ),
     ],
 )
 def test_a_faulty_model_fails_its_request_and_the_server_serves_on(faulty, faulty_server, model, text):
@@ -189,7 +207,9 @@ def test_system_exit_at_import_or_initialize_fails_only_that_load(tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, "exit_at_import", "", model_py="import sys\nsys.exit(4)\n")
     write_model(
-        repo, "exit_in_initialize", "",
+        repo,
+        "exit_in_initialize",
+        "",
         model_py="class Model:\n    def initialize(self, config, model_dir):\n        raise SystemExit(5)\n"
         "    def execute(self, inputs):\n        return inputs\n",
     )
@@ -265,8 +285,10 @@ def test_unloading_a_hung_model_does_not_block_the_repository(tmp_path):
             target=lambda: (grpcclient.InferenceServerClient(server.url).unload_model("hang"), unload_done.set())
         )
         unloader.start()
-        _wait_for(lambda: {m.name: m.state for m in c.get_model_repository_index().models}.get("hang") == "UNLOADING",
-                  "the hung model to be UNLOADING")
+        _wait_for(
+            lambda: {m.name: m.state for m in c.get_model_repository_index().models}.get("hang") == "UNLOADING",
+            "the hung model to be UNLOADING",
+        )
         # other loads, unloads, the index and inference go on
         c.unload_model("good")
         c.load_model("good")
@@ -299,8 +321,10 @@ def test_a_hung_instance_is_abandoned_after_the_unload_timeout(tmp_path):
         _start_async_infer(c, "hang", results)  # executing, stuck
         _wait_for(started.exists, "the model to enter execute()")
         _start_async_infer(c, "hang", results)  # queued behind it
-        _wait_for(lambda: _metric(server, "nv_inference_pending_request_count", 'model="hang"') == 1.0,
-                  "the second request to be queued")
+        _wait_for(
+            lambda: _metric(server, "nv_inference_pending_request_count", 'model="hang"') == 1.0,
+            "the second request to be queued",
+        )
         c.unload_model("hang")  # returns once the stuck instance was abandoned
         _wait_for(lambda: len(results) == 2, "both requests to be answered")
         for result, error in results:
@@ -372,8 +396,13 @@ def test_config_paths_outside_the_model_directory_are_refused(tmp_path, outside)
     write_model(repo, "dotdot_labels", MODELS["good"], extra='label_filename: "../../outside/secret.txt"')
     d = write_model(repo, "symlinked_labels", MODELS["good"], extra='label_filename: "labels.txt"')
     (d / "labels.txt").symlink_to(outside / "secret.txt")
-    d = write_model(repo, "labels_ok", "return {'OUT': inputs['IN'].astype(np.float32)}", dtype="TYPE_FP32",
-                    extra='label_filename: "labels.txt"')
+    d = write_model(
+        repo,
+        "labels_ok",
+        "return {'OUT': inputs['IN'].astype(np.float32)}",
+        dtype="TYPE_FP32",
+        extra='label_filename: "labels.txt"',
+    )
     (d / "labels.txt").write_text("a\nb\nc\nd\n")
     (d / "config.pbtxt").write_text((d / "config.pbtxt").read_text().replace("TYPE_INT32", "TYPE_FP32"))
     # a model directory that is itself a symlink is fine: its files are inside it
@@ -387,7 +416,10 @@ def test_config_paths_outside_the_model_directory_are_refused(tmp_path, outside)
         for name, words in (
             ("absolute_model_file", "default_model_filename '/"),
             ("dotdot_model_file", "default_model_filename '../../../outside/evil.py' must be a path inside the model"),
-            ("symlinked_model_file", "default_model_filename 'model.py' resolves (through a symbolic link) to a file outside"),
+            (
+                "symlinked_model_file",
+                "default_model_filename 'model.py' resolves (through a symbolic link) to a file outside",
+            ),
             ("dotdot_labels", "label_filename '../../outside/secret.txt' must be a path inside the model directory"),
             ("symlinked_labels", "label_filename 'labels.txt' resolves (through a symbolic link) to a file outside"),
         ):
@@ -417,14 +449,19 @@ NUMPY_OVERRIDE = {
 def explicit_server(tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, "good", MODELS["good"])
-    with ServerProcess([repo], "--model-control-mode", "explicit", "--load-model", "*",
-                       log_path=tmp_path / "log") as server:
+    with ServerProcess(
+        [repo], "--model-control-mode", "explicit", "--load-model", "*", log_path=tmp_path / "log"
+    ) as server:
         yield server
 
 
 def test_config_overrides_cannot_name_files_outside_the_model(explicit_server, outside):
     c = grpcclient.InferenceServerClient(explicit_server.url)
-    for filename in (str(outside / "evil.py"), "../../outside/evil.py", "../../../../../../" + str(outside / "evil.py")):
+    for filename in (
+        str(outside / "evil.py"),
+        "../../outside/evil.py",
+        "../../../../../../" + str(outside / "evil.py"),
+    ):
         config = dict(NUMPY_OVERRIDE, default_model_filename=filename)
         status, message = status_of(lambda config=config: c.load_model("good", config=json.dumps(config)))
         assert status == "StatusCode.INTERNAL", message
@@ -445,13 +482,17 @@ def test_file_uploads_stay_inside_their_folder(explicit_server, tmp_path):
     config = json.dumps({"backend": "onnxruntime"})
     target = tmp_path / "escaped.onnx"
     for path in ("../escaped.onnx", "1/../../escaped.onnx", str(target), "1//model.onnx", "1/./model.onnx", "1\\..\\x"):
-        status, message = status_of(lambda path=path: c.load_model("uploaded", config=config, files={f"file:{path}": onnx}))
+        status, message = status_of(
+            lambda path=path: c.load_model("uploaded", config=config, files={f"file:{path}": onnx})
+        )
         assert status == "StatusCode.INVALID_ARGUMENT", (path, status, message)
         assert "invalid file path" in message
     assert not target.exists()
     # model names are directory names
     for name in ("../../etc/x", "a/b", "..", "new\nline"):
-        status, message = status_of(lambda name=name: c.load_model(name, config=config, files={"file:1/model.onnx": onnx}))
+        status, message = status_of(
+            lambda name=name: c.load_model(name, config=config, files={"file:1/model.onnx": onnx})
+        )
         assert status == "StatusCode.INVALID_ARGUMENT", (name, status, message)
         assert "invalid model name" in message
     # and a proper upload of data (an ONNX model) works
@@ -472,8 +513,9 @@ def test_code_uploads_are_refused_unless_allowed(tmp_path, outside):
         assert "--allow-model-code-upload" in message
         c.close()
     assert not (outside / "IMPORTED").exists()
-    with ServerProcess([repo], "--model-control-mode", "explicit", "--allow-model-code-upload", "true",
-                       log_path=tmp_path / "log2") as server:
+    with ServerProcess(
+        [repo], "--model-control-mode", "explicit", "--allow-model-code-upload", "true", log_path=tmp_path / "log2"
+    ) as server:
         c = grpcclient.InferenceServerClient(server.url)
         c.load_model("upload", config=config, files={"file:1/model.py": model_py})
         assert np.array_equal(infer(c, "upload", X).as_numpy("OUT"), X)
@@ -493,15 +535,20 @@ def test_onnx_external_data_outside_the_model_is_refused(explicit_server, tmp_pa
         entry = w.external_data.add()
         entry.key, entry.value = key, value
     graph = helper.make_graph(
-        [helper.make_node("Add", ["IN", "W"], ["OUT"])], "g",
+        [helper.make_node("Add", ["IN", "W"], ["OUT"])],
+        "g",
         [helper.make_tensor_value_info("IN", TensorProto.FLOAT, [-1, 4])],
-        [helper.make_tensor_value_info("OUT", TensorProto.FLOAT, [-1, 4])], [w],
+        [helper.make_tensor_value_info("OUT", TensorProto.FLOAT, [-1, 4])],
+        [w],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
     c = grpcclient.InferenceServerClient(explicit_server.url)
     status, message = status_of(
-        lambda: c.load_model("exfil", config=json.dumps({"backend": "onnxruntime", "max_batch_size": 8}),
-                             files={"file:1/model.onnx": model})
+        lambda: c.load_model(
+            "exfil",
+            config=json.dumps({"backend": "onnxruntime", "max_batch_size": 8}),
+            files={"file:1/model.onnx": model},
+        )
     )
     assert status == "StatusCode.INTERNAL"
     assert re.search(r"outside|escapes", message), message
@@ -514,10 +561,11 @@ def test_hls4ml_xclbin_parameter_must_stay_in_the_model(tmp_path):
     shutil.copytree(Path(__file__).resolve().parent.parent / "bitstreams" / "facile", repo / "facile")
     config = repo / "facile" / "config.pbtxt"
     config.write_text(
-        config.read_text()
-        + '\nparameters { key: "xclbin" value: { string_value: "../../../../../../etc/passwd" } }\n'
+        config.read_text() + '\nparameters { key: "xclbin" value: { string_value: "../../../../../../etc/passwd" } }\n'
     )
-    with ServerProcess([repo], "--strict-readiness", "false", "--fpga-mode", "numpy", log_path=tmp_path / "log") as server:
+    with ServerProcess(
+        [repo], "--strict-readiness", "false", "--fpga-mode", "numpy", log_path=tmp_path / "log"
+    ) as server:
         # (checked in every mode, also where no bitstream is used)
         c = grpcclient.InferenceServerClient(server.url)
         state, reason = _index(c)["facile"]
@@ -531,8 +579,9 @@ def test_no_file_outside_is_created_by_model_names(explicit_server, tmp_path):
     c = grpcclient.InferenceServerClient(explicit_server.url)
     name = "../" * 12 + str(tmp_path / "created-by-server")
     status, _ = status_of(
-        lambda: c.load_model(name, config=json.dumps({"backend": "onnxruntime"}),
-                             files={"file:1/model.onnx": b"not onnx"})
+        lambda: c.load_model(
+            name, config=json.dumps({"backend": "onnxruntime"}), files={"file:1/model.onnx": b"not onnx"}
+        )
     )
     assert status == "StatusCode.INVALID_ARGUMENT"
     c.close()

@@ -136,6 +136,7 @@ def encode(msg: Message) -> bytes:
     """Serialized with map entries in key order: a seed replays the same bytes in every process."""
     return msg.SerializeToString(deterministic=True)
 
+
 # ----------------------------------------------------------------------------- seeds
 
 SHM_REGION = "fuzz_region"  # registered by the fixture on an object we create
@@ -249,35 +250,56 @@ def build_seeds(shm_key: str) -> dict[str, list[Message]]:
     seeds: dict[str, list[Message]] = {
         "ServerLive": [pb.ServerLiveRequest()],
         "ServerReady": [pb.ServerReadyRequest()],
-        "ModelReady": [pb.ModelReadyRequest(name="simple"), pb.ModelReadyRequest(name="facile", version="1"),
-                       pb.ModelReadyRequest(name="no_such_model", version="2")],
+        "ModelReady": [
+            pb.ModelReadyRequest(name="simple"),
+            pb.ModelReadyRequest(name="facile", version="1"),
+            pb.ModelReadyRequest(name="no_such_model", version="2"),
+        ],
         "ServerMetadata": [pb.ServerMetadataRequest()],
-        "ModelMetadata": [pb.ModelMetadataRequest(name="simple"), pb.ModelMetadataRequest(name="facile", version="1"),
-                          pb.ModelMetadataRequest(name="simple_string")],
+        "ModelMetadata": [
+            pb.ModelMetadataRequest(name="simple"),
+            pb.ModelMetadataRequest(name="facile", version="1"),
+            pb.ModelMetadataRequest(name="simple_string"),
+        ],
         "ModelConfig": [pb.ModelConfigRequest(name="simple"), pb.ModelConfigRequest(name="jet_tagger", version="1")],
-        "ModelStatistics": [pb.ModelStatisticsRequest(), pb.ModelStatisticsRequest(name="simple"),
-                            pb.ModelStatisticsRequest(name="facile", version="1")],
+        "ModelStatistics": [
+            pb.ModelStatisticsRequest(),
+            pb.ModelStatisticsRequest(name="simple"),
+            pb.ModelStatisticsRequest(name="facile", version="1"),
+        ],
         "ModelInfer": infer_seeds(),
         STREAM: infer_seeds(),
-        "RepositoryIndex": [pb.RepositoryIndexRequest(), pb.RepositoryIndexRequest(ready=True),
-                            pb.RepositoryIndexRequest(repository_name="models")],
+        "RepositoryIndex": [
+            pb.RepositoryIndexRequest(),
+            pb.RepositoryIndexRequest(ready=True),
+            pb.RepositoryIndexRequest(repository_name="models"),
+        ],
         "RepositoryModelLoad": [pb.RepositoryModelLoadRequest(model_name="simple")],
         "RepositoryModelUnload": [pb.RepositoryModelUnloadRequest(model_name="simple")],
-        "SystemSharedMemoryStatus": [pb.SystemSharedMemoryStatusRequest(),
-                                     pb.SystemSharedMemoryStatusRequest(name=SHM_REGION)],
+        "SystemSharedMemoryStatus": [
+            pb.SystemSharedMemoryStatusRequest(),
+            pb.SystemSharedMemoryStatusRequest(name=SHM_REGION),
+        ],
         "SystemSharedMemoryRegister": [
             pb.SystemSharedMemoryRegisterRequest(name="fuzz_other", key=shm_key, offset=0, byte_size=SHM_BYTES),
             pb.SystemSharedMemoryRegisterRequest(name="fuzz_part", key=shm_key, offset=1024, byte_size=512),
             pb.SystemSharedMemoryRegisterRequest(name="fuzz_missing", key=shm_key + "_missing", byte_size=64),
         ],
-        "SystemSharedMemoryUnregister": [pb.SystemSharedMemoryUnregisterRequest(name="fuzz_other"),
-                                         pb.SystemSharedMemoryUnregisterRequest(name="no_such_region")],
-        "CudaSharedMemoryStatus": [pb.CudaSharedMemoryStatusRequest(),
-                                   pb.CudaSharedMemoryStatusRequest(name="cuda_region")],
-        "CudaSharedMemoryRegister": [pb.CudaSharedMemoryRegisterRequest(
-            name="cuda_region", raw_handle=b"\x01" * 64, device_id=0, byte_size=1024)],
-        "CudaSharedMemoryUnregister": [pb.CudaSharedMemoryUnregisterRequest(),
-                                       pb.CudaSharedMemoryUnregisterRequest(name="cuda_region")],
+        "SystemSharedMemoryUnregister": [
+            pb.SystemSharedMemoryUnregisterRequest(name="fuzz_other"),
+            pb.SystemSharedMemoryUnregisterRequest(name="no_such_region"),
+        ],
+        "CudaSharedMemoryStatus": [
+            pb.CudaSharedMemoryStatusRequest(),
+            pb.CudaSharedMemoryStatusRequest(name="cuda_region"),
+        ],
+        "CudaSharedMemoryRegister": [
+            pb.CudaSharedMemoryRegisterRequest(name="cuda_region", raw_handle=b"\x01" * 64, device_id=0, byte_size=1024)
+        ],
+        "CudaSharedMemoryUnregister": [
+            pb.CudaSharedMemoryUnregisterRequest(),
+            pb.CudaSharedMemoryUnregisterRequest(name="cuda_region"),
+        ],
         "TraceSetting": [pb.TraceSettingRequest(), pb.TraceSettingRequest(model_name="simple")],
         "LogSettings": [pb.LogSettingsRequest()],
         HEALTH_CHECK: [HealthCheckRequest(), HealthCheckRequest(service=SERVICE)],
@@ -302,43 +324,183 @@ def build_seeds(shm_key: str) -> dict[str, list[Message]]:
 # ----------------------------------------------------------------------------- hostile values
 
 INTERESTING_INTS = [
-    0, 1, -1, 2, -2, 3, 8, 9, 16, 17, 47, 48, 255, 256, 4095, 4096, 4097, 16384, 16385, 2**15, 2**16,
-    2**31 - 1, 2**31, -(2**31), 2**32, 2**32 + 16, 2**40, 2**53 + 1, 2**61, 2**62, 2**63 - 1, -(2**63), -(2**63) + 1,
+    0,
+    1,
+    -1,
+    2,
+    -2,
+    3,
+    8,
+    9,
+    16,
+    17,
+    47,
+    48,
+    255,
+    256,
+    4095,
+    4096,
+    4097,
+    16384,
+    16385,
+    2**15,
+    2**16,
+    2**31 - 1,
+    2**31,
+    -(2**31),
+    2**32,
+    2**32 + 16,
+    2**40,
+    2**53 + 1,
+    2**61,
+    2**62,
+    2**63 - 1,
+    -(2**63),
+    -(2**63) + 1,
 ]
 INTERESTING_U64 = [2**63, 2**64 - 1]
 INTERESTING_DOUBLES = [0.0, -0.0, 0.5, 1e308, -1e308, 5e-324, float("nan"), float("inf"), float("-inf")]
 MODEL_NAMES = ["simple", "simple_int8", "simple_string", "simple_identity", "facile", "jet_tagger", "no_such_model"]
 HOSTILE_STRINGS = [
-    "", " ", "simple/", "../simple", "simple/../simple", "..", ".", "/", "\\", "/etc/passwd", "simple\n",
-    "simple\r\nx-injected: 1", "a\x00b", "\x00", "\x7f", "\x1b[31mred", "\u2028", "\u0085", "\ufeffsimple",
-    "é" * 3000, "x" * 100_000, "%s%s%n%x", "{0}{1}", "'\"`", "\U0001f600" * 700, "INPUT0", "OUTPUT0", "1" * 5000,
+    "",
+    " ",
+    "simple/",
+    "../simple",
+    "simple/../simple",
+    "..",
+    ".",
+    "/",
+    "\\",
+    "/etc/passwd",
+    "simple\n",
+    "simple\r\nx-injected: 1",
+    "a\x00b",
+    "\x00",
+    "\x7f",
+    "\x1b[31mred",
+    "\u2028",
+    "\u0085",
+    "\ufeffsimple",
+    "é" * 3000,
+    "x" * 100_000,
+    "%s%s%n%x",
+    "{0}{1}",
+    "'\"`",
+    "\U0001f600" * 700,
+    "INPUT0",
+    "OUTPUT0",
+    "1" * 5000,
 ]
 VERSION_STRINGS = [
-    "", "1", "2", "0", "-1", "+1", " 1", "1 ", "01", "1abc", "abc", "9" * 19, "9" * 20, "9" * 5000, "-" + "9" * 5000,
-    "1" + "0" * 3000, "\x001", "1\n", "0x1", "1e3", "9223372036854775807", "9223372036854775808",
-    "-9223372036854775808", "-9223372036854775809", "   ", "+", "-", "\x0b1", "-0",
-    "\u0661", "\u0661\u0662", "1\u0661", "\uff11", "\x1c1", "\u20031", "\xa01",  # not digits/blanks for std::stol
+    "",
+    "1",
+    "2",
+    "0",
+    "-1",
+    "+1",
+    " 1",
+    "1 ",
+    "01",
+    "1abc",
+    "abc",
+    "9" * 19,
+    "9" * 20,
+    "9" * 5000,
+    "-" + "9" * 5000,
+    "1" + "0" * 3000,
+    "\x001",
+    "1\n",
+    "0x1",
+    "1e3",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "   ",
+    "+",
+    "-",
+    "\x0b1",
+    "-0",
+    "\u0661",
+    "\u0661\u0662",
+    "1\u0661",
+    "\uff11",
+    "\x1c1",
+    "\u20031",
+    "\xa01",  # not digits/blanks for std::stol
 ]
 DATATYPES = [
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64",
-    "BYTES", "BF16", "", "int32", "FP32 ", "STRING", "TYPE_INT32", "BYTES\x00", "\u00dc", "x" * 5000,
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+    "BF16",
+    "",
+    "int32",
+    "FP32 ",
+    "STRING",
+    "TYPE_INT32",
+    "BYTES\x00",
+    "\u00dc",
+    "x" * 5000,
 ]
 PARAM_KEYS = [
-    "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response",
-    "triton_grpc_error", "triton_other", "binary_data_output", "custom", "", "shared_memory_region",
-    "shared_memory_offset", "shared_memory_byte_size", "classification", "a\x00b", "k" * 3000, "headers",
-    "config", "file:1/model.py",
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "triton_enable_empty_final_response",
+    "triton_grpc_error",
+    "triton_other",
+    "binary_data_output",
+    "custom",
+    "",
+    "shared_memory_region",
+    "shared_memory_offset",
+    "shared_memory_byte_size",
+    "classification",
+    "a\x00b",
+    "k" * 3000,
+    "headers",
+    "config",
+    "file:1/model.py",
 ]
 TENSOR_PARAM_KEYS = [
-    "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size", "classification",
-    "binary_data_size", "binary_data", "", "x",
+    "shared_memory_region",
+    "shared_memory_offset",
+    "shared_memory_byte_size",
+    "classification",
+    "binary_data_size",
+    "binary_data",
+    "",
+    "x",
 ]
 LOG_KEYS = ["log_info", "log_warning", "log_error", "log_verbose_level", "log_format", "log_unknown", ""]
 TRACE_KEYS = ["trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode", "trace_file", "unknown", ""]
 REGION_NAMES = [SHM_REGION, "fuzz_other", "fuzz_part", "no_such_region", ""]
 INTERESTING_BYTES = [
-    b"", b"\x00", b"\xff" * 10, b"\x80" * 11, b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xfe\xff",
-    b"\x0b" * 200, b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", bytes(range(256)),
+    b"",
+    b"\x00",
+    b"\xff" * 10,
+    b"\x80" * 11,
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xfe\xff",
+    b"\x0b" * 200,
+    b"\x7f\xff\xff\xff",
+    b"\xff\xff\xff\xff",
+    bytes(range(256)),
 ]
 
 
@@ -580,8 +742,11 @@ def m_inputs(rng: random.Random, req: Infer) -> None:
     elif r < 0.7 and req.inputs:
         del req.inputs[rng.randrange(len(req.inputs))]
     else:
-        req.inputs.add(name=rng.choice(HOSTILE_STRINGS + ["INPUT2"]), datatype=rng.choice(DATATYPES),
-                       shape=[rng.choice(INTERESTING_INTS)])
+        req.inputs.add(
+            name=rng.choice(HOSTILE_STRINGS + ["INPUT2"]),
+            datatype=rng.choice(DATATYPES),
+            shape=[rng.choice(INTERESTING_INTS)],
+        )
 
 
 def m_model(rng: random.Random, req: Infer) -> None:
@@ -593,8 +758,24 @@ def m_generic(rng: random.Random, msg: Message) -> None:
 
 
 INFER_MUTATIONS = [
-    m_shape, m_shape, m_bytes_bomb, m_datatype, m_request_parameter, m_request_parameter, m_tensor_parameter,
-    m_shared_memory, m_names, m_version, m_raw, m_raw, m_typed, m_outputs, m_inputs, m_model, m_generic, m_generic,
+    m_shape,
+    m_shape,
+    m_bytes_bomb,
+    m_datatype,
+    m_request_parameter,
+    m_request_parameter,
+    m_tensor_parameter,
+    m_shared_memory,
+    m_names,
+    m_version,
+    m_raw,
+    m_raw,
+    m_typed,
+    m_outputs,
+    m_inputs,
+    m_model,
+    m_generic,
+    m_generic,
 ]
 
 
@@ -714,8 +895,27 @@ def wire_mutate(rng: random.Random, data: bytes) -> bytes:
         return data
     nodes = _wire_nodes(tree)
     lists = [tree] + [f.value for _, f in nodes if isinstance(f.value, list)]
-    op = rng.choice(["length", "length", "varint", "overlong", "tag_wire", "number", "drop", "duplicate", "move",
-                     "payload", "payload", "unknown", "group_bomb"]) if nodes else "unknown"
+    op = (
+        rng.choice(
+            [
+                "length",
+                "length",
+                "varint",
+                "overlong",
+                "tag_wire",
+                "number",
+                "drop",
+                "duplicate",
+                "move",
+                "payload",
+                "payload",
+                "unknown",
+                "group_bomb",
+            ]
+        )
+        if nodes
+        else "unknown"
+    )
     if op in ("unknown", "group_bomb") or not nodes:
         target = rng.choice(lists)
         if op == "group_bomb":
@@ -752,15 +952,29 @@ def wire_mutate(rng: random.Random, data: bytes) -> bytes:
         parent.insert(rng.randint(0, len(parent)), node)
     else:  # payload: invalid UTF-8, random bytes, a truncated encoding of what was there
         encoded = wire_encode(node.value) if isinstance(node.value, list) else node.value
-        node.value = rng.choice([hostile_bytes(rng), encoded[: rng.randint(0, len(encoded))],
-                                 encoded + rng.choice(INTERESTING_BYTES)])
+        node.value = rng.choice(
+            [hostile_bytes(rng), encoded[: rng.randint(0, len(encoded))], encoded + rng.choice(INTERESTING_BYTES)]
+        )
     return wire_encode(tree)
 
 
 def byte_mutate(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
     buf = bytearray(data)
-    op = rng.choice(["flip", "flip", "overwrite", "insert", "delete", "truncate", "duplicate", "splice", "concat",
-                     "interesting", "garbage"])
+    op = rng.choice(
+        [
+            "flip",
+            "flip",
+            "overwrite",
+            "insert",
+            "delete",
+            "truncate",
+            "duplicate",
+            "splice",
+            "concat",
+            "interesting",
+            "garbage",
+        ]
+    )
     pos = rng.randint(0, len(buf))
     if op == "flip" and buf:
         for _ in range(rng.choice([1, 1, 2, 4, 16])):
@@ -793,9 +1007,15 @@ def byte_mutate(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
 # ----------------------------------------------------------------------------- judging answers
 
 ALLOWED_CODES = {
-    grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 # INTERNAL only where Triton answers INTERNAL too
 INTERNAL_TEXTS = re.compile(
@@ -803,8 +1023,17 @@ INTERNAL_TEXTS = re.compile(
     r"|shared memory size specified with the request for output .* should be at least )"
 )
 TRANSPORT_LIMIT = re.compile(r"(larger than max|message too large|exceeds .*limit)", re.IGNORECASE)
-PYTHON_LEAKS = ("Traceback", "Error(", "object at 0x", "<class ", "Exception deserializing", "Exception calling",
-                "Exception iterating", 'File "', "Unexpected <class")
+PYTHON_LEAKS = (
+    "Traceback",
+    "Error(",
+    "object at 0x",
+    "<class ",
+    "Exception deserializing",
+    "Exception calling",
+    "Exception iterating",
+    'File "',
+    "Unexpected <class",
+)
 SERVER_BUG_TEXTS = ("internal error in ", "the server ran out of memory")
 
 
@@ -850,8 +1079,11 @@ def status_problem(rpc: str, code: grpc.StatusCode, details: str, request: bytes
 # Triton parses a request's version string with std::stol before it looks at anything else
 # (even the model name); observed on Triton 2.51 for every RPC below, unary and streamed.
 VERSION_FIELDS = {
-    "ModelReady": ("name", "version"), "ModelMetadata": ("name", "version"), "ModelConfig": ("name", "version"),
-    "ModelStatistics": ("name", "version"), "ModelInfer": ("model_name", "model_version"),
+    "ModelReady": ("name", "version"),
+    "ModelMetadata": ("name", "version"),
+    "ModelConfig": ("name", "version"),
+    "ModelStatistics": ("name", "version"),
+    "ModelInfer": ("model_name", "model_version"),
     STREAM: ("model_name", "model_version"),
 }
 NOT_AN_INTEGER = "failed to get model version from specified version string"
@@ -1117,8 +1349,14 @@ class Fuzzer:
         for ids in sorted(expected, key=len):  # a request with one possible id first
             match = next((i for i in sorted(ids) if answered[i] > 0), None)
             if match is None:
-                self.record(STREAM, "id mismatch", f"no response carries the request id (one of {sorted(ids)[:3]})",
-                            "OK", "", joined)
+                self.record(
+                    STREAM,
+                    "id mismatch",
+                    f"no response carries the request id (one of {sorted(ids)[:3]})",
+                    "OK",
+                    "",
+                    joined,
+                )
                 return
             answered[match] -= 1
 
@@ -1283,8 +1521,10 @@ def test_protocol_fuzzer(hserver, hclient, shm_key):
     alarms = log_alarms(hserver.log_path, log_start)
 
     elapsed = time.monotonic() - started
-    print(f"\nprotocol fuzzer: seed {FUZZ_SEED} (FPGASERVE_FUZZ_SEED), {fuzzer.case} cases "
-          f"(FPGASERVE_FUZZ_CASES={FUZZ_CASES}) in {elapsed:.1f} s, {fuzzer.problems} problem(s)")
+    print(
+        f"\nprotocol fuzzer: seed {FUZZ_SEED} (FPGASERVE_FUZZ_SEED), {fuzzer.case} cases "
+        f"(FPGASERVE_FUZZ_CASES={FUZZ_CASES}) in {elapsed:.1f} s, {fuzzer.problems} problem(s)"
+    )
     print(format_stats(fuzzer.stats))
     assert hserver.proc.poll() is None, "the server process exited"
     failures = []
@@ -1390,8 +1630,10 @@ def test_stream_answers_malformed_messages_with_their_id(hserver):
     garbage = b"\xff\xff\xff"
     with grpc.insecure_channel(hserver.url) as channel:
         stream = channel.stream_stream(RPCS[STREAM][0], request_serializer=None, response_deserializer=None)
-        responses = [service_pb2.ModelStreamInferResponse.FromString(r)
-                     for r in stream(iter([good, broken, garbage]), timeout=STREAM_DEADLINE_S)]
+        responses = [
+            service_pb2.ModelStreamInferResponse.FromString(r)
+            for r in stream(iter([good, broken, garbage]), timeout=STREAM_DEADLINE_S)
+        ]
     by_id = {r.infer_response.id: r for r in responses}
     assert len(responses) == 3 and set(by_id) == {"good-1", "broken-7", ""}
     assert by_id["good-1"].error_message == ""
@@ -1460,8 +1702,10 @@ def _set(params, **values) -> None:
 def _shm_input0(typed: bool = False, **values) -> Infer:
     """INPUT0 read from our region (64 bytes at offset 0 unless ``values`` say otherwise)."""
     req = _simple_request(typed=typed)
-    _set(req.inputs[0].parameters, **{"shared_memory_region": REGION, "shared_memory_offset": 0,
-                                      "shared_memory_byte_size": 64, **values})
+    _set(
+        req.inputs[0].parameters,
+        **{"shared_memory_region": REGION, "shared_memory_offset": 0, "shared_memory_byte_size": 64, **values},
+    )
     if not typed:
         del req.raw_input_contents[0]
     return req
@@ -1469,8 +1713,10 @@ def _shm_input0(typed: bool = False, **values) -> Infer:
 
 def _shm_output0(**values) -> Infer:
     req = _simple_request(outputs=["OUTPUT0"])
-    _set(req.outputs[0].parameters, **{"shared_memory_region": REGION, "shared_memory_offset": 0,
-                                       "shared_memory_byte_size": 64, **values})
+    _set(
+        req.outputs[0].parameters,
+        **{"shared_memory_region": REGION, "shared_memory_offset": 0, "shared_memory_byte_size": 64, **values},
+    )
     return req
 
 
@@ -1488,43 +1734,61 @@ def _duplicate_input1_in_unknown_region(req: Infer) -> None:
 PARAMETER_CASES = {
     "shm input with typed contents": (
         lambda: _shm_input0(typed=True),
-        "unexpected 'content' provided when using shared memory for input tensor 'INPUT0' for model 'simple'"),
+        "unexpected 'content' provided when using shared memory for input tensor 'INPUT0' for model 'simple'",
+    ),
     "offset without region": (
         lambda: _with(_simple_request(), lambda r: _set(r.inputs[0].parameters, shared_memory_offset=0)),
-        "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor 'INPUT0'"),
+        "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor 'INPUT0'",
+    ),
     "output byte_size without region": (
-        lambda: _with(_simple_request(outputs=["OUTPUT0"]),
-                      lambda r: _set(r.outputs[0].parameters, shared_memory_byte_size=64)),
-        ("'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor "
-         "'OUTPUT0'")),
+        lambda: _with(
+            _simple_request(outputs=["OUTPUT0"]), lambda r: _set(r.outputs[0].parameters, shared_memory_byte_size=64)
+        ),
+        (
+            "'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor "
+            "'OUTPUT0'"
+        ),
+    ),
     "region as int64": (
         lambda: _shm_input0(shared_memory_region=5),
-        "invalid value type for 'shared_memory_region' parameter for tensor 'INPUT0', expected string_param."),
+        "invalid value type for 'shared_memory_region' parameter for tensor 'INPUT0', expected string_param.",
+    ),
     "offset as string": (
         lambda: _shm_input0(shared_memory_offset="0"),
-        "invalid value type for 'shared_memory_offset' parameter for tensor 'INPUT0', expected int64_param."),
+        "invalid value type for 'shared_memory_offset' parameter for tensor 'INPUT0', expected int64_param.",
+    ),
     "byte_size as string": (
         lambda: _shm_input0(shared_memory_byte_size="64"),
-        "invalid value type for 'shared_memory_byte_size' parameter for tensor 'INPUT0', expected int64_param."),
+        "invalid value type for 'shared_memory_byte_size' parameter for tensor 'INPUT0', expected int64_param.",
+    ),
     "negative offset": (
-        lambda: _shm_input0(shared_memory_offset=-1), f"Invalid offset for shared memory region: '{REGION}'"),
+        lambda: _shm_input0(shared_memory_offset=-1),
+        f"Invalid offset for shared memory region: '{REGION}'",
+    ),
     "zero byte_size": (
         lambda: _shm_input0(shared_memory_byte_size=0),
-        f"Invalid offset + byte size for shared memory region: '{REGION}'"),
+        f"Invalid offset + byte size for shared memory region: '{REGION}'",
+    ),
     "output in shared memory with classification": (
-        lambda: _shm_output0(classification=2), "output can't set both 'shared_memory_region' and 'classification'"),
+        lambda: _shm_output0(classification=2),
+        "output can't set both 'shared_memory_region' and 'classification'",
+    ),
     "classification 0": (
         lambda: _with(_simple_request(outputs=["OUTPUT0"]), lambda r: _set(r.outputs[0].parameters, classification=0)),
-        "invalid value for 'classification' parameter, expected >= 0"),
+        "invalid value for 'classification' parameter, expected >= 0",
+    ),
     "classification -1": (
         lambda: _with(_simple_request(outputs=["OUTPUT0"]), lambda r: _set(r.outputs[0].parameters, classification=-1)),
-        "invalid value for 'classification' parameter, expected >= 0"),
+        "invalid value for 'classification' parameter, expected >= 0",
+    ),
     "triton_enable_empty_final_response as int64": (
         lambda: _with(_simple_request(), lambda r: _set(r.parameters, triton_enable_empty_final_response=1)),
-        "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param."),
+        "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param.",
+    ),
     "duplicate input naming an unknown region": (
         lambda: _with(_simple_request(), _duplicate_input1_in_unknown_region),
-        "[request id: r] input 'INPUT1' already exists in request"),
+        "[request id: r] input 'INPUT1' already exists in request",
+    ),
 }
 
 

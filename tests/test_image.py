@@ -221,9 +221,12 @@ def served(podman):
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     proc = podman.run_detached(
         name,
-        "-p", f"127.0.0.1:{ports['http']}:8000",
-        "-p", f"127.0.0.1:{ports['grpc']}:8001",
-        "-p", f"127.0.0.1:{ports['metrics']}:8002",
+        "-p",
+        f"127.0.0.1:{ports['http']}:8000",
+        "-p",
+        f"127.0.0.1:{ports['grpc']}:8001",
+        "-p",
+        f"127.0.0.1:{ports['metrics']}:8002",
         podman.image,
     )
     assert proc.returncode == 0, proc.stderr
@@ -257,7 +260,10 @@ def test_metrics_published(served):
 def test_tritonserver_is_fpgaserve(podman, served):
     name, _ = served
     proc = podman(
-        "exec", name, "/bin/sh", "-c",
+        "exec",
+        name,
+        "/bin/sh",
+        "-c",
         'readlink -f /opt/tritonserver/bin/tritonserver; readlink -f "$(command -v tritonserver)"; command -v fpgaserve',
         check=True,
     )
@@ -269,7 +275,7 @@ def test_tritonserver_is_fpgaserve(podman, served):
 def test_supersonic_readiness_probe(podman, served):
     name, _ = served
     # SuperSONIC's readinessProbe, as it runs it
-    probe = 'curl -sf http://localhost:8000/v2/health/ready && [ ! -f /tmp/shutdown ]'
+    probe = "curl -sf http://localhost:8000/v2/health/ready && [ ! -f /tmp/shutdown ]"
     proc = podman("exec", name, "/bin/sh", "-c", probe)
     assert proc.returncode == 0, proc.stderr
     # and a probe that must fail does (curl -f on the 400 of an unknown model)
@@ -373,7 +379,11 @@ def _adjust(options: list[str], error: str, defaults: dict[str, str]) -> tuple[l
             return [*options, "--ulimit", f"{kind}={value}"], f"added --ulimit {kind}={value} (podman-env.sh's default)"
         value = _hard_limit(kind)
         for i in range(len(options) - 1):
-            if options[i] == "--ulimit" and options[i + 1].startswith(f"{kind}=") and options[i + 1] != f"{kind}={value}":
+            if (
+                options[i] == "--ulimit"
+                and options[i + 1].startswith(f"{kind}=")
+                and options[i + 1] != f"{kind}={value}"
+            ):
                 old = options[i + 1]
                 new = [*options[: i + 1], f"{kind}={value}", *options[i + 2 :]]
                 return new, f"--ulimit {old} -> {kind}={value} (the host's hard limit)"
@@ -392,13 +402,28 @@ def cmstriton(podman, cmstriton_repo):
     base = _free_port_block(3)
     repo = str(cmstriton_repo)
     options = [
-        "--shm-size=1g", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--ipc=host", "--cap-add=IPC_OWNER",
-        "-p", f"127.0.0.1:{base}:{base}", "-p", f"127.0.0.1:{base + 1}:{base + 1}",
-        "-p", f"127.0.0.1:{base + 2}:{base + 2}", f"-v{repo}:{repo}",
+        "--shm-size=1g",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "--ipc=host",
+        "--cap-add=IPC_OWNER",
+        "-p",
+        f"127.0.0.1:{base}:{base}",
+        "-p",
+        f"127.0.0.1:{base + 1}:{base + 1}",
+        "-p",
+        f"127.0.0.1:{base + 2}:{base + 2}",
+        f"-v{repo}:{repo}",
     ]
     command = [
-        podman.image, "tritonserver", f"--http-port={base}", f"--grpc-port={base + 1}",
-        f"--metrics-port={base + 2}", f"--model-repository={repo}",
+        podman.image,
+        "tritonserver",
+        f"--http-port={base}",
+        f"--grpc-port={base + 1}",
+        f"--metrics-port={base + 2}",
+        f"--model-repository={repo}",
     ]
     adjustments = []
     for _ in range(6):
@@ -487,9 +512,17 @@ def test_taken_port_says_address_already_in_use(podman, taken):
         blocker.listen()
         name = podman.name(f"taken-{taken}")
         proc = podman.run_detached(
-            name, "--network", "host", podman.image, "tritonserver",
-            f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}",
-            "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+            name,
+            "--network",
+            "host",
+            podman.image,
+            "tritonserver",
+            f"--http-port={ports['http']}",
+            f"--grpc-port={ports['grpc']}",
+            f"--metrics-port={ports['metrics']}",
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
             "--model-repository=/models",
         )
         assert proc.returncode == 0, proc.stderr

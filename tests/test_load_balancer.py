@@ -41,7 +41,6 @@ from tritonclient.utils import InferenceServerException
 from debian import require_packages
 from lb_proxies import ENVOY_YAML, PROXIES, ProxyProcess, upstream_of
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ROOT, ServerProcess
-from tools import perf_analyzer  # noqa: F401  (fixture: locate or install, else skip)
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -58,7 +57,9 @@ def start_replicas(repositories, workdir: Path, count: int = 2, envs=None) -> li
     try:
         for i in range(count):
             env = dict(os.environ, **(envs[i] if envs else {}))
-            servers.append(ServerProcess(repositories, *REPLICA_ARGS, log_path=workdir / f"replica-{i}.log", env=env).start())
+            servers.append(
+                ServerProcess(repositories, *REPLICA_ARGS, log_path=workdir / f"replica-{i}.log", env=env).start()
+            )
     except BaseException:
         for s in servers:
             s.stop()
@@ -281,7 +282,7 @@ def test_requests_spread_over_both_replicas(client, replicas):
     n = 40
     before = all_stats(replicas, "simple")
     rng = np.random.default_rng(6)
-    for i in range(n):
+    for _ in range(n):
         inputs, a, b = simple_inputs(rng)
         check_simple(client.infer("simple", inputs), a, b)
     after = all_stats(replicas, "simple")
@@ -341,9 +342,21 @@ def test_sonic_like_through_proxy(proxy, replicas):
     both replicas: inference_count grew by the rows it sent, success by the events."""
     before = all_stats(replicas, "facile")
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "sonic_like.py"), "-u", proxy.url, "--events", "4", "--no-stats-check",
-         "--compression", "gzip"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(EXAMPLES / "sonic_like.py"),
+            "-u",
+            proxy.url,
+            "--events",
+            "4",
+            "--no-stats-check",
+            "--compression",
+            "gzip",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -448,7 +461,7 @@ class Load:
             self.phase = phase
             return self.started
 
-    def start(self) -> "Load":
+    def start(self) -> Load:
         for t in self.threads:
             t.start()
         return self
@@ -518,8 +531,15 @@ def test_replica_killed_mid_run(kind, tmp_path):
         load = Load(proxy.url, workers).start()
 
         # phase 0: both replicas serve
-        wait_for(lambda: load.count("ok") >= 10 * workers and stats(b.url, "gate")["success"] > b0["success"]
-                 and stats(a.url, "gate")["success"] > a0["success"], "both replicas to serve requests", interval=0.05)
+        wait_for(
+            lambda: (
+                load.count("ok") >= 10 * workers
+                and stats(b.url, "gate")["success"] > b0["success"]
+                and stats(a.url, "gate")["success"] > a0["success"]
+            ),
+            "both replicas to serve requests",
+            interval=0.05,
+        )
         gate.touch()
         wait_for(lambda: Path(f"{gate}.entered").exists(), "a request held on replica B")
         held_on_b = 1 + int(metric(b, "nv_inference_pending_request_count", "gate"))
@@ -544,8 +564,10 @@ def test_replica_killed_mid_run(kind, tmp_path):
         summary = (
             f"{len(records)} requests ({started_before_kill} started before the kill), {len(errors)} failed, "
             f"{held_on_b} known to be on B at the kill; failures: "
-            + "; ".join(f"#{r['seq']} (worker {r['worker']}, phase {r['phase']}): {r['status']} {r['message']}"
-                        for r in errors[:12])
+            + "; ".join(
+                f"#{r['seq']} (worker {r['worker']}, phase {r['phase']}): {r['status']} {r['message']}"
+                for r in errors[:12]
+            )
         )
         print(f"{kind}: {summary}")
         assert load.count("wrong") == 0, summary

@@ -29,7 +29,6 @@ import numpy as np
 import pytest
 
 from server_process import CONFORMANCE_REPO, ServerProcess
-from tools import perf_analyzer  # noqa: F401  (fixture: locate or install, else skip)
 
 COUNTERS = (
     "nv_inference_request_success",
@@ -61,13 +60,13 @@ max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] } ]
 """
-FAILING_MODEL = '''
+FAILING_MODEL = """
 class Model:
     def execute(self, inputs):
         raise RuntimeError("failing on purpose")
-'''
+"""
 GATE_CONFIG = FAILING_CONFIG.replace('"failing"', '"gate"')
-GATE_MODEL = '''
+GATE_MODEL = """
 import os
 import time
 
@@ -82,7 +81,7 @@ class Model:
         while not os.path.exists(os.path.join(GATE_DIR, "open")) and time.monotonic() < deadline:
             time.sleep(0.01)
         return {{"OUTPUT0": inputs["INPUT0"]}}
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +148,11 @@ class Scrape:
                 self.samples.append((m.group(1), labels, float(m.group(3))))
 
     def series(self, name: str, **match) -> list[tuple[dict, float]]:
-        return [(l, v) for n, l, v in self.samples if n == name and all(l.get(k) == w for k, w in match.items())]
+        return [
+            (labels, v)
+            for n, labels, v in self.samples
+            if n == name and all(labels.get(k) == w for k, w in match.items())
+        ]
 
     def value(self, name: str, **match) -> float:
         found = self.series(name, **match)
@@ -186,7 +189,10 @@ def simple_inputs(batch: int):
     import tritonclient.grpc as grpcclient
 
     a = np.arange(16 * batch, dtype=np.int32).reshape(batch, 16)
-    inputs = [grpcclient.InferInput("INPUT0", [batch, 16], "INT32"), grpcclient.InferInput("INPUT1", [batch, 16], "INT32")]
+    inputs = [
+        grpcclient.InferInput("INPUT0", [batch, 16], "INT32"),
+        grpcclient.InferInput("INPUT1", [batch, 16], "INT32"),
+    ]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(np.ones_like(a))
     return inputs
@@ -246,8 +252,8 @@ def test_family_names_and_types_are_tritons(metrics_server, client):
     models = {m.name for m in client.get_model_repository_index().models if m.state == "READY"}
     assert {"simple", "simple_sequence", "failing", "gate"} <= models
     for name in COUNTERS + GAUGES:
-        assert {l["model"] for l, _ in s.series(name)} == models, name
-        assert {l["version"] for l, _ in s.series(name)} == {"1"}, name
+        assert {labels["model"] for labels, _ in s.series(name)} == models, name
+        assert {labels["version"] for labels, _ in s.series(name)} == {"1"}, name
 
 
 @pytest.mark.timeout(60)
@@ -263,7 +269,7 @@ def test_labels_are_exactly_model_and_version(metrics_server):
         elif name.startswith(("nv_inference_", "nv_model_")):
             assert set(labels) == {"model", "version"}, (name, labels)
     for model in ("simple", "failing"):
-        reasons = {l["reason"] for l, _ in s.series("nv_inference_request_failure", model=model)}
+        reasons = {labels["reason"] for labels, _ in s.series("nv_inference_request_failure", model=model)}
         assert reasons == FAIL_REASONS, reasons
 
 
@@ -300,8 +306,12 @@ def test_counters_after_known_traffic(metrics_server, client):
     assert d["nv_inference_count"] == 5 + 3 * 4, d
     assert d["nv_inference_exec_count"] == 8, d
     assert all(d[f"failure.{r}"] == 0 for r in FAIL_REASONS), d
-    for name in ("nv_inference_request_duration_us", "nv_inference_queue_duration_us",
-                 "nv_inference_compute_infer_duration_us", "nv_inference_compute_output_duration_us"):
+    for name in (
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us",
+    ):
         assert d[name] > 0, (name, d)
     assert d["nv_inference_compute_input_duration_us"] >= 0, d
     assert a["pending"] == 0, a
@@ -343,7 +353,7 @@ def test_queue_histogram_is_cumulative(metrics_server, client):
     for model in ("simple", "failing"):
         buckets = s.series(f"{HISTOGRAM}_bucket", model=model, version="1")
         assert buckets and buckets[-1][0]["le"] == "+Inf", buckets
-        bounds = [float(l["le"]) for l, _ in buckets]
+        bounds = [float(labels["le"]) for labels, _ in buckets]
         assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds), bounds
         counts = [c for _, c in buckets]
         assert counts == sorted(counts), f"buckets of {model} are not cumulative: {counts}"
@@ -409,9 +419,9 @@ def test_supersonic_load_metric(metrics_server, client):
     for name in ("nv_inference_queue_duration_us", "nv_inference_exec_count"):
         assert s1.series(name) and s2.series(name), name
         # counters never go down
-        old = {tuple(sorted(l.items())): v for l, v in s1.series(name)}
-        for l, v in s2.series(name):
-            assert v >= old.get(tuple(sorted(l.items())), 0), (name, l)
+        old = {tuple(sorted(labels.items())): v for labels, v in s1.series(name)}
+        for labels, v in s2.series(name):
+            assert v >= old.get(tuple(sorted(labels.items())), 0), (name, labels)
     d_queue = s2.total("nv_inference_queue_duration_us") - s1.total("nv_inference_queue_duration_us")
     d_exec = s2.total("nv_inference_exec_count") - s1.total("nv_inference_exec_count")
     assert d_exec == 100, d_exec  # 4 x 25 executions of simple, nothing else
@@ -419,8 +429,14 @@ def test_supersonic_load_metric(metrics_server, client):
     load = queue_rate / (exec_rate * 1000 + 0.001)
     assert math.isfinite(load) and load >= 0, load
     # it is the average queue time per execution, in ms
-    per_exec_ms = (s2.value("nv_inference_queue_duration_us", model="simple", version="1")
-                   - s1.value("nv_inference_queue_duration_us", model="simple", version="1")) / 100 / 1000
+    per_exec_ms = (
+        (
+            s2.value("nv_inference_queue_duration_us", model="simple", version="1")
+            - s1.value("nv_inference_queue_duration_us", model="simple", version="1")
+        )
+        / 100
+        / 1000
+    )
     assert load == pytest.approx(per_exec_ms, rel=1e-3, abs=1e-6)
 
 
@@ -432,11 +448,29 @@ def test_supersonic_load_metric(metrics_server, client):
 def test_perf_analyzer_collect_metrics(perf_analyzer, metrics_server, tmp_path):
     out_csv = tmp_path / "m.csv"
     cmd = [
-        perf_analyzer, "-m", "simple", "-u", metrics_server.url, "-i", "grpc",
-        "--collect-metrics", "--metrics-url", f"localhost:{metrics_server.metrics_port}/metrics",
-        "--metrics-interval", "100", "--verbose-csv", "-f", str(out_csv),
-        "--concurrency-range", "1", "--measurement-mode", "count_windows", "--measurement-request-count", "200",
-        "-s", "50",
+        perf_analyzer,
+        "-m",
+        "simple",
+        "-u",
+        metrics_server.url,
+        "-i",
+        "grpc",
+        "--collect-metrics",
+        "--metrics-url",
+        f"localhost:{metrics_server.metrics_port}/metrics",
+        "--metrics-interval",
+        "100",
+        "--verbose-csv",
+        "-f",
+        str(out_csv),
+        "--concurrency-range",
+        "1",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "200",
+        "-s",
+        "50",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100, cwd=tmp_path)
     output = proc.stdout + proc.stderr

@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
-from tools import perf_analyzer  # noqa: F401  (fixture: locate or install, else skip)
 
 # the first test in a session may also pay for installing perf_analyzer (pip/apt downloads)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -71,8 +70,14 @@ def model_stats(client, model: str) -> dict:
         "version": s.version,
         "inference_count": s.inference_count,
         "execution_count": s.execution_count,
-        **{f"{k}.count": getattr(st, k).count for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")},
-        **{f"{k}.ns": getattr(st, k).ns for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")},
+        **{
+            f"{k}.count": getattr(st, k).count
+            for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+        },
+        **{
+            f"{k}.ns": getattr(st, k).ns
+            for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")
+        },
     }
 
 
@@ -133,30 +138,82 @@ def has_dynamic_batching(client, model: str) -> bool:
 RUNS = [
     # time windows: a short sweep over two concurrency levels (wide stability band: a Python
     # server sharing two cores with PA and the tests is noisy)
-    ("simple-sync-sweep", "simple", 1, ["--concurrency-range", "1:2", "-p", "500", "-s", "100", "-r", "20"], [1, 2], None),
+    (
+        "simple-sync-sweep",
+        "simple",
+        1,
+        ["--concurrency-range", "1:2", "-p", "500", "-s", "100", "-r", "20"],
+        [1, 2],
+        None,
+    ),
     ("simple-sync-b8", "simple", 8, ["-b", "8", "--concurrency-range", "1", "--request-count", "200"], [1], 200),
-    ("simple-async-b8", "simple", 8, ["--async", "-b", "8", "--concurrency-range", "2", "--request-count", "300"], [2], 300),
+    (
+        "simple-async-b8",
+        "simple",
+        8,
+        ["--async", "-b", "8", "--concurrency-range", "2", "--request-count", "300"],
+        [2],
+        300,
+    ),
     ("simple-streaming", "simple", 1, ["--streaming", "--concurrency-range", "2", "--request-count", "300"], [2], 300),
     (
-        "simple-shm-b8", "simple", 8,
-        ["-b", "8", "--shared-memory", "system", "--output-shared-memory-size", "512", "--concurrency-range", "1", "--request-count", "100"],
-        [1], 100,
+        "simple-shm-b8",
+        "simple",
+        8,
+        [
+            "-b",
+            "8",
+            "--shared-memory",
+            "system",
+            "--output-shared-memory-size",
+            "512",
+            "--concurrency-range",
+            "1",
+            "--request-count",
+            "100",
+        ],
+        [1],
+        100,
     ),
-    ("facile-sync-b16000", "facile", 16000, ["-b", "16000", "--concurrency-range", "1", "--request-count", "20"], [1], 20),
-    ("facile-async-b16000", "facile", 16000, ["-b", "16000", "--async", "--concurrency-range", "2", "--request-count", "20"], [2], 20),
     (
-        "facile-streaming-b16000", "facile", 16000,
-        ["-b", "16000", "--streaming", "--concurrency-range", "2", "--request-count", "20"], [2], 20,
+        "facile-sync-b16000",
+        "facile",
+        16000,
+        ["-b", "16000", "--concurrency-range", "1", "--request-count", "20"],
+        [1],
+        20,
     ),
     (
-        "facile-streaming-sweep", "facile", 16000,
-        ["-b", "16000", "--streaming", "--concurrency-range", "1:2", "-p", "500", "-s", "100", "-r", "20"], [1, 2], None,
+        "facile-async-b16000",
+        "facile",
+        16000,
+        ["-b", "16000", "--async", "--concurrency-range", "2", "--request-count", "20"],
+        [2],
+        20,
+    ),
+    (
+        "facile-streaming-b16000",
+        "facile",
+        16000,
+        ["-b", "16000", "--streaming", "--concurrency-range", "2", "--request-count", "20"],
+        [2],
+        20,
+    ),
+    (
+        "facile-streaming-sweep",
+        "facile",
+        16000,
+        ["-b", "16000", "--streaming", "--concurrency-range", "1:2", "-p", "500", "-s", "100", "-r", "20"],
+        [1, 2],
+        None,
     ),
 ]
 
 
 @pytest.mark.parametrize("name, model, batch, args, levels, request_count", RUNS, ids=[r[0] for r in RUNS])
-def test_perf_analyzer_run(perf_analyzer, pa_server, stats_client, tmp_path, name, model, batch, args, levels, request_count):
+def test_perf_analyzer_run(
+    perf_analyzer, pa_server, stats_client, tmp_path, name, model, batch, args, levels, request_count
+):
     before = settled_stats(stats_client, model)
     out_csv = tmp_path / f"{name}.csv"
     proc, cmd = run_pa(perf_analyzer, pa_server.url, model, *args, csv_path=out_csv)
@@ -204,8 +261,19 @@ def test_perf_analyzer_run(perf_analyzer, pa_server, stats_client, tmp_path, nam
 def test_perf_analyzer_shm_regions_released(perf_analyzer, pa_server, stats_client):
     """After a --shared-memory run PA has unregistered everything it registered."""
     proc, cmd = run_pa(
-        perf_analyzer, pa_server.url, "facile", "-b", "16000", "--shared-memory", "system",
-        "--output-shared-memory-size", str(16000 * 4), "--concurrency-range", "1", "--request-count", "5",
+        perf_analyzer,
+        pa_server.url,
+        "facile",
+        "-b",
+        "16000",
+        "--shared-memory",
+        "system",
+        "--output-shared-memory-size",
+        str(16000 * 4),
+        "--concurrency-range",
+        "1",
+        "--request-count",
+        "5",
     )
     assert proc.returncode == 0, describe(proc, cmd, pa_server)
     assert len(stats_client.get_system_shared_memory_status().regions) == 0

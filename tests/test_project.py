@@ -10,9 +10,17 @@ import sys
 from server_process import ROOT
 
 FLAGS = [
-    "--model-repository", "--grpc-port", "--http-port", "--metrics-port", "--model-control-mode",
-    "--load-model", "--log-verbose", "--exit-timeout-secs", "--grpc-max-message-size",
-    "--repository-poll-secs", "--strict-readiness",
+    "--model-repository",
+    "--grpc-port",
+    "--http-port",
+    "--metrics-port",
+    "--model-control-mode",
+    "--load-model",
+    "--log-verbose",
+    "--exit-timeout-secs",
+    "--grpc-max-message-size",
+    "--repository-poll-secs",
+    "--strict-readiness",
 ]
 
 
@@ -47,7 +55,7 @@ def test_help_explains_every_flag():
 def test_import_names_are_namespaced():
     import fpgaserve.backends
     import fpgaserve.protos
-    import fpgaserve.server
+    import fpgaserve.server  # noqa: F401
 
     code = "import importlib.util as u; print(u.find_spec('server'), u.find_spec('backends'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
@@ -62,9 +70,24 @@ def test_taken_port_is_a_clear_error_not_a_traceback(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         r = subprocess.run(
-            [sys.executable, "-m", "fpgaserve.server.cli", "--model-repository", str(tmp_path),
-             "--grpc-address", "127.0.0.1", "--grpc-port", str(port), "--http-port", "-1", "--metrics-port", "-1"],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "fpgaserve.server.cli",
+                "--model-repository",
+                str(tmp_path),
+                "--grpc-address",
+                "127.0.0.1",
+                "--grpc-port",
+                str(port),
+                "--http-port",
+                "-1",
+                "--metrics-port",
+                "-1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert r.returncode == 1
     assert f"cannot bind gRPC to 127.0.0.1:{port}" in r.stderr

@@ -90,11 +90,17 @@ scrape_configs:
 {static}
 """)
         self.log_path = tmp / "prometheus.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115  (closed in stop())
         self.proc = subprocess.Popen(
-            [shutil.which("prometheus") or "/usr/bin/prometheus", f"--config.file={config}",
-             f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self._log, stderr=subprocess.STDOUT,
+            [
+                shutil.which("prometheus") or "/usr/bin/prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def log(self) -> str:
@@ -211,25 +217,40 @@ def client_loop(srv: ServerProcess, seed: int, stop: threading.Event) -> int:
 def test_supersonic_queries(servers, prometheus):
     prom = prometheus
     # both targets scraped, every model's counters stored, before any load
-    wait_for(lambda: (prom.by('up{job="fpgaserve"}', "pod") == {p: 1.0 for p in PODS}, prom.by("up", "pod")),
-             60, "both servers scraped")
-    wait_for(lambda: (len(prom.query(f'nv_inference_exec_count{{release="{RELEASE}"}}')) == 2 * len(MODELS),
-                      prom.query("nv_inference_exec_count")), 60, "the counters of both servers in Prometheus")
+    wait_for(
+        lambda: (prom.by('up{job="fpgaserve"}', "pod") == dict.fromkeys(PODS, 1.0), prom.by("up", "pod")),
+        60,
+        "both servers scraped",
+    )
+    wait_for(
+        lambda: (
+            len(prom.query(f'nv_inference_exec_count{{release="{RELEASE}"}}')) == 2 * len(MODELS),
+            prom.query("nv_inference_exec_count"),
+        ),
+        60,
+        "the counters of both servers in Prometheus",
+    )
 
     before = {pod: statistics(srv) for pod, srv in servers.items()}
     exec_sum = f'sum by (pod) (nv_inference_exec_count{{release="{RELEASE}"}})'
     stop = threading.Event()
     started = time.monotonic()
     with ThreadPoolExecutor(CLIENTS_PER_SERVER * len(PODS)) as pool:
-        futures = [pool.submit(client_loop, srv, i, stop)
-                   for srv in servers.values() for i in range(CLIENTS_PER_SERVER)]
+        futures = [
+            pool.submit(client_loop, srv, i, stop) for srv in servers.values() for i in range(CLIENTS_PER_SERVER)
+        ]
         try:
             # load until it has run a few scrape intervals and Prometheus has scraped progress
             # on both servers (so a utilization sample covers busy time)
-            wait_for(lambda: (time.monotonic() - started >= LOAD_SECONDS
-                              and all(prom.by(exec_sum, "pod").get(p, 0) > before[p][0] for p in PODS),
-                              prom.by(exec_sum, "pod")),
-                     120, "Prometheus scraping progress on both servers under load")
+            wait_for(
+                lambda: (
+                    time.monotonic() - started >= LOAD_SECONDS
+                    and all(prom.by(exec_sum, "pod").get(p, 0) > before[p][0] for p in PODS),
+                    prom.by(exec_sum, "pod"),
+                ),
+                120,
+                "Prometheus scraping progress on both servers under load",
+            )
         finally:
             stop.set()
         sent = sum(f.result(timeout=120) for f in futures)
@@ -237,8 +258,11 @@ def test_supersonic_queries(servers, prometheus):
     after = {pod: statistics(srv) for pod, srv in servers.items()}
 
     # Prometheus has the final counters of both servers (no traffic since)
-    wait_for(lambda: (prom.by(exec_sum, "pod") == {p: float(after[p][0]) for p in PODS}, prom.by(exec_sum, "pod")),
-             60, "final counters scraped")
+    wait_for(
+        lambda: (prom.by(exec_sum, "pod") == {p: float(after[p][0]) for p in PODS}, prom.by(exec_sum, "pod")),
+        60,
+        "final counters scraped",
+    )
     at = time.time()
     if round(at * 1000) % 1000 == 0:  # Envoy's Lua pattern wants a fraction in the timestamp
         at += 0.001

@@ -23,12 +23,13 @@ import subprocess
 import sys
 
 import pytest
-from google.protobuf import descriptor_pool, text_format, unknown_fields
-from google.protobuf.descriptor import FieldDescriptor
 
 # Both sets of classes in one process: that is what the private pool is for.
 import tritonclient.grpc.model_config_pb2 as tc_model_config
 import tritonclient.grpc.service_pb2 as tc_service
+from google.protobuf import descriptor_pool, text_format, unknown_fields
+from google.protobuf.descriptor import FieldDescriptor
+
 from fpgaserve import protos
 
 TC_FILES = (tc_model_config.DESCRIPTOR, tc_service.DESCRIPTOR)
@@ -253,8 +254,7 @@ def _check_transfer(src_cls, dst_cls, full_name: str, variant: int, direction: s
     assert not unknown, f"{direction} {full_name}: unknown fields after parse: {unknown}"
     redata = dst.SerializeToString(deterministic=True)
     assert redata == data, (
-        f"{direction} {full_name}: re-serialised bytes differ\n"
-        f"  sent:      {data.hex()}\n  re-encoded: {redata.hex()}"
+        f"{direction} {full_name}: re-serialised bytes differ\n  sent:      {data.hex()}\n  re-encoded: {redata.hex()}"
     )
     # same values under the same field *names* (catches swapped names with equal numbers)
     assert text_format.MessageToString(dst) == text_format.MessageToString(src), (
@@ -340,7 +340,9 @@ def test_message_schema(full_name):
     ours = _message_signature(OUR_MESSAGES[full_name])
     if ours != theirs:
         fields = _diff(ours["fields"], theirs["fields"])
-        rest = _diff({k: v for k, v in ours.items() if k != "fields"}, {k: v for k, v in theirs.items() if k != "fields"})
+        rest = _diff(
+            {k: v for k, v in ours.items() if k != "fields"}, {k: v for k, v in theirs.items() if k != "fields"}
+        )
         pytest.fail(f"{full_name} differs from Triton's:\n{fields}\n{rest}")
 
 

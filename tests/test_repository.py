@@ -14,8 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import grpc
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -103,7 +103,10 @@ def int_input(values, name="IN"):
 def simple_inputs(batch: int = 1, seed: int = 0):
     a = (np.arange(16, dtype=np.int32) + seed).reshape(1, 16).repeat(batch, axis=0)
     b = np.full((batch, 16), 2, dtype=np.int32)
-    inputs = [grpcclient.InferInput("INPUT0", [batch, 16], "INT32"), grpcclient.InferInput("INPUT1", [batch, 16], "INT32")]
+    inputs = [
+        grpcclient.InferInput("INPUT0", [batch, 16], "INT32"),
+        grpcclient.InferInput("INPUT1", [batch, 16], "INT32"),
+    ]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b)
     return inputs, a + b, a - b
@@ -206,7 +209,7 @@ def _check_bad_repo(server: Server, repo: Path) -> None:
     for name, problem in BAD_MODELS.items():
         rows = index[name]
         assert len(rows) == 1, rows
-        version, state, reason = rows[0]
+        _version, state, reason = rows[0]
         assert state == "UNAVAILABLE", rows
         assert f"failed to load '{name}'" in reason, reason
         if name == "import_error":

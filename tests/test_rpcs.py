@@ -43,7 +43,9 @@ def channel(server):
 def call(channel, method: str, request, response_cls):
     """One unary RPC with our own message classes; returns the response or raises RpcError."""
     fn = channel.unary_unary(
-        SERVICE + method, request_serializer=type(request).SerializeToString, response_deserializer=response_cls.FromString
+        SERVICE + method,
+        request_serializer=type(request).SerializeToString,
+        response_deserializer=response_cls.FromString,
     )
     return fn(request, timeout=30)
 
@@ -66,7 +68,10 @@ def decode(datatype: str, shape, raw: bytes) -> np.ndarray:
 
 
 def simple_inputs(a: np.ndarray, b: np.ndarray, datatype: str = "INT32"):
-    inputs = [grpcclient.InferInput("INPUT0", list(a.shape), datatype), grpcclient.InferInput("INPUT1", list(b.shape), datatype)]
+    inputs = [
+        grpcclient.InferInput("INPUT0", list(a.shape), datatype),
+        grpcclient.InferInput("INPUT1", list(b.shape), datatype),
+    ]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b)
     return inputs
@@ -433,7 +438,9 @@ def test_infer_accepts_allowed_parameters(channel):
 def test_async_infer(client):
     done: queue.Queue = queue.Queue()
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    client.async_infer("simple", simple_inputs(a, a), lambda result, error: done.put((result, error)), request_id="async-1")
+    client.async_infer(
+        "simple", simple_inputs(a, a), lambda result, error: done.put((result, error)), request_id="async-1"
+    )
     result, error = done.get(timeout=30)
     assert error is None
     assert result.get_response().id == "async-1"
@@ -522,7 +529,9 @@ def test_stream_tritonclient_survives_errors(server):
     for r in ok.values():
         assert r.get_response().parameters["triton_final_response"].bool_param is True
     assert errors[0] == "Request for unknown model: 'nonexistent' is not found"
-    assert errors[1].startswith("[request id: t2] unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [1,15].")
+    assert errors[1].startswith(
+        "[request id: t2] unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [1,15]."
+    )
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -599,7 +608,9 @@ def test_repository_index(client, channel):
 
 
 def test_repository_index_rejects_repository_name(channel):
-    err = rpc_error(channel, "RepositoryIndex", pb.RepositoryIndexRequest(repository_name="nope"), pb.RepositoryIndexResponse)
+    err = rpc_error(
+        channel, "RepositoryIndex", pb.RepositoryIndexRequest(repository_name="nope"), pb.RepositoryIndexResponse
+    )
     assert err.code() == grpc.StatusCode.UNIMPLEMENTED
     assert err.details() == "'repository_name' specification is not supported"
 
@@ -665,7 +676,9 @@ def test_cuda_shared_memory(client, channel):
     # no regions (clients unregister everything first); registering is refused.
     assert list(client.get_cuda_shared_memory_status().regions) == []
     client.unregister_cuda_shared_memory()
-    err = rpc_error(channel, "CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest(name="x"), pb.CudaSharedMemoryStatusResponse)
+    err = rpc_error(
+        channel, "CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest(name="x"), pb.CudaSharedMemoryStatusResponse
+    )
     assert err.code() == grpc.StatusCode.NOT_FOUND
     assert err.details() == "Unable to find cuda shared memory region: 'x'"
     err = rpc_error(
@@ -695,7 +708,10 @@ def test_aio_client(server):
             assert cfg.config.max_batch_size == 8
 
             a = np.arange(32, dtype=np.int32).reshape(2, 16)
-            inputs = [aioclient.InferInput("INPUT0", [2, 16], "INT32"), aioclient.InferInput("INPUT1", [2, 16], "INT32")]
+            inputs = [
+                aioclient.InferInput("INPUT0", [2, 16], "INT32"),
+                aioclient.InferInput("INPUT1", [2, 16], "INT32"),
+            ]
             inputs[0].set_data_from_numpy(a)
             inputs[1].set_data_from_numpy(a)
             results = await asyncio.gather(*(c.infer("simple", inputs, request_id=f"aio-{i}") for i in range(8)))

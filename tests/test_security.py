@@ -60,7 +60,6 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from server_process import CONFORMANCE_REPO, ServerProcess
-from tools import perf_analyzer  # noqa: F401  (fixture: locate or install, else skip)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -228,7 +227,9 @@ RPCS = {
     "ModelInfer": ("inference", _model_infer, OK),
     "ModelStreamInfer": ("inference", _model_stream_infer, OK),
     "SystemSharedMemoryStatus": (
-        "shared-memory", _unary("SystemSharedMemoryStatus", service_pb2.SystemSharedMemoryStatusRequest), OK,
+        "shared-memory",
+        _unary("SystemSharedMemoryStatus", service_pb2.SystemSharedMemoryStatusRequest),
+        OK,
     ),
     "SystemSharedMemoryRegister": (
         "shared-memory",
@@ -239,10 +240,14 @@ RPCS = {
         grpc.StatusCode.INTERNAL,  # Unable to open shared memory region
     ),
     "SystemSharedMemoryUnregister": (
-        "shared-memory", _unary("SystemSharedMemoryUnregister", service_pb2.SystemSharedMemoryUnregisterRequest), OK,
+        "shared-memory",
+        _unary("SystemSharedMemoryUnregister", service_pb2.SystemSharedMemoryUnregisterRequest),
+        OK,
     ),
     "CudaSharedMemoryStatus": (
-        "shared-memory", _unary("CudaSharedMemoryStatus", service_pb2.CudaSharedMemoryStatusRequest), OK,
+        "shared-memory",
+        _unary("CudaSharedMemoryStatus", service_pb2.CudaSharedMemoryStatusRequest),
+        OK,
     ),
     "CudaSharedMemoryRegister": (
         "shared-memory",
@@ -250,7 +255,9 @@ RPCS = {
         grpc.StatusCode.UNIMPLEMENTED,  # no GPU
     ),
     "CudaSharedMemoryUnregister": (
-        "shared-memory", _unary("CudaSharedMemoryUnregister", service_pb2.CudaSharedMemoryUnregisterRequest), OK,
+        "shared-memory",
+        _unary("CudaSharedMemoryUnregister", service_pb2.CudaSharedMemoryUnregisterRequest),
+        OK,
     ),
     "ModelConfig": ("model-config", _unary("ModelConfig", lambda: service_pb2.ModelConfigRequest(name="simple")), OK),
     "RepositoryIndex": ("model-repository", _unary("RepositoryIndex", service_pb2.RepositoryIndexRequest), OK),
@@ -265,14 +272,23 @@ RPCS = {
         OK,
     ),
     "ModelStatistics": (
-        "statistics", _unary("ModelStatistics", lambda: service_pb2.ModelStatisticsRequest(name="simple")), OK,
+        "statistics",
+        _unary("ModelStatistics", lambda: service_pb2.ModelStatisticsRequest(name="simple")),
+        OK,
     ),
     "TraceSetting": ("trace", _unary("TraceSetting", service_pb2.TraceSettingRequest), OK),
     "LogSettings": ("logging", _unary("LogSettings", service_pb2.LogSettingsRequest), OK),
 }
 
 PROTOCOLS = (
-    "health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace",
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
     "logging",
 )
 
@@ -283,10 +299,15 @@ REPO = ("repo", "r3po")  # server "a"
 OPS = ("ops", "0ps-v4lue")  # server "b"
 SHM = ("shm", "sh-m")  # server "b"
 HOME = {
-    "inference": ("a", ADMIN), "model-config": ("a", ADMIN), "statistics": ("a", ADMIN), "logging": ("a", ADMIN),
+    "inference": ("a", ADMIN),
+    "model-config": ("a", ADMIN),
+    "statistics": ("a", ADMIN),
+    "logging": ("a", ADMIN),
     "model-repository": ("a", REPO),
-    "health": ("b", OPS), "metadata": ("b", OPS),
-    "shared-memory": ("b", SHM), "trace": ("b", SHM),
+    "health": ("b", OPS),
+    "metadata": ("b", OPS),
+    "shared-memory": ("b", SHM),
+    "trace": ("b", SHM),
 }
 PROBE_HEADER, PROBE_VALUE = "X-Probe-Token", "pr0be"
 
@@ -318,13 +339,15 @@ def restricted(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("restricted")
     explicit = ["--model-control-mode", "explicit", "--load-model", "*"]
     a = ServerProcess(
-        [CONFORMANCE_REPO], *explicit,
+        [CONFORMANCE_REPO],
+        *explicit,
         "--grpc-restricted-protocol=inference,model-config,statistics,logging:{}={}".format(*ADMIN),
         "--grpc-restricted-protocol=model-repository:{}={}".format(*REPO),
         log_path=log_dir / "a.log",
     )
     b = ProbeHeaderServer(
-        [CONFORMANCE_REPO], *explicit,
+        [CONFORMANCE_REPO],
+        *explicit,
         "--grpc-restricted-protocol=health,metadata:{}={}".format(*OPS),
         "--grpc-restricted-protocol=shared-memory,trace:{}={}".format(*SHM),
         f"--http-restricted-api=health:{PROBE_HEADER}={PROBE_VALUE}",
@@ -386,7 +409,8 @@ def test_restriction_is_checked_before_the_message_is_parsed(restricted):
         with pytest.raises(grpc.RpcError) as e:
             infer(b"\xff\xff\xff\xff not protobuf", timeout=RPC_TIMEOUT)
         assert (e.value.code(), e.value.details()) == (
-            grpc.StatusCode.UNAVAILABLE, GRPC_REFUSAL.format(grpc_header(ADMIN[0]))
+            grpc.StatusCode.UNAVAILABLE,
+            GRPC_REFUSAL.format(grpc_header(ADMIN[0])),
         )
         with pytest.raises(grpc.RpcError) as e:
             infer(b"\xff\xff\xff\xff not protobuf", metadata=md(ADMIN), timeout=RPC_TIMEOUT)
@@ -494,8 +518,13 @@ def test_http_probe_restricted(restricted, path):
     port = restricted["b"].http_port
     body = json.dumps({"error": HTTP_REFUSAL.format(PROBE_HEADER)}).encode()
     assert body == b'{"error": "This API is restricted, expecting header \'X-Probe-Token\'"}'
-    for headers in ({}, {PROBE_HEADER: "wrong"}, {PROBE_HEADER: PROBE_VALUE.upper()}, {"Authorization": PROBE_VALUE},
-                    {grpc_header(PROBE_HEADER.lower()): PROBE_VALUE}):
+    for headers in (
+        {},
+        {PROBE_HEADER: "wrong"},
+        {PROBE_HEADER: PROBE_VALUE.upper()},
+        {"Authorization": PROBE_VALUE},
+        {grpc_header(PROBE_HEADER.lower()): PROBE_VALUE},
+    ):
         status, ctype, got = http_get(port, path, headers)
         assert (status, got) == (403, body), headers
         assert ctype.startswith("application/json")
@@ -577,7 +606,11 @@ def test_refused_log_settings_request_changes_nothing(default_server, tmp_path):
     in hash order (randomized per process), so the refused key comes first in some requests and
     later in others: many different requests, each checked."""
     changes = {
-        "log_verbose_level": 3, "log_info": False, "log_warning": False, "log_error": False, "log_format": "ISO8601",
+        "log_verbose_level": 3,
+        "log_info": False,
+        "log_warning": False,
+        "log_error": False,
+        "log_format": "ISO8601",
     }
     refused = [{"log_file": str(tmp_path / "x.log")}] + [{f"no_such_setting_{i}": True} for i in range(16)]
     client = grpcclient.InferenceServerClient(default_server.url)
@@ -676,7 +709,13 @@ def test_client_strings_never_forge_log_lines(tmp_path):
     log = tmp_path / "fpgaserve.log"
     region = make_region(64)
     proc = ServerProcess(
-        [CONFORMANCE_REPO], "--model-control-mode", "explicit", "--load-model", "simple", "--log-verbose", "1",
+        [CONFORMANCE_REPO],
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "simple",
+        "--log-verbose",
+        "1",
         log_path=log,
     )
     try:
@@ -754,16 +793,45 @@ def pki(tmp_path_factory):
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     for ca in ("ca", "other-ca"):
         openssl(
-            "req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
-            "-subj", f"/CN=fpgaserve test {ca}", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d,
+            "req",
+            "-x509",
+            *ec,
+            "-keyout",
+            f"{ca}.key",
+            "-out",
+            f"{ca}.pem",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN=fpgaserve test {ca}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=d,
         )
     for name, ca, section in (("server", "ca", "server"), ("client", "ca", "client"), ("rogue", "other-ca", "client")):
         openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
         openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", "2",
-            "-extfile", "ext.cnf", "-extensions", section, "-out", f"{name}.pem", cwd=d,
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            f"{ca}.pem",
+            "-CAkey",
+            f"{ca}.key",
+            "-set_serial",
+            str(int.from_bytes(os.urandom(8), "big")),
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-extensions",
+            section,
+            "-out",
+            f"{name}.pem",
+            cwd=d,
         )
     return d
 
@@ -843,9 +911,21 @@ def test_mtls_refuses_plaintext(mtls_server):
 
 def run_pa_tls(pa: str, server, pki: Path, *extra: str):
     cmd = [
-        pa, "-m", "simple", "-i", "grpc", "-u", f"localhost:{server.grpc_port}",
-        "--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file", str(pki / "ca.pem"), *extra,
-        "--concurrency-range", "1", "--request-count", "300",  # one window: no stability to wait for
+        pa,
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        f"localhost:{server.grpc_port}",
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        str(pki / "ca.pem"),
+        *extra,
+        "--concurrency-range",
+        "1",
+        "--request-count",
+        "300",  # one window: no stability to wait for
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     return done, f"{' '.join(cmd)}\nrc={done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
@@ -856,16 +936,20 @@ THROUGHPUT = re.compile(r"Concurrency: 1, throughput: [\d.]+ infer/sec")
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_perf_analyzer_over_tls(perf_analyzer, tls_server, pki):  # noqa: F811
+def test_perf_analyzer_over_tls(perf_analyzer, tls_server, pki):
     done, text = run_pa_tls(perf_analyzer, tls_server, pki)
     assert done.returncode == 0 and THROUGHPUT.search(done.stdout), text
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_perf_analyzer_over_mutual_tls(perf_analyzer, mtls_server, pki):  # noqa: F811
-    identity = ["--ssl-grpc-private-key-file", str(pki / "client.key"),
-                "--ssl-grpc-certificate-chain-file", str(pki / "client.pem")]
+def test_perf_analyzer_over_mutual_tls(perf_analyzer, mtls_server, pki):
+    identity = [
+        "--ssl-grpc-private-key-file",
+        str(pki / "client.key"),
+        "--ssl-grpc-certificate-chain-file",
+        str(pki / "client.pem"),
+    ]
     done, text = run_pa_tls(perf_analyzer, mtls_server, pki, *identity)
     assert done.returncode == 0 and THROUGHPUT.search(done.stdout), text
     # the same run without a client certificate is refused
@@ -888,15 +972,18 @@ def _bad_tls(pki: Path, tmp: Path, case: str) -> tuple[list[str], str]:
         "no key flag": ([ssl, "--grpc-server-cert", cert], "--grpc-server-key"),
         "mutual without root": ([mutual, "--grpc-server-cert", cert, "--grpc-server-key", key], "--grpc-root-cert"),
         "missing root file": (
-            [mutual, "--grpc-server-cert", cert, "--grpc-server-key", key, "--grpc-root-cert", missing], missing,
+            [mutual, "--grpc-server-cert", cert, "--grpc-server-key", key, "--grpc-root-cert", missing],
+            missing,
         ),
         "garbage cert": ([ssl, "--grpc-server-cert", str(garbage), "--grpc-server-key", key], "cert"),
         "garbage key": ([ssl, "--grpc-server-cert", cert, "--grpc-server-key", str(garbage)], "key"),
         "key of another cert": (
-            [ssl, "--grpc-server-cert", cert, "--grpc-server-key", str(pki / "client.key")], "key",
+            [ssl, "--grpc-server-cert", cert, "--grpc-server-key", str(pki / "client.key")],
+            "key",
         ),
         "garbage root": (
-            [mutual, "--grpc-server-cert", cert, "--grpc-server-key", key, "--grpc-root-cert", str(garbage)], "cert",
+            [mutual, "--grpc-server-cert", cert, "--grpc-server-key", key, "--grpc-root-cert", str(garbage)],
+            "cert",
         ),
         "root is another CA's key": (
             [mutual, "--grpc-server-cert", cert, "--grpc-server-key", key, "--grpc-root-cert", str(pki / "ca.key")],
@@ -906,9 +993,18 @@ def _bad_tls(pki: Path, tmp: Path, case: str) -> tuple[list[str], str]:
 
 
 BAD_TLS_CASES = [
-    "missing cert file", "missing key file", "key is a directory", "no cert flag", "no key flag",
-    "mutual without root", "missing root file", "garbage cert", "garbage key", "key of another cert",
-    "garbage root", "root is another CA's key",
+    "missing cert file",
+    "missing key file",
+    "key is a directory",
+    "no cert flag",
+    "no key flag",
+    "mutual without root",
+    "missing root file",
+    "garbage cert",
+    "garbage key",
+    "key of another cert",
+    "garbage root",
+    "root is another CA's key",
 ]
 
 
@@ -996,8 +1092,12 @@ def request(path: str = "/v2/health/live", *headers: str, method: str = "GET", c
 @pytest.mark.parametrize("which", ["http", "metrics"])
 @pytest.mark.parametrize(
     "partial",
-    [b"GET /v2/hea", b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n", b"GET /metrics HTTP/1.1\r\nX-Half: ab",
-     b"GET /v2/health/live HTTP/1.1\r\nContent-Length: 100\r\n\r\n0123456789"],
+    [
+        b"GET /v2/hea",
+        b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n",
+        b"GET /metrics HTTP/1.1\r\nX-Half: ab",
+        b"GET /v2/health/live HTTP/1.1\r\nContent-Length: 100\r\n\r\n0123456789",
+    ],
     ids=["request line", "headers", "header line", "body"],
 )
 def test_stalled_request_gets_408_and_close(hygiene_server, which, partial):
@@ -1112,8 +1212,14 @@ def test_other_methods_are_405(hygiene_server, method, which):
 
 
 def test_pipelined_requests_are_all_answered_in_order(hygiene_server):
-    paths = ["/v2/health/live", "/v2/health/ready", "/v2/models/simple/ready", "/v2/models/simple/versions/1/ready",
-             "/v2/models/no_such_model/ready", "/v2/nothing/here"]
+    paths = [
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/simple/ready",
+        "/v2/models/simple/versions/1/ready",
+        "/v2/models/no_such_model/ready",
+        "/v2/nothing/here",
+    ]
     data = b"".join(request(p) for p in paths) + request("/v2/health/live", method="HEAD", close=True)
     assert statuses(exchange(hygiene_server.http_port, data)) == [200, 200, 200, 200, 400, 404, 200]
     scrape = request("/metrics") * 3 + request("/metrics", close=True)
@@ -1209,8 +1315,14 @@ def h2_available():
 def streams_server(tmp_path_factory):
     """Two concurrent streams per connection and the default ping policy (500 ms, 2 strikes) spelt out."""
     log = tmp_path_factory.mktemp("streams") / "fpgaserve.log"
-    args = ["--grpc-max-concurrent-streams", "2", "--grpc-http2-min-recv-ping-interval-without-data", "500",
-            "--grpc-http2-max-ping-strikes", "2"]
+    args = [
+        "--grpc-max-concurrent-streams",
+        "2",
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        "500",
+        "--grpc-http2-max-ping-strikes",
+        "2",
+    ]
     yield from serve(ServerProcess([CONFORMANCE_REPO], *args, log_path=log))
 
 
@@ -1297,7 +1409,9 @@ def test_keepalive_clients_keep_working(streams_server, keepalive_ms):
     strict ping policy: every call succeeds."""
     server = streams_server
     options = grpcclient.KeepAliveOptions(
-        keepalive_time_ms=keepalive_ms, keepalive_timeout_ms=20000, keepalive_permit_without_calls=True,
+        keepalive_time_ms=keepalive_ms,
+        keepalive_timeout_ms=20000,
+        keepalive_permit_without_calls=True,
         http2_max_pings_without_data=0,
     )
     client = grpcclient.InferenceServerClient(server.url, keepalive_options=options)

@@ -35,7 +35,6 @@ import numpy as np
 import pytest
 
 from server_process import CONFORMANCE_REPO, ServerProcess
-from tools import perf_analyzer  # noqa: F401  (fixture: locate or install, else skip)
 
 INVALID = "StatusCode.INVALID_ARGUMENT"
 SIMPLE_VALUES = [0, 11, 7, 5, 3, 2, 0, 1]
@@ -44,7 +43,7 @@ SIMPLE_EXPECTED = [1, 11, 7, 5, 3, 2, 0, 1]  # START adds 1 to the first
 
 # ----------------------------------------------------------------------------- temporary models
 
-CTL_MODEL_PY = '''
+CTL_MODEL_PY = """
 import numpy as np
 
 NAMES = ("START", "END", "READY", "CORRID")
@@ -57,13 +56,11 @@ class Model:
         out = {"OUT_" + n: inputs[n] for n in NAMES}
         out["DTYPES"] = np.array([[desc.encode()]] * rows, dtype=object)
         return out
-'''
+"""
 
 
 def _ctl_config(name: str, strategy: str, controls: str, corrid_type: str, out_types: dict) -> str:
-    outputs = ",\n".join(
-        f'  {{ name: "OUT_{n}" data_type: {t} dims: [ 1 ] }}' for n, t in out_types.items()
-    )
+    outputs = ",\n".join(f'  {{ name: "OUT_{n}" data_type: {t} dims: [ 1 ] }}' for n, t in out_types.items())
     return f"""
 name: "{name}"
 backend: "numpy"
@@ -107,7 +104,7 @@ CTL_OLDEST = _ctl_config(
 
 # Direct with state per slot: each instance keeps an accumulator per batch row. Right only
 # if every sequence stays on its (instance, row) slot and padded rows carry READY = 0.
-ACC_MODEL_PY = '''
+ACC_MODEL_PY = """
 import numpy as np
 
 
@@ -122,11 +119,18 @@ class Model:
                 base = 0 if inputs["START"][row, 0] else self.acc.get(row, 0)
                 self.acc[row] = out[row, 0] = base + int(inputs["INPUT"][row, 0])
         return {"OUTPUT": out}
-'''
+"""
 
 
-def _sequence_model_copy(repo, name: str, idle_us: int, max_batch_size: int = 8, instances: int = 1,
-                         model_py: str | None = None, source: str = "simple_sequence") -> None:
+def _sequence_model_copy(
+    repo,
+    name: str,
+    idle_us: int,
+    max_batch_size: int = 8,
+    instances: int = 1,
+    model_py: str | None = None,
+    source: str = "simple_sequence",
+) -> None:
     src = CONFORMANCE_REPO / source
     config = (src / "config.pbtxt").read_text()
     config = config.replace(f'name: "{source}"', f'name: "{name}"')
@@ -195,8 +199,13 @@ def run_unary_sequence(client, model: str, seq_id, values, prefix: str = "r") ->
     out = []
     for k, v in enumerate(values):
         r = client.infer(
-            model, [value_input(v)], request_id=f"{prefix}{k}", sequence_id=seq_id,
-            sequence_start=k == 0, sequence_end=k == len(values) - 1, client_timeout=30,
+            model,
+            [value_input(v)],
+            request_id=f"{prefix}{k}",
+            sequence_id=seq_id,
+            sequence_start=k == 0,
+            sequence_end=k == len(values) - 1,
+            client_timeout=30,
         )
         assert r.get_response().id == f"{prefix}{k}"
         out.append(int(output_of(r)))
@@ -213,8 +222,12 @@ class Stream:
 
     def send(self, model: str, value: int, request_id: str, seq_id, start=False, end=False):
         self.client.async_stream_infer(
-            model, [value_input(value)], request_id=request_id, sequence_id=seq_id,
-            sequence_start=start, sequence_end=end,
+            model,
+            [value_input(value)],
+            request_id=request_id,
+            sequence_id=seq_id,
+            sequence_start=start,
+            sequence_end=end,
         )
 
     def collect(self, n: int, timeout: float = 30.0) -> list:
@@ -255,7 +268,10 @@ def model_stats(client, model: str) -> dict:
     return {
         "inference_count": s[0].inference_count,
         "execution_count": s[0].execution_count,
-        **{k: getattr(st, k).count for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")},
+        **{
+            k: getattr(st, k).count
+            for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+        },
     }
 
 
@@ -305,14 +321,18 @@ def test_dyna_sequences_interleaved_on_one_stream(client):
     with stream(client) as s:
         for k in range(len(SIMPLE_VALUES)):
             for name, corrid in seqs.items():
-                s.send("simple_dyna_sequence", values[name][k], f"{name}-{k}", corrid,
-                       start=k == 0, end=k == len(SIMPLE_VALUES) - 1)
+                s.send(
+                    "simple_dyna_sequence",
+                    values[name][k],
+                    f"{name}-{k}",
+                    corrid,
+                    start=k == 0,
+                    end=k == len(SIMPLE_VALUES) - 1,
+                )
         got = by_sequence(s.collect(len(seqs) * len(SIMPLE_VALUES)))
     last = len(SIMPLE_VALUES) - 1
     for name, corrid in seqs.items():
-        expected = [
-            (f"{name}-{k}", v + (k == 0) + (corrid if k == last else 0)) for k, v in enumerate(values[name])
-        ]
+        expected = [(f"{name}-{k}", v + (k == 0) + (corrid if k == last else 0)) for k, v in enumerate(values[name])]
         assert got[name] == expected, name
 
 
@@ -377,7 +397,9 @@ def test_batch_size_above_one_is_rejected(client, model):
     i.set_data_from_numpy(np.array([[1], [2]], dtype=np.int32))
     status, msg = infer_error(lambda: client.infer(model, [i], sequence_id=606, sequence_start=True))
     assert status == INVALID
-    assert f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher" in msg
+    assert (
+        f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher" in msg
+    )
     # nothing was started: a continuation with that id has no sequence
     status, msg = infer_error(lambda: client.infer(model, [value_input(1)], sequence_id=606))
     assert "must specify the START flag" in msg, msg
@@ -483,7 +505,9 @@ def test_idle_sequence_is_ended(client, model, corrid_term):
     assert output_of(client.infer(model, [value_input(5)], sequence_id=88, sequence_start=True)) == 6
     time.sleep(0.8)
     status, msg = infer_error(lambda: client.infer(model, [value_input(1)], sequence_id=88))
-    assert status == INVALID and f"inference request for sequence 88 to model '{model}'" in msg and "START flag" in msg, msg
+    assert (
+        status == INVALID and f"inference request for sequence 88 to model '{model}'" in msg and "START flag" in msg
+    ), msg
     # a new START is fine
     r = client.infer(model, [value_input(5)], sequence_id=88, sequence_start=True, sequence_end=True)
     assert output_of(r) == 6 + corrid_term
@@ -569,7 +593,9 @@ def test_control_tensors_are_not_model_inputs(client):
     extra = grpcclient.InferInput("START", [1, 1], "INT32")
     extra.set_data_from_numpy(np.array([[1]], dtype=np.int32))
     status, msg = infer_error(
-        lambda: client.infer("ctl_direct", [value_input(1), extra], sequence_id=5, sequence_start=True, sequence_end=True)
+        lambda: client.infer(
+            "ctl_direct", [value_input(1), extra], sequence_id=5, sequence_start=True, sequence_end=True
+        )
     )
     # Triton counts inputs against the config's (controls are not among them) before anything else
     assert status == INVALID and "expected 1 inputs but got 2 inputs for model 'ctl_direct'" in msg, msg
@@ -583,9 +609,23 @@ def test_control_tensors_are_not_model_inputs(client):
 def test_perf_analyzer_sequences(perf_analyzer, seq_server, client):
     before = settled_stats(client, "simple_sequence")
     cmd = [
-        perf_analyzer, "-m", "simple_sequence", "-u", seq_server.url, "-i", "grpc",
-        "--sequence-length", "10", "--concurrency-range", "4",
-        "--measurement-mode", "count_windows", "--measurement-request-count", "200", "-s", "50",
+        perf_analyzer,
+        "-m",
+        "simple_sequence",
+        "-u",
+        seq_server.url,
+        "-i",
+        "grpc",
+        "--sequence-length",
+        "10",
+        "--concurrency-range",
+        "4",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "200",
+        "-s",
+        "50",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
     after = settled_stats(client, "simple_sequence")
@@ -602,7 +642,10 @@ def test_perf_analyzer_sequences(perf_analyzer, seq_server, client):
     # several slots' requests may share one execution, at most 8 (the slots)
     assert -(-d["success"] // 8) <= d["execution_count"] <= d["success"], d
     # PA's own Server block is a window of the same run
-    server = re.search(r"Server:\s*\n\s*Inference count: (\d+)\s*\n\s*Execution count: (\d+)\s*\n\s*Successful request count: (\d+)", proc.stdout)
+    server = re.search(
+        r"Server:\s*\n\s*Inference count: (\d+)\s*\n\s*Execution count: (\d+)\s*\n\s*Successful request count: (\d+)",
+        proc.stdout,
+    )
     assert server, info
     inf, execs, succ = map(int, server.groups())
     assert 0 < succ <= d["success"] and inf == succ and execs <= succ, (server.groups(), d)

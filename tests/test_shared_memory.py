@@ -138,9 +138,7 @@ def test_shm_inputs_with_a_regular_output(client, regions):
     out1 = grpcclient.InferRequestedOutput("OUTPUT1")
     result = client.infer("simple", shm_inputs(name), outputs=[out0, out1])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
-    np.testing.assert_array_equal(
-        shm.get_contents_as_numpy(handle, np.int32, [1, 16], offset=2 * TENSOR_BYTES), a + b
-    )
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.int32, [1, 16], offset=2 * TENSOR_BYTES), a + b)
 
 
 def test_registered_offset_is_applied(client, regions):
@@ -293,7 +291,7 @@ def test_infer_offset_and_size_beyond_region(client, regions):
 
 
 def test_infer_input_byte_size_smaller_than_tensor(client, regions):
-    name, key, handle = regions(2 * TENSOR_BYTES)
+    name, key, _handle = regions(2 * TENSOR_BYTES)
     client.register_system_shared_memory(name, key, 2 * TENSOR_BYTES)
     e = error_of(client.infer, "simple", shm_inputs(name, 0, TENSOR_BYTES, size=32))
     assert e.status() == "StatusCode.INVALID_ARGUMENT"
@@ -312,7 +310,7 @@ def plain_inputs(seed: int = 1):
 
 
 def test_output_region_too_small(client, regions):
-    name, key, handle = regions(2 * TENSOR_BYTES)
+    name, key, _handle = regions(2 * TENSOR_BYTES)
     client.register_system_shared_memory(name, key, 2 * TENSOR_BYTES)
     inputs, _ = plain_inputs()
     outputs = shm_outputs(name, size=32, offset0=0, offset1=TENSOR_BYTES)
@@ -350,7 +348,6 @@ def test_region_without_byte_size_parameter(client, regions):
     e = error_of(client.infer, "simple", inputs)
     assert e.status() == "StatusCode.INVALID_ARGUMENT"
     assert e.message() == (
-        "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
-        "parameter for tensor 'INPUT0'"
+        "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor 'INPUT0'"
     )
     assert_serving(client)

@@ -236,7 +236,7 @@ def _fds(server) -> int:
 
 
 def test_region_count_is_bounded_and_fds_do_not_leak(server, client, segment):
-    name, key, _ = segment(TENSOR)
+    _name, key, _ = segment(TENSOR)
     for i in range(8):
         client.register_system_shared_memory(f"r{i}", key, TENSOR)
     err = error_of(lambda: client.register_system_shared_memory("r8", key, TENSOR))

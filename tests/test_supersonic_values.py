@@ -56,7 +56,7 @@ def values() -> dict:
 def server_argv(script: str) -> list[str]:
     """The command the script execs (line continuations joined), as the shell would split it."""
     joined = script.replace("\\\n", " ")
-    execs = [line.strip()[len("exec "):] for line in joined.splitlines() if line.strip().startswith("exec ")]
+    execs = [line.strip()[len("exec ") :] for line in joined.splitlines() if line.strip().startswith("exec ")]
     assert len(execs) == 1, f"the script must exec the server exactly once:\n{script}"
     return shlex.split(execs[0])
 
@@ -82,7 +82,9 @@ def test_values_fit_the_chart(values):
         assert isinstance(resources[kind]["memory"], str)
     fpga = [k for k in resources["limits"] if "/" in k]
     assert len(fpga) == 1 and FPGA_RESOURCE.match(fpga[0]), fpga
-    assert resources["limits"][fpga[0]] == resources["requests"][fpga[0]] == 1  # extended resources are not overcommitted
+    assert (
+        resources["limits"][fpga[0]] == resources["requests"][fpga[0]] == 1
+    )  # extended resources are not overcommitted
 
     repo = triton["modelRepository"]
     assert repo["enabled"] is True and repo["storageType"] in ("pvc", "cvmfs-pvc", "nfs")
@@ -116,11 +118,16 @@ class PodServer:
             assert script.count(old) == 1, f"{old!r} not in the script once:\n{script}"
             script = script.replace(old, new)
         # loopback only, on a test machine (appended to the exec'd command line)
-        self.script = script.rstrip() + " --grpc-address=127.0.0.1 --http-address=127.0.0.1 --metrics-address=127.0.0.1\n"
+        self.script = (
+            script.rstrip() + " --grpc-address=127.0.0.1 --http-address=127.0.0.1 --metrics-address=127.0.0.1\n"
+        )
         self.log_path = tmp / "pod.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115  (closed in stop())
         self.proc = subprocess.Popen(
-            values["triton"]["command"] + [self.script], stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ)
+            values["triton"]["command"] + [self.script],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
         )
 
     def log(self) -> str:
@@ -192,7 +199,11 @@ def test_chart_readiness_probe_passes(pod, values):
         pytest.skip("curl is not installed here (the image has it)")
     command = list(values["triton"].get("readinessProbe", {}).get("command") or [])
     if not command:  # the values keep the chart's probe: its command, chart 0.3.1
-        command = ["/bin/sh", "-c", "curl -sf http://localhost:8000/v2/health/ready > /dev/null && [ ! -f /tmp/shutdown ]"]
+        command = [
+            "/bin/sh",
+            "-c",
+            "curl -sf http://localhost:8000/v2/health/ready > /dev/null && [ ! -f /tmp/shutdown ]",
+        ]
     script = command[-1].replace("localhost:8000", f"127.0.0.1:{pod.ports['http']}")
     script = script.replace("/tmp/shutdown", str(pod.shutdown_file))
     probe = command[:-1] + [script]

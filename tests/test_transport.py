@@ -348,11 +348,12 @@ def test_expired_or_cancelled_queued_requests_never_execute(tserver, tclient, sl
             cancel_results[tag] = error if error is not None else result
             if len(cancel_results) == len(cancelled_tags):
                 callbacks_done.set()
+
         return cb
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         blocker = pool.submit(infer_slow, tclient, 10, 3500, 60, model)
-        wait_for(lambda: 10 in read_tags(slow_log)[len(tags_before):], what="the blocker to execute")
+        wait_for(lambda: 10 in read_tags(slow_log)[len(tags_before) :], what="the blocker to execute")
 
         # 1) deadlines that expire while queued behind the blocker
         def expiring(tag):
@@ -395,7 +396,7 @@ def test_expired_or_cancelled_queued_requests_never_execute(tserver, tclient, sl
         assert blocker.result(timeout=30) == 10
         assert callbacks_done.wait(10)
 
-    assert errors == {t: "StatusCode.DEADLINE_EXCEEDED" for t in expired_tags}
+    assert errors == dict.fromkeys(expired_tags, "StatusCode.DEADLINE_EXCEEDED")
     for tag in cancelled_tags:
         err = cancel_results[tag]
         assert isinstance(err, InferenceServerException), err
@@ -403,7 +404,7 @@ def test_expired_or_cancelled_queued_requests_never_execute(tserver, tclient, sl
 
     # a later request still runs; give any wrongly queued request time to run before it
     assert infer_slow(tclient, 99, 0, client_timeout=30, model=model) == 99
-    executed = read_tags(slow_log)[len(tags_before):]
+    executed = read_tags(slow_log)[len(tags_before) :]
     assert executed == [10, 99], f"requests that expired/cancelled in the queue executed: {executed}"
     assert execution_count(tclient, model) - executed_before == 2
     assert_healthy(tclient)
@@ -419,6 +420,7 @@ def test_hundreds_of_concurrent_aio_requests(tserver):
     async def run():
         client = aiogrpcclient.InferenceServerClient(tserver.url)
         try:
+
             async def one(i):
                 inputs, s, d = simple_inputs(i, batch=1 + i % 8, mod=aiogrpcclient)
                 r = await client.infer("simple", inputs, request_id=f"aio-{i}")
@@ -460,9 +462,11 @@ def test_hundreds_of_concurrent_threaded_sync_requests(tserver):
 @pytest.mark.timeout(120)
 def test_concurrent_requests_on_the_slow_model_all_complete(tserver, slow_log):
     """Many in-flight requests queued on a one-instance model: each gets its own answer."""
+
     async def run():
         client = aiogrpcclient.InferenceServerClient(tserver.url)
         try:
+
             async def one(tag):
                 r = await client.infer("slow", slow_inputs(tag, 1, aiogrpcclient))
                 return r.as_numpy("OUT").tolist()
@@ -478,12 +482,12 @@ def test_concurrent_requests_on_the_slow_model_all_complete(tserver, slow_log):
 
 # ----------------------------------------------------------------------------- keepalive
 
-KEEPALIVE = dict(
-    keepalive_time_ms=1000,
-    keepalive_timeout_ms=2000,
-    keepalive_permit_without_calls=True,
-    http2_max_pings_without_data=0,
-)
+KEEPALIVE = {
+    "keepalive_time_ms": 1000,
+    "keepalive_timeout_ms": 2000,
+    "keepalive_permit_without_calls": True,
+    "http2_max_pings_without_data": 0,
+}
 
 
 def _keepalive_session(url: str) -> None:
@@ -605,7 +609,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
                 # connection can land in the backlog of a gRPC core that is shutting down and
                 # is then never answered (deadline) or cancelled by the core's shutdown.
                 assert status_of(e.value) in (
-                    "StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED", "StatusCode.CANCELLED"
+                    "StatusCode.UNAVAILABLE",
+                    "StatusCode.DEADLINE_EXCEEDED",
+                    "StatusCode.CANCELLED",
                 ), e.value
             finally:
                 fresh.close()

@@ -61,7 +61,9 @@ def servers(tritonserver_path, tmp_path_factory):
 
 def _call(url: str, method: str, request, response_cls):
     with grpc.insecure_channel(url) as channel:
-        rpc = channel.unary_unary(SERVICE + method, request_serializer=None, response_deserializer=response_cls.FromString)
+        rpc = channel.unary_unary(
+            SERVICE + method, request_serializer=None, response_deserializer=response_cls.FromString
+        )
         try:
             rpc(request.SerializeToString(), timeout=30)
             return grpc.StatusCode.OK, ""
@@ -271,23 +273,63 @@ def test_infer_errors_match_triton(servers, case):
 
 
 OTHER_CASES = {
-    "metadata unknown model": ("ModelMetadata", lambda: pb.ModelMetadataRequest(name="nonexistent"), pb.ModelMetadataResponse),
-    "metadata unknown version": ("ModelMetadata", lambda: pb.ModelMetadataRequest(name="simple", version="3"), pb.ModelMetadataResponse),
+    "metadata unknown model": (
+        "ModelMetadata",
+        lambda: pb.ModelMetadataRequest(name="nonexistent"),
+        pb.ModelMetadataResponse,
+    ),
+    "metadata unknown version": (
+        "ModelMetadata",
+        lambda: pb.ModelMetadataRequest(name="simple", version="3"),
+        pb.ModelMetadataResponse,
+    ),
     "config unknown model": ("ModelConfig", lambda: pb.ModelConfigRequest(name="nonexistent"), pb.ModelConfigResponse),
-    "config bad version": ("ModelConfig", lambda: pb.ModelConfigRequest(name="simple", version="abc"), pb.ModelConfigResponse),
-    "statistics unknown model": ("ModelStatistics", lambda: pb.ModelStatisticsRequest(name="nonexistent"), pb.ModelStatisticsResponse),
-    "statistics unknown version": ("ModelStatistics", lambda: pb.ModelStatisticsRequest(name="simple", version="3"), pb.ModelStatisticsResponse),
+    "config bad version": (
+        "ModelConfig",
+        lambda: pb.ModelConfigRequest(name="simple", version="abc"),
+        pb.ModelConfigResponse,
+    ),
+    "statistics unknown model": (
+        "ModelStatistics",
+        lambda: pb.ModelStatisticsRequest(name="nonexistent"),
+        pb.ModelStatisticsResponse,
+    ),
+    "statistics unknown version": (
+        "ModelStatistics",
+        lambda: pb.ModelStatisticsRequest(name="simple", version="3"),
+        pb.ModelStatisticsResponse,
+    ),
     "ready unknown model": ("ModelReady", lambda: pb.ModelReadyRequest(name="nonexistent"), pb.ModelReadyResponse),
-    "load in none mode": ("RepositoryModelLoad", lambda: pb.RepositoryModelLoadRequest(model_name="simple"), pb.RepositoryModelLoadResponse),
-    "unload in none mode": ("RepositoryModelUnload", lambda: pb.RepositoryModelUnloadRequest(model_name="simple"), pb.RepositoryModelUnloadResponse),
-    "index with repository name": ("RepositoryIndex", lambda: pb.RepositoryIndexRequest(repository_name="x"), pb.RepositoryIndexResponse),
+    "load in none mode": (
+        "RepositoryModelLoad",
+        lambda: pb.RepositoryModelLoadRequest(model_name="simple"),
+        pb.RepositoryModelLoadResponse,
+    ),
+    "unload in none mode": (
+        "RepositoryModelUnload",
+        lambda: pb.RepositoryModelUnloadRequest(model_name="simple"),
+        pb.RepositoryModelUnloadResponse,
+    ),
+    "index with repository name": (
+        "RepositoryIndex",
+        lambda: pb.RepositoryIndexRequest(repository_name="x"),
+        pb.RepositoryIndexResponse,
+    ),
     "shm register bad key": (
         "SystemSharedMemoryRegister",
         lambda: pb.SystemSharedMemoryRegisterRequest(name="r", key="/fpgaserve_no_such_key", byte_size=64),
         pb.SystemSharedMemoryRegisterResponse,
     ),
-    "shm status unknown": ("SystemSharedMemoryStatus", lambda: pb.SystemSharedMemoryStatusRequest(name="nope"), pb.SystemSharedMemoryStatusResponse),
-    "shm unregister unknown": ("SystemSharedMemoryUnregister", lambda: pb.SystemSharedMemoryUnregisterRequest(name="nope"), pb.SystemSharedMemoryUnregisterResponse),
+    "shm status unknown": (
+        "SystemSharedMemoryStatus",
+        lambda: pb.SystemSharedMemoryStatusRequest(name="nope"),
+        pb.SystemSharedMemoryStatusResponse,
+    ),
+    "shm unregister unknown": (
+        "SystemSharedMemoryUnregister",
+        lambda: pb.SystemSharedMemoryUnregisterRequest(name="nope"),
+        pb.SystemSharedMemoryUnregisterResponse,
+    ),
 }
 
 
@@ -305,7 +347,9 @@ def test_unregistered_shm_region_in_infer_matches_triton(servers):
     t = req.inputs[1]
     t.parameters["shared_memory_region"].string_param = "nope_region"
     t.parameters["shared_memory_byte_size"].int64_param = 64
-    assert _call(ours, "ModelInfer", req, pb.ModelInferResponse) == _call(triton, "ModelInfer", req, pb.ModelInferResponse)
+    assert _call(ours, "ModelInfer", req, pb.ModelInferResponse) == _call(
+        triton, "ModelInfer", req, pb.ModelInferResponse
+    )
 
 
 def _infer_outputs(url: str, request):

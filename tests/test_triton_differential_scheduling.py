@@ -20,6 +20,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+
 from fpgaserve.protos import inference as pb
 from reference_triton import start_tritonserver, stop_tritonserver
 from server_process import CONFORMANCE_REPO, ServerProcess, free_port
@@ -63,7 +64,7 @@ class TritonPythonModel:
         return responses
 '''
 
-_SLOW_TRITON_PY = f'''\
+_SLOW_TRITON_PY = f"""\
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -77,9 +78,9 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
             for r in requests
         ]
-'''
+"""
 
-_SLOW_NUMPY_PY = f'''\
+_SLOW_NUMPY_PY = f"""\
 import time
 
 
@@ -87,7 +88,7 @@ class Model:
     def execute(self, inputs):
         time.sleep({EXEC_S})
         return {{"OUTPUT0": inputs["INPUT0"]}}
-'''
+"""
 
 _SLOW_IO = """
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -114,19 +115,34 @@ def _write_triton_repo(repo):
         'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
     )
-    _write(repo, SEQ_MODEL, f'name: "{SEQ_MODEL}"\nbackend: "python"\nmax_batch_size: 8\n{seq_io}{_SEQ_CONFIG_TAIL}',
-           "model.py", _SEQ_PY)
+    _write(
+        repo,
+        SEQ_MODEL,
+        f'name: "{SEQ_MODEL}"\nbackend: "python"\nmax_batch_size: 8\n{seq_io}{_SEQ_CONFIG_TAIL}',
+        "model.py",
+        _SEQ_PY,
+    )
     for name, sched in QUEUE_MODELS.items():
-        _write(repo, name, f'name: "{name}"\nbackend: "python"\nmax_batch_size: 1\n{_SLOW_IO}{sched}',
-               "model.py", _SLOW_TRITON_PY)
+        _write(
+            repo,
+            name,
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 1\n{_SLOW_IO}{sched}',
+            "model.py",
+            _SLOW_TRITON_PY,
+        )
 
 
 def _write_fpgaserve_repo(repo):
     repo.mkdir(parents=True, exist_ok=True)
     shutil.copytree(CONFORMANCE_REPO / SEQ_MODEL, repo / SEQ_MODEL)
     for name, sched in QUEUE_MODELS.items():
-        _write(repo, name, f'name: "{name}"\nbackend: "numpy"\nmax_batch_size: 1\n{_SLOW_IO}{sched}',
-               "model.py", _SLOW_NUMPY_PY)
+        _write(
+            repo,
+            name,
+            f'name: "{name}"\nbackend: "numpy"\nmax_batch_size: 1\n{_SLOW_IO}{sched}',
+            "model.py",
+            _SLOW_NUMPY_PY,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +175,9 @@ def _seq(corrid=None, *, start=False, end=False, batch=1, request_id="", kind=No
     t.shape.extend([batch, 1])
     req.raw_input_contents.append(np.arange(1, batch + 1, dtype=np.int32).tobytes())
     if corrid is not None:
-        kind = kind or ("string_param" if isinstance(corrid, str) else "bool_param" if isinstance(corrid, bool)
-                        else "int64_param")
+        kind = kind or (
+            "string_param" if isinstance(corrid, str) else "bool_param" if isinstance(corrid, bool) else "int64_param"
+        )
         setattr(req.parameters["sequence_id"], kind, corrid)
     if start:
         req.parameters["sequence_start"].bool_param = True

@@ -106,7 +106,8 @@ def test_supersonic_command_line(tmp_path):
         "--strict-model-config=false",
         "--allow-gpu-metrics=true",
         "--backend-config=onnxruntime,enable-global-threadpool=1",
-        "--trace-config", "mode=opentelemetry",
+        "--trace-config",
+        "mode=opentelemetry",
         "--trace-config=opentelemetry,url=localhost:4318",
         *SIMPLE,
         log_path=log,
@@ -127,12 +128,21 @@ def test_cmstriton_command_line(tmp_path):
         base = free_port()
     log = tmp_path / "server.log"
     args = [
-        sys.executable, "-m", "fpgaserve.server.cli",
-        f"--http-port={base}", f"--grpc-port={base + 1}", f"--metrics-port={base + 2}",
-        "--http-address=127.0.01", "--grpc-address=127.0.01", "--metrics-address=127.0.01",
+        sys.executable,
+        "-m",
+        "fpgaserve.server.cli",
+        f"--http-port={base}",
+        f"--grpc-port={base + 1}",
+        f"--metrics-port={base + 2}",
+        "--http-address=127.0.01",
+        "--grpc-address=127.0.01",
+        "--metrics-address=127.0.01",
         f"--model-repository={CONFORMANCE_REPO}",
         "--allow-client-shm=true",
-        "--log-verbose=1", "--log-error=1", "--log-warning=1", "--log-info=1",
+        "--log-verbose=1",
+        "--log-error=1",
+        "--log-warning=1",
+        "--log-info=1",
         *SIMPLE,
     ]
     with open(log, "wb") as out:
@@ -187,10 +197,15 @@ def test_taken_port_says_address_already_in_use(which):
         taken = holder.getsockname()[1]
         ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
         ports[which] = taken
-        proc = _run_to_exit([
-            f"--model-repository={CONFORMANCE_REPO}", *SIMPLE,
-            f"--grpc-port={ports['grpc']}", f"--http-port={ports['http']}", f"--metrics-port={ports['metrics']}",
-        ])
+        proc = _run_to_exit(
+            [
+                f"--model-repository={CONFORMANCE_REPO}",
+                *SIMPLE,
+                f"--grpc-port={ports['grpc']}",
+                f"--http-port={ports['http']}",
+                f"--metrics-port={ports['metrics']}",
+            ]
+        )
     assert proc.returncode != 0
     assert "Address already in use" in proc.stderr
     assert f":{taken}" in proc.stderr
@@ -198,14 +213,27 @@ def test_taken_port_says_address_already_in_use(which):
 
 def test_each_ignored_flag_warns_once(tmp_path):
     log = tmp_path / "server.log"
-    given = ["--cuda-memory-pool-byte-size=0:67108864", "--pinned-memory-pool-byte-size", "0",
-             "--backend-directory=/opt/tritonserver/backends", "--model-load-thread-count=4",
-             "--allow-sagemaker=false", "--cache-config", "local,size=1048576"]
+    given = [
+        "--cuda-memory-pool-byte-size=0:67108864",
+        "--pinned-memory-pool-byte-size",
+        "0",
+        "--backend-directory=/opt/tritonserver/backends",
+        "--model-load-thread-count=4",
+        "--allow-sagemaker=false",
+        "--cache-config",
+        "local,size=1048576",
+    ]
     with ServerProcess([CONFORMANCE_REPO], *SIMPLE, *given, log_path=log) as server:
         _simple_infer(server.url)
     text = log.read_text()
-    for flag in ("--cuda-memory-pool-byte-size", "--pinned-memory-pool-byte-size", "--backend-directory",
-                 "--model-load-thread-count", "--allow-sagemaker", "--cache-config"):
+    for flag in (
+        "--cuda-memory-pool-byte-size",
+        "--pinned-memory-pool-byte-size",
+        "--backend-directory",
+        "--model-load-thread-count",
+        "--allow-sagemaker",
+        "--cache-config",
+    ):
         assert flag in IGNORED_TRITON_FLAGS
         assert text.count(f"{flag} is accepted for tritonserver compatibility and ignored") == 1, flag
     assert "--trace-config is accepted" not in text
@@ -250,7 +278,8 @@ def test_disable_auto_complete_config(tmp_path, flag):
 def test_allow_http_and_metrics_false(tmp_path):
     log = tmp_path / "server.log"
     server = ServerProcess([CONFORMANCE_REPO], *SIMPLE, "--allow-http=false", "--allow-metrics=false", log_path=log)
-    server.proc = subprocess.Popen(server.args, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        server.proc = subprocess.Popen(server.args, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_for(lambda: "Started GRPCInferenceService" in log.read_text(), server.proc, log)
         client = grpcclient.InferenceServerClient(server.url)
@@ -308,8 +337,9 @@ def test_allow_gpu_and_cpu_metrics(gpu, cpu):
     the inference families are always there."""
     from server_process import BUNDLED_REPO
 
-    with ServerProcess([BUNDLED_REPO], "--fpga-mode=numpy", f"--allow-gpu-metrics={gpu}",
-                       f"--allow-cpu-metrics={cpu}") as server:
+    with ServerProcess(
+        [BUNDLED_REPO], "--fpga-mode=numpy", f"--allow-gpu-metrics={gpu}", f"--allow-cpu-metrics={cpu}"
+    ) as server:
         client = grpcclient.InferenceServerClient(server.url)
         model = client.get_model_repository_index().models[0].name
         meta = client.get_model_metadata(model)

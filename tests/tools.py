@@ -2,9 +2,9 @@
 
 perf_analyzer (NVIDIA's C++ load generator, release 2.49): ``$PERF_ANALYZER`` if set and
 working, else ``<repo>/.tools/perf-analyzer/perf_analyzer``, installed (idempotently) by
-``<repo>/../shared/tools/get-perf-analyzer``. Test modules use the ``perf_analyzer`` fixture
-by importing it: ``from tools import perf_analyzer  # noqa: F401`` (a fixture imported into a
-module is registered there).
+``<repo>/../shared/tools/get-perf-analyzer``. Tests ask for the ``perf_analyzer`` fixture by
+name: conftest.py imports it, which registers it for every test module (a fixture imported
+into each test module instead would make each test that uses it redefine the import, F811).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _works(exe: Path) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _locate_perf_analyzer() -> tuple[str | None, str]:
     """(path, "") or (None, why not). Cached: the installer runs at most once per session."""
     override = os.environ.get("PERF_ANALYZER")

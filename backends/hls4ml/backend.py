@@ -102,8 +102,13 @@ class Hls4mlBackend(Backend):
         if instance_index == 0:
             log.info(
                 "model %s: hls4ml project %s (%s, %s) runs in %s mode (%s)%s",
-                config.get("name"), self.project.path, self.project.backend, self.project.io_type,
-                self.mode, why, self._runner_note(),
+                config.get("name"),
+                self.project.path,
+                self.project.backend,
+                self.project.io_type,
+                self.mode,
+                why,
+                self._runner_note(),
             )
 
     # ------------------------------------------------------------------ load
@@ -175,8 +180,11 @@ class Hls4mlBackend(Backend):
         card = self._place(pool, str(bitstream))
         self.card = card
         return HardwareRunner(
-            self.project, card, config_parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
-            max(self.max_batch_size, 1), timeout,
+            self.project,
+            card,
+            config_parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
+            max(self.max_batch_size, 1),
+            timeout,
         )
 
     def _place(self, pool, bitstream: str):
@@ -230,7 +238,6 @@ class Hls4mlBackend(Backend):
             close()
 
 
-
 def _emulated_device(mode: str):
     from .emulated import emulated_devices
     from .telemetry import device_telemetry
@@ -277,5 +284,3 @@ class OnnxReference:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.session.run([self.output_name], {self.input_name: np.ascontiguousarray(x, dtype=np.float32)})[0]
-
-

@@ -224,7 +224,11 @@ class FpgaCard(ComputeUnitAccounting):
         self.broken = None
         log.info(
             "card %d (%s%s): loaded %s (xclbin uuid %s) in %.2f s",
-            self.index, self.name, ", simulated" if self.simulated else "", path, uuid,
+            self.index,
+            self.name,
+            ", simulated" if self.simulated else "",
+            path,
+            uuid,
             time.perf_counter() - started,
         )
 
@@ -375,12 +379,21 @@ class FpgaCard(ComputeUnitAccounting):
         with self._stats_lock:
             cus = self._cu_busy(now)
             snap = CardSnapshot(
-                uid=self.uid, index=self.index, name=self.name, simulated=self.simulated,
-                xclbin_path=self.xclbin_path, xclbin_uuid=self.xclbin_uuid, now=now, cus=cus,
+                uid=self.uid,
+                index=self.index,
+                name=self.name,
+                simulated=self.simulated,
+                xclbin_path=self.xclbin_path,
+                xclbin_uuid=self.xclbin_uuid,
+                now=now,
+                cus=cus,
                 kernel_us=sum(st.busy_s for st in self._cu_stats.values()) * 1e6,
                 calls=sum(st.calls for st in self._cu_stats.values()),
-                dma_to_device=self._dma["to_device"], dma_from_device=self._dma["from_device"],
-                memory_used=self._memory_used, memory_total=total, reloads=self.reloads,
+                dma_to_device=self._dma["to_device"],
+                dma_from_device=self._dma["from_device"],
+                memory_used=self._memory_used,
+                memory_total=total,
+                reloads=self.reloads,
             )
         for cu in self.compute_units():  # idle CUs of the design count for utilization too
             snap.cus.setdefault(cu, (0, 0.0))

@@ -61,8 +61,18 @@ class EmulatedDevice(ComputeUnitAccounting):
             calls = sum(st.calls for st in self._cu_stats.values())
             busy_us = sum(st.busy_s for st in self._cu_stats.values()) * 1e6
         return CardSnapshot(
-            uid=self.uid, index=self.index, name=self.name, simulated=False, xclbin_path="", xclbin_uuid="",
-            now=now, cus=cus, kernel_us=busy_us, calls=calls, mode=self.mode, emulated=True,
+            uid=self.uid,
+            index=self.index,
+            name=self.name,
+            simulated=False,
+            xclbin_path="",
+            xclbin_uuid="",
+            now=now,
+            cus=cus,
+            kernel_us=busy_us,
+            calls=calls,
+            mode=self.mode,
+            emulated=True,
         )
 
 

@@ -28,7 +28,8 @@ import ctypes
 import ctypes.util
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
@@ -43,7 +44,7 @@ _LIBM = None
 
 def _libm():
     """glibc's single-precision maths, the functions the C-sim's table initialisers call."""
-    global _LIBM
+    global _LIBM  # noqa: PLW0603  (loaded once per process, on first use)
     if _LIBM is None:
         lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         for fn in ("expf", "tanhf"):
@@ -106,7 +107,9 @@ class FixedPointModel:
                 )
             declared_in = self._type(layer.template[0], layer)
             if declared_in != current:
-                raise UnsupportedLayerError(f"{layer.describe()}: input type {declared_in} differs from the previous output {current}")
+                raise UnsupportedLayerError(
+                    f"{layer.describe()}: input type {declared_in} differs from the previous output {current}"
+                )
             op, current = builder(layer, current)
             self._ops.append(op)
         self.output_type = current
@@ -131,7 +134,7 @@ class FixedPointModel:
             raise UnsupportedLayerError(f"{where}: type '{name}' = '{text}': {e}") from None
 
     # typedefs a config struct inherits from its nnet:: base when it does not override them
-    _BASE_TYPES = {("activ_config", "table_t"): "ap_fixed<18,8>"}
+    _BASE_TYPES: ClassVar[dict[tuple[str, str], str]] = {("activ_config", "table_t"): "ap_fixed<18,8>"}
 
     def _cfg_type(self, layer: Layer, key: str) -> FixedType:
         inherited = self._BASE_TYPES.get((layer.config.get("base", ""), key))
@@ -144,7 +147,9 @@ class FixedPointModel:
     def _weights(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
         values = self.graph.weight_array(layer, arg)
         if t.integer_type:
-            raise UnsupportedLayerError(f"{layer.describe()}: integer weight type {t} (parsed as text by ap_int) is not emulated")
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: integer weight type {t} (parsed as text by ap_int) is not emulated"
+            )
         try:
             return t.from_float(values)
         except ValueError as e:
@@ -153,7 +158,9 @@ class FixedPointModel:
     @staticmethod
     def _check_width(layer: Layer, bits: int, what: str) -> None:
         if bits > 62:
-            raise UnsupportedLayerError(f"{layer.describe()}: {what} needs {bits} bits, beyond the emulator's int64 raws")
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: {what} needs {bits} bits, beyond the emulator's int64 raws"
+            )
 
     # ------------------------------------------------------------------ dense
     def _dense_triplets(self, layer: Layer, n_in: int, n_out: int) -> list[tuple[int, int, int]]:
@@ -225,7 +232,9 @@ class FixedPointModel:
         w = self._weights(layer, layer.args[2], w_t)
         b = self._weights(layer, layer.args[3], b_t)
         if w.size != n_in * n_out or b.size != n_out:
-            raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}")
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}"
+            )
         self._check_width(layer, in_t.width + w_t.width, "the product")
         trip = self._dense_triplets(layer, n_in, n_out)
         wmat = np.zeros((n_in, n_out), np.int64)
@@ -450,10 +459,7 @@ class FixedPointModel:
             return acc_t.from_raw(reduce_add(cols[:left]) + reduce_add(cols[left:]), acc_t.frac)
 
         def softmax(x):
-            if impl == "stable":
-                d = norm_t.cast(x.max(axis=1, keepdims=True) - x, in_t)
-            else:
-                d = x
+            d = norm_t.cast(x.max(axis=1, keepdims=True) - x, in_t) if impl == "stable" else x
             e = exp_table[self._idx_from_raw(d, norm_t, bits_exp)]
             total = inv_inp_t.cast(reduce_add([e[:, j] for j in range(n)]), acc_t)
             inv = inv_table[self._idx_from_raw(total, inv_inp_t, bits_inv)]

@@ -55,7 +55,9 @@ class Layer:
 
 def _split_top(text: str) -> list[str]:
     """Split on commas outside <> and ()."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    depth = 0
+    cur: list[str] = []
     for ch in text:
         if ch in "<(":
             depth += 1
@@ -154,7 +156,9 @@ def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
         layer = Layer(kind, comment or cfg_name, template, args, cfg_name, configs.get(cfg_name, {}))
         i_in, i_out = _IO_ARGS.get(kind, (0, 1))
         if len(args) <= max(i_in, i_out):
-            raise UnsupportedLayerError(f"{layer.describe()}: unexpected call nnet::{kind}({cargs}) in firmware/{top_file}")
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: unexpected call nnet::{kind}({cargs}) in firmware/{top_file}"
+            )
         layer.input, layer.output = args[i_in], args[i_out]
         layer.weights = {a: loads[a] for a in args if a in loads}
         layers.append(layer)

@@ -122,7 +122,7 @@ class FixedType:
             low = (low ^ sign) - sign
         return low
 
-    def _overflow(self, wrapped: np.ndarray, over: np.ndarray | None, under: np.ndarray | None) -> np.ndarray:
+    def _overflow(self, wrapped: np.ndarray, over: np.ndarray, under: np.ndarray) -> np.ndarray:
         """Apply the overflow mode given the wrapped result and where the exact value was too
         large (over) or too small (under); mirrors ap_fixed_base::overflow_adjust."""
         if over is None:
@@ -253,13 +253,13 @@ class FixedType:
             huge = ~np.isfinite(m)
             neg = np.signbit(x) & (x != 0)
             # scaling a nonzero subnormal may underflow to 0: keep a sign for the rounding rules
-            m = np.where((m == 0) & (x != 0) & ~np.isnan(x), np.copysign(2.0 ** -100, x), m)
+            m = np.where((m == 0) & (x != 0) & ~np.isnan(x), np.copysign(2.0**-100, x), m)
             m = np.where(huge, 0.0, m)
             q = np.floor(m)
             if self.quant != "AP_TRN":
                 q = q + self._float_increment(m, q, x)
             # wrapped value: exact remainder modulo 2**W, computed in double (exact for integers)
-            modulus = 2.0 ** self.width
+            modulus = 2.0**self.width
             low = np.fmod(q, modulus)
             low = np.where(low < 0, low + modulus, low)
             wrapped = self._wrap(low.astype(np.int64))
@@ -291,7 +291,7 @@ class FixedType:
         with np.errstate(invalid="ignore"):
             finite = np.isfinite(x)
             mag = np.where(finite, np.trunc(np.abs(x)), 0.0)
-            low = np.fmod(mag, 2.0 ** self.width).astype(np.int64)
+            low = np.fmod(mag, 2.0**self.width).astype(np.int64)
             low = np.where((x < 0) & (x > -0.5), np.int64(-1), low)
             val = np.where(np.signbit(x) & (x != 0), -low, low)
         return self._wrap(val)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,15 @@ _SLEEP_MAX_S = 1e-3
 
 class HardwareRunner:
     """One model instance's path to one compute unit on one card."""
+
+    # Set by _bind(), None again after _unbind(); batches only run while bound (checked under the
+    # CU lock). PYNQ's IP driver and buffers are untyped, hence Any.
+    _ip: Any
+    _in_buf: Any
+    _out_buf: Any
+    _in_host: Any  # plain ndarray views of the buffers
+    _out_host: Any
+    _use_ert: bool
 
     def __init__(self, project: Hls4mlProject, card: FpgaCard, cu_name: str, max_batch_size: int, timeout_s: float):
         if project.accelerator is None:
@@ -89,7 +99,9 @@ class HardwareRunner:
         desc = overlay.ip_dict.get(self.cu_name)
         if desc is None or "CTRL" not in (desc.get("registers") or {}):
             have = ", ".join(card.compute_units()) or "none"
-            raise BackendError(f"compute unit '{self.cu_name}' is not in {where} (compute units: {have}); set parameter compute_unit")
+            raise BackendError(
+                f"compute unit '{self.cu_name}' is not in {where} (compute units: {have}); set parameter compute_unit"
+            )
         regs = desc["registers"]
         missing = [a for a in KERNEL_ARGS if a not in regs]
         if missing or "*" not in str(regs["fifo_in"].get("type")) or "*" not in str(regs["fifo_out"].get("type")):
@@ -141,8 +153,15 @@ class HardwareRunner:
         self._out_host = out_buf.view(np.ndarray)
         self._use_ert = bool(card.device.has_capability("ERT"))
         self._generation = card.generation
-        log.debug("%r bound: %s, buffers %d+%d bytes in %s/%s", self, where, in_bytes, out_bytes,
-                  targets["fifo_in"][1], targets["fifo_out"][1])
+        log.debug(
+            "%r bound: %s, buffers %d+%d bytes in %s/%s",
+            self,
+            where,
+            in_bytes,
+            out_bytes,
+            targets["fifo_in"][1],
+            targets["fifo_out"][1],
+        )
 
     def _free(self, buf) -> None:
         if buf is None:
@@ -218,9 +237,15 @@ class HardwareRunner:
         len_out = batch * n_out
         # the kernel computes len_in / N_IN samples and writes N_OUT words for each: anything
         # else hangs it or leaves stale FIFO words for the next call
-        if not (len_in % n_in == 0 and len_out == len_in // n_in * n_out
-                and len_in <= self._in_host.size and len_out <= self._out_host.size):
-            raise AssertionError(f"{self!r}: kernel lengths in={len_in} out={len_out} violate N_IN={n_in} N_OUT={n_out}")
+        if not (
+            len_in % n_in == 0
+            and len_out == len_in // n_in * n_out
+            and len_in <= self._in_host.size
+            and len_out <= self._out_host.size
+        ):
+            raise AssertionError(
+                f"{self!r}: kernel lengths in={len_in} out={len_out} violate N_IN={n_in} N_OUT={n_out}"
+            )
         self.in_codec.encode(x, self._in_host[:len_in].reshape(batch, n_in))
         try:
             in_part = self._in_buf[:len_in]

@@ -37,7 +37,6 @@ from .fixed_point import FixedType
 WORD_BITS = 32  # krnl_rtl's C_M_AXI_GMEM_DATA_WIDTH
 
 
-
 class KernelIoError(ValueError):
     """A precision the kernel's 32-bit words cannot carry, or that this encoder does not reproduce."""
 
@@ -79,7 +78,9 @@ def word_format(precision: str, what: str = "port") -> WordFormat:
     try:
         t = FixedType.parse(text)
     except ValueError as e:
-        raise KernelIoError(f"{what} precision '{precision}' is not float, ap_fixed<W,I>, ap_ufixed<W,I> or ap_int<W>: {e}") from None
+        raise KernelIoError(
+            f"{what} precision '{precision}' is not float, ap_fixed<W,I>, ap_ufixed<W,I> or ap_int<W>: {e}"
+        ) from None
     if not t.integer_type and t.quant != "AP_TRN":  # ap_int<W> has no mode parameters
         raise KernelIoError(f"{what} precision '{precision}': only AP_TRN quantization is supported on the host side")
     if t.overflow != "AP_WRAP":
@@ -97,7 +98,8 @@ def word_format(precision: str, what: str = "port") -> WordFormat:
         integer = container
     if container > WORD_BITS:
         raise KernelIoError(
-            f"{what} precision '{precision}' needs {container}-bit words; the krnl_rtl datapath is {WORD_BITS} bits wide"
+            f"{what} precision '{precision}' needs {container}-bit words; "
+            f"the krnl_rtl datapath is {WORD_BITS} bits wide"
         )
     return WordFormat(precision, False, container, container - integer, signed)
 

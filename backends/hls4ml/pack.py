@@ -30,6 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -55,7 +56,7 @@ class PackRequest:
     version: int = 1
     pytorch: str | None = None
     #: an in-memory nn.Module instead of a file (programmatic use: bitstreams/build_bitstreams.py)
-    pytorch_module: object = None
+    pytorch_module: Any = None
     state_dict: str | None = None
     onnx: str | None = None
     keras: str | None = None
@@ -115,7 +116,9 @@ def pack(req: PackRequest) -> Path:
         _keep_model_files(staging, out, req.vendor_templates)
         if reference.is_file():
             shutil.copyfile(reference, out / "model.onnx")
-        for xclbin in sorted((staging / "xclbin_files").glob("*.xclbin")) if (staging / "xclbin_files").is_dir() else []:
+        for xclbin in (
+            sorted((staging / "xclbin_files").glob("*.xclbin")) if (staging / "xclbin_files").is_dir() else []
+        ):
             shutil.copyfile(xclbin, out / f"{req.name}.xclbin")
 
         model_dir.mkdir(parents=True, exist_ok=True)
@@ -134,18 +137,18 @@ def _hls4ml():
 
 
 def _accelerator_kwargs(req: PackRequest, staging: Path) -> dict:
-    return dict(
-        backend="VivadoAccelerator",
-        board=req.board,
-        platform=req.platform,
-        interface="axi_stream",
-        driver="python",
-        io_type="io_parallel",
-        input_type=req.io_precision,
-        output_type=req.io_precision,
-        output_dir=str(staging),
-        project_name="myproject",
-    )
+    return {
+        "backend": "VivadoAccelerator",
+        "board": req.board,
+        "platform": req.platform,
+        "interface": "axi_stream",
+        "driver": "python",
+        "io_type": "io_parallel",
+        "input_type": req.io_precision,
+        "output_type": req.io_precision,
+        "output_dir": str(staging),
+        "project_name": "myproject",
+    }
 
 
 def _hls_config(req: PackRequest, generated: dict) -> dict:
@@ -180,10 +183,15 @@ def _convert(req: PackRequest, staging: Path, reference: Path):
             if not req.input_shape:
                 raise PackError("--pytorch needs --input-shape (the shape of one sample, e.g. 47 or 16)")
             generated = hls4ml.utils.config_from_pytorch_model(
-                model, input_shape=tuple(req.input_shape), granularity=req.granularity,
-                backend="VivadoAccelerator", default_precision=req.default_precision,
+                model,
+                input_shape=tuple(req.input_shape),
+                granularity=req.granularity,
+                backend="VivadoAccelerator",
+                default_precision=req.default_precision,
             )
-            hls_model = hls4ml.converters.convert_from_pytorch_model(model, hls_config=_hls_config(req, generated), **kwargs)
+            hls_model = hls4ml.converters.convert_from_pytorch_model(
+                model, hls_config=_hls_config(req, generated), **kwargs
+            )
             if req.float_reference:
                 shutil.copyfile(req.float_reference, reference)
             else:
@@ -195,9 +203,14 @@ def _convert(req: PackRequest, staging: Path, reference: Path):
 
             model = onnx.load(req.onnx)
             generated = hls4ml.utils.config_from_onnx_model(
-                model, granularity=req.granularity, backend="VivadoAccelerator", default_precision=req.default_precision,
+                model,
+                granularity=req.granularity,
+                backend="VivadoAccelerator",
+                default_precision=req.default_precision,
             )
-            hls_model = hls4ml.converters.convert_from_onnx_model(model, hls_config=_hls_config(req, generated), **kwargs)
+            hls_model = hls4ml.converters.convert_from_onnx_model(
+                model, hls_config=_hls_config(req, generated), **kwargs
+            )
             shutil.copyfile(req.onnx, reference)
         else:
             if importlib.util.find_spec("keras") is None:
@@ -206,9 +219,14 @@ def _convert(req: PackRequest, staging: Path, reference: Path):
 
             model = keras.models.load_model(req.keras)
             generated = hls4ml.utils.config_from_keras_model(
-                model, granularity=req.granularity, backend="VivadoAccelerator", default_precision=req.default_precision,
+                model,
+                granularity=req.granularity,
+                backend="VivadoAccelerator",
+                default_precision=req.default_precision,
             )
-            hls_model = hls4ml.converters.convert_from_keras_model(model, hls_config=_hls_config(req, generated), **kwargs)
+            hls_model = hls4ml.converters.convert_from_keras_model(
+                model, hls_config=_hls_config(req, generated), **kwargs
+            )
             if req.float_reference:
                 shutil.copyfile(req.float_reference, reference)
     except PackError:
@@ -223,6 +241,7 @@ def _load_pytorch(req: PackRequest):
     import torch
 
     spec = req.pytorch
+    assert spec is not None  # the caller checked: --pytorch given, no in-memory module
     if ":" in spec and spec.split(":", 1)[0].endswith(".py"):
         # path/to/file.py:Factory -- a module class or function building the network
         path, attr = spec.split(":", 1)
@@ -258,9 +277,14 @@ def _export_torch_reference(model, input_shape, reference: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (torch.zeros(1, *input_shape),), str(reference), dynamo=False,
-            input_names=["input"], output_names=["output"],
-            dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=17,
+            model,
+            (torch.zeros(1, *input_shape),),
+            str(reference),
+            dynamo=False,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+            opset_version=17,
         )
 
 
@@ -325,7 +349,8 @@ def _keep_model_files(staging: Path, out: Path, vendor_templates: bool) -> None:
         return
     shutil.copyfile(staging / CONFIG_FILE, out / CONFIG_FILE)
     shutil.copytree(
-        staging / "firmware", out / "firmware",
+        staging / "firmware",
+        out / "firmware",
         ignore=lambda d, names: [n for n in names if n in _TEMPLATE_PARTS or n.endswith(".so")],
     )
 
@@ -375,8 +400,12 @@ def model_config(req: PackRequest, project: Hls4mlProject) -> str:
 def _source_label(req: PackRequest) -> str:
     if req.pytorch_module is not None:
         return f"PyTorch {type(req.pytorch_module).__name__}"
-    for flag, value in (("--pytorch", req.pytorch), ("--onnx", req.onnx), ("--keras", req.keras),
-                        ("--hls4ml-project", req.hls4ml_project)):
+    for flag, value in (
+        ("--pytorch", req.pytorch),
+        ("--onnx", req.onnx),
+        ("--keras", req.keras),
+        ("--hls4ml-project", req.hls4ml_project),
+    ):
         if value:
             return f"{flag} {Path(value.split(':')[0]).name}"
     return "?"
@@ -398,23 +427,39 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--onnx", metavar="MODEL.onnx", help="an ONNX model (needs qonnx); also the float reference")
     src.add_argument("--keras", metavar="MODEL.keras", help="a Keras model (needs keras)")
     src.add_argument("--hls4ml-project", metavar="DIR", help="an existing hls4ml project (io_parallel)")
-    src.add_argument("--float-reference", metavar="MODEL.onnx",
-                     help="the float reference model.onnx to ship (default: exported from --pytorch, or --onnx itself)")
+    src.add_argument(
+        "--float-reference",
+        metavar="MODEL.onnx",
+        help="the float reference model.onnx to ship (default: exported from --pytorch, or --onnx itself)",
+    )
     conv = p.add_argument_group("conversion")
-    conv.add_argument("--input-shape", type=lambda s: tuple(int(d) for d in s.split(",")),
-                      help="shape of one sample, e.g. 47 or 16 (PyTorch)")
-    conv.add_argument("--precision-config", metavar="YAML",
-                      help="hls4ml config overrides (Model:/LayerName: precisions, ReuseFactor, Strategy)")
+    conv.add_argument(
+        "--input-shape",
+        type=lambda s: tuple(int(d) for d in s.split(",")),
+        help="shape of one sample, e.g. 47 or 16 (PyTorch)",
+    )
+    conv.add_argument(
+        "--precision-config",
+        metavar="YAML",
+        help="hls4ml config overrides (Model:/LayerName: precisions, ReuseFactor, Strategy)",
+    )
     conv.add_argument("--default-precision", default=DEFAULT_PRECISION)
     conv.add_argument("--granularity", choices=("model", "type", "name"), default="name")
-    conv.add_argument("--io-precision", default="float",
-                      help="what the kernel exchanges with the host: float or ap_fixed<W,I>")
+    conv.add_argument(
+        "--io-precision", default="float", help="what the kernel exchanges with the host: float or ap_fixed<W,I>"
+    )
     conv.add_argument("--board", default="alveo-u250")
     conv.add_argument("--platform", default="xilinx_u250_xdma_201830_2", help="Vitis platform for --build-xclbin")
-    conv.add_argument("--build-xclbin", action="store_true",
-                      help="run hls4ml's synthesis and xclbin build (needs vivado and v++ on PATH; hours)")
-    conv.add_argument("--vendor-templates", action="store_true",
-                      help="keep hls4ml's full output (template library, RTL, scripts) in the version folder")
+    conv.add_argument(
+        "--build-xclbin",
+        action="store_true",
+        help="run hls4ml's synthesis and xclbin build (needs vivado and v++ on PATH; hours)",
+    )
+    conv.add_argument(
+        "--vendor-templates",
+        action="store_true",
+        help="keep hls4ml's full output (template library, RTL, scripts) in the version folder",
+    )
     serve = p.add_argument_group("serving")
     serve.add_argument("--max-batch-size", type=int, default=16384)
     serve.add_argument("--instance-count", type=int, default=1)
@@ -429,14 +474,30 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     req = PackRequest(
-        name=args.name, repository=Path(args.repository), version=args.version, pytorch=args.pytorch,
-        state_dict=args.state_dict, onnx=args.onnx, keras=args.keras, hls4ml_project=args.hls4ml_project,
-        input_shape=args.input_shape, precision_config=args.precision_config,
-        default_precision=args.default_precision, granularity=args.granularity, io_precision=args.io_precision,
-        board=args.board, platform=args.platform, max_batch_size=args.max_batch_size,
-        instance_count=args.instance_count, queue_delay_us=args.max_queue_delay_us, input_name=args.input_name,
-        output_name=args.output_name, float_reference=args.float_reference, vendor_templates=args.vendor_templates,
-        build_xclbin=args.build_xclbin, force=args.force,
+        name=args.name,
+        repository=Path(args.repository),
+        version=args.version,
+        pytorch=args.pytorch,
+        state_dict=args.state_dict,
+        onnx=args.onnx,
+        keras=args.keras,
+        hls4ml_project=args.hls4ml_project,
+        input_shape=args.input_shape,
+        precision_config=args.precision_config,
+        default_precision=args.default_precision,
+        granularity=args.granularity,
+        io_precision=args.io_precision,
+        board=args.board,
+        platform=args.platform,
+        max_batch_size=args.max_batch_size,
+        instance_count=args.instance_count,
+        queue_delay_us=args.max_queue_delay_us,
+        input_name=args.input_name,
+        output_name=args.output_name,
+        float_reference=args.float_reference,
+        vendor_templates=args.vendor_templates,
+        build_xclbin=args.build_xclbin,
+        force=args.force,
     )
     try:
         version_dir = pack(req)

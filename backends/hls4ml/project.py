@@ -59,7 +59,9 @@ class _ConfigLoader(yaml.SafeLoader):
     executing ``!!python/object`` payloads (other python tags become their plain value)."""
 
 
-_ConfigLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda loader, node: tuple(loader.construct_sequence(node)))
+_ConfigLoader.add_constructor(
+    "tag:yaml.org,2002:python/tuple", lambda loader, node: tuple(loader.construct_sequence(node))
+)
 
 
 def _plain(loader, suffix, node):
@@ -89,7 +91,7 @@ def installed_templates_dir() -> Path:
             "hls4ml is not installed: the project has no firmware/nnet_utils and firmware/ap_types "
             "of its own, so the installed hls4ml must provide them"
         )
-    return Path(list(spec.submodule_search_locations)[0]) / "templates" / "vivado"
+    return Path(next(iter(spec.submodule_search_locations))) / "templates" / "vivado"
 
 
 def hls4ml_version() -> str:
@@ -215,9 +217,13 @@ class Hls4mlProject:
     def input_shape(self) -> tuple[int, ...]:
         """The model's input shape without batch (hls4ml's InputShape when it matches the port)."""
         shape = self.config.get("InputShape")
-        if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) and d > 0 for d in shape):
-            if int(_product(shape)) == self.input.size:
-                return tuple(shape)
+        if (
+            isinstance(shape, (list, tuple))
+            and shape
+            and all(isinstance(d, int) and d > 0 for d in shape)
+            and int(_product(shape)) == self.input.size
+        ):
+            return tuple(shape)
         return (self.input.size,)
 
     def weight_files(self) -> list[Path]:

@@ -30,8 +30,9 @@ that power integrated (trapezoid) between scrapes.
 perf_analyzer ``--collect-metrics`` only parses ``\\n<name>{gpu_uuid="..."} <plain decimal>``
 for ``nv_gpu_utilization``, ``nv_gpu_power_usage``, ``nv_gpu_memory_used_bytes`` and
 ``nv_gpu_memory_total_bytes``: the aliases carry that single label, and
-``fpgaserve.server.metrics.plain_gpu_values`` (applied to every scrape) rewrites prometheus_client's exponent notation (which it uses from
-10**6 up, e.g. ``1.6e+10`` bytes) into the plain digits that regex can read.
+``fpgaserve.server.metrics.plain_gpu_values`` (applied to every scrape) rewrites
+prometheus_client's exponent notation (which it uses from 10**6 up, e.g. ``1.6e+10`` bytes)
+into the plain digits that regex can read.
 """
 
 from __future__ import annotations
@@ -238,32 +239,72 @@ class FpgaTelemetryCollector:
 
     def _collect(self):
         dev = ["device"]
-        util = GaugeMetricFamily("fpga_utilization", "Fraction of time since the previous scrape a kernel call was running on the compute unit (0-1)", labels=["device", "cu"])
+        util = GaugeMetricFamily(
+            "fpga_utilization",
+            "Fraction of time since the previous scrape a kernel call was running on the compute unit (0-1)",
+            labels=["device", "cu"],
+        )
         power = GaugeMetricFamily("fpga_power_usage_watts", "Card power draw (12 V inputs), watts", labels=dev)
-        rail_power = GaugeMetricFamily("fpga_rail_power_watts", "Power per supply rail, watts", labels=["device", "rail"])
-        rail_voltage = GaugeMetricFamily("fpga_rail_voltage_volts", "Voltage per supply rail, volts", labels=["device", "rail"])
-        rail_current = GaugeMetricFamily("fpga_rail_current_amperes", "Current per supply rail, amperes", labels=["device", "rail"])
-        energy = CounterMetricFamily("fpga_energy_consumption_joules", "Card energy since the server started (integrated between scrapes), joules", labels=dev)
-        temp = GaugeMetricFamily("fpga_temperature_celsius", "Card temperatures, degrees Celsius", labels=["device", "sensor"])
+        rail_power = GaugeMetricFamily(
+            "fpga_rail_power_watts", "Power per supply rail, watts", labels=["device", "rail"]
+        )
+        rail_voltage = GaugeMetricFamily(
+            "fpga_rail_voltage_volts", "Voltage per supply rail, volts", labels=["device", "rail"]
+        )
+        rail_current = GaugeMetricFamily(
+            "fpga_rail_current_amperes", "Current per supply rail, amperes", labels=["device", "rail"]
+        )
+        energy = CounterMetricFamily(
+            "fpga_energy_consumption_joules",
+            "Card energy since the server started (integrated between scrapes), joules",
+            labels=dev,
+        )
+        temp = GaugeMetricFamily(
+            "fpga_temperature_celsius", "Card temperatures, degrees Celsius", labels=["device", "sensor"]
+        )
         fan = GaugeMetricFamily("fpga_fan_rpm", "Card fan speed, revolutions per minute", labels=dev)
         clock = GaugeMetricFamily("fpga_clock_mhz", "Clock frequencies, MHz", labels=["device", "clock"])
         mem_used = GaugeMetricFamily("fpga_memory_used_bytes", "Bytes of fpgaserve's buffers on the card", labels=dev)
-        mem_total = GaugeMetricFamily("fpga_memory_total_bytes", "Bytes of the memory banks the loaded design uses", labels=dev)
-        calls = CounterMetricFamily("fpga_kernel_calls", "Kernel calls, counted as each one ends (done or timed out)", labels=["device", "cu"])
-        kernel_us = CounterMetricFamily("fpga_kernel_duration_us", "Cumulative time a kernel call was running on the compute unit (ap_start to ap_idle; on an emulated device, an emulated execute), microseconds", labels=["device", "cu"])
-        dma = CounterMetricFamily("fpga_dma_bytes", "Bytes synced between host and card", labels=["device", "direction"])
+        mem_total = GaugeMetricFamily(
+            "fpga_memory_total_bytes", "Bytes of the memory banks the loaded design uses", labels=dev
+        )
+        calls = CounterMetricFamily(
+            "fpga_kernel_calls", "Kernel calls, counted as each one ends (done or timed out)", labels=["device", "cu"]
+        )
+        kernel_us = CounterMetricFamily(
+            "fpga_kernel_duration_us",
+            "Cumulative time a kernel call was running on the compute unit (ap_start to ap_idle; "
+            "on an emulated device, an emulated execute), microseconds",
+            labels=["device", "cu"],
+        )
+        dma = CounterMetricFamily(
+            "fpga_dma_bytes", "Bytes synced between host and card", labels=["device", "direction"]
+        )
         reloads = CounterMetricFamily("fpga_reloads", "Times the card was reprogrammed after a kernel hang", labels=dev)
-        info = GaugeMetricFamily("fpga_bitstream_info", "Loaded bitstream (value 1)", labels=["device", "shell", "xclbin_uuid", "simulated"])
-        nv_util = GaugeMetricFamily("nv_gpu_utilization", "FPGA device utilization rate [0.0 - 1.0] (mean busy fraction of its compute units; emulated devices: EMU-*)", labels=["gpu_uuid"])
+        info = GaugeMetricFamily(
+            "fpga_bitstream_info", "Loaded bitstream (value 1)", labels=["device", "shell", "xclbin_uuid", "simulated"]
+        )
+        nv_util = GaugeMetricFamily(
+            "nv_gpu_utilization",
+            "FPGA device utilization rate [0.0 - 1.0] "
+            "(mean busy fraction of its compute units; emulated devices: EMU-*)",
+            labels=["gpu_uuid"],
+        )
         nv_power = GaugeMetricFamily("nv_gpu_power_usage", "FPGA card power usage in watts", labels=["gpu_uuid"])
-        nv_used = GaugeMetricFamily("nv_gpu_memory_used_bytes", "FPGA card memory used by fpgaserve, in bytes", labels=["gpu_uuid"])
-        nv_total = GaugeMetricFamily("nv_gpu_memory_total_bytes", "FPGA card memory of the loaded design, in bytes", labels=["gpu_uuid"])
+        nv_used = GaugeMetricFamily(
+            "nv_gpu_memory_used_bytes", "FPGA card memory used by fpgaserve, in bytes", labels=["gpu_uuid"]
+        )
+        nv_total = GaugeMetricFamily(
+            "nv_gpu_memory_total_bytes", "FPGA card memory of the loaded design, in bytes", labels=["gpu_uuid"]
+        )
         # Triton's name has no _total suffix: samples carry the bare name (as server/metrics.py does)
-        nv_energy = Metric("nv_energy_consumption", "FPGA card energy consumption in joules since the server started", "counter")
+        nv_energy = Metric(
+            "nv_energy_consumption", "FPGA card energy consumption in joules since the server started", "counter"
+        )
         device_info = GaugeMetricFamily(
             "fpga_device_info",
             "Devices hls4ml models run on (value 1): mode hardware for a PYNQ card, else the emulation "
-            "(csim, numpy, onnx) computing the firmware on the host, emulated=\"true\"",
+            '(csim, numpy, onnx) computing the firmware on the host, emulated="true"',
             labels=["device", "mode", "emulated"],
         )
 
@@ -317,8 +358,30 @@ class FpgaTelemetryCollector:
             dma.add_metric([uid, "from_device"], snap.dma_from_device)
             reloads.add_metric([uid], snap.reloads)
             info.add_metric([uid, snap.name, snap.xclbin_uuid, "true" if snap.simulated else "false"], 1)
-        yield from (util, power, rail_power, rail_voltage, rail_current, energy, temp, fan, clock, mem_used, mem_total,
-                    calls, kernel_us, dma, reloads, info, device_info, nv_util, nv_power, nv_used, nv_total, nv_energy)
+        yield from (
+            util,
+            power,
+            rail_power,
+            rail_voltage,
+            rail_current,
+            energy,
+            temp,
+            fan,
+            clock,
+            mem_used,
+            mem_total,
+            calls,
+            kernel_us,
+            dma,
+            reloads,
+            info,
+            device_info,
+            nv_util,
+            nv_power,
+            nv_used,
+            nv_total,
+            nv_energy,
+        )
 
 
 _PROCESS_COLLECTOR: FpgaTelemetryCollector | None = None
@@ -332,7 +395,7 @@ def device_telemetry() -> FpgaTelemetryCollector:
     ``fpga_*`` and ``nv_gpu_*`` families, and a family twice on one page is not valid
     exposition text.
     """
-    global _PROCESS_COLLECTOR
+    global _PROCESS_COLLECTOR  # noqa: PLW0603  (the process's one collector, created under the lock)
     with _PROCESS_COLLECTOR_LOCK:
         if _PROCESS_COLLECTOR is None:
             from .. import register_telemetry

@@ -68,8 +68,10 @@ BUSY_THRESHOLD = 0.3  # cores used by foreign processes during a run before the 
 def _ensure_project_python() -> None:
     """Re-exec under the project venv when fpgaserve/tritonclient are not importable here."""
     try:
-        import fpgaserve.server  # noqa: F401
         import tritonclient.grpc  # noqa: F401
+
+        import fpgaserve.server  # noqa: F401
+
         return
     except ImportError:
         pass
@@ -153,7 +155,7 @@ def _stat_fields(pid: int):
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()  # fields from "state" (field 3) on
+    return text[text.rindex(")") + 2 :].split()  # fields from "state" (field 3) on
 
 
 def _descendants(root: int) -> list[int]:
@@ -236,8 +238,13 @@ def start_triton(workdir: Path, weights_npz: Path) -> Triton:
             ports.append(p)
     grpc_port, http_port, metrics_port = ports
     proc = rt.start_tritonserver(
-        repo, grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
-        log_path=workdir / "tritonserver.log", executable=TS_EXE, timeout=180,
+        repo,
+        grpc_port=grpc_port,
+        http_port=http_port,
+        metrics_port=metrics_port,
+        log_path=workdir / "tritonserver.log",
+        executable=TS_EXE,
+        timeout=180,
     )
     return Triton(proc, grpc_port, http_port, metrics_port, repo)
 
@@ -410,8 +417,7 @@ class Result:
 def _run_pa(cmd: list[str], timeout: float, server_pid: int) -> Attempt:
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     srv0, sys0, t0 = tree_cpu_seconds(server_pid), system_busy_seconds(), time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode
@@ -458,16 +464,23 @@ def sanity_check(res: Result) -> None:
         return
     b, c = res.load.batch, res.load.concurrency
     if None in (req, inf, exe, ok):
-        res.notes.append(f"could not parse the statistics counts (request {req}, inference {inf}, execution {exe}, success {ok})")
+        res.notes.append(
+            f"could not parse the statistics counts (request {req}, inference {inf}, execution {exe}, success {ok})"
+        )
         return
     if inf != exe * b:
-        res.notes.append(f"server inference count {inf} != execution count {exe} x batch {b} (unexpected without dynamic batching)")
+        res.notes.append(
+            f"server inference count {inf} != execution count {exe} x batch {b} (unexpected without dynamic batching)"
+        )
     if ok != exe:
         res.notes.append(f"server successful request count {ok} != execution count {exe}")
     if abs(req - ok) > 2 * c + 0.02 * req:
         res.notes.append(f"client request count {req} vs server successful count {ok}: differ by more than 2 %")
     if res.row is not None:
-        parts = [res.col(k) or 0.0 for k in ("Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output")]
+        parts = [
+            res.col(k) or 0.0
+            for k in ("Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output")
+        ]
         if sum(parts) <= 0:
             res.notes.append("server queue/compute columns are all 0")
     if "error" in out.lower() and res.final.rc == 0:
@@ -475,15 +488,43 @@ def sanity_check(res: Result) -> None:
         res.notes.append("perf_analyzer printed: " + " | ".join(lines[:3]))
 
 
-def measure(load: Load, server_name: str, url: str, server_pid: int, s: Settings, workdir: Path,
-            round_: int = 1, quiet: tuple[float, float] = (0.0, 0.0)) -> Result:
+def measure(
+    load: Load,
+    server_name: str,
+    url: str,
+    server_pid: int,
+    s: Settings,
+    workdir: Path,
+    round_: int = 1,
+    quiet: tuple[float, float] = (0.0, 0.0),
+) -> Result:
     res = Result(load, server_name, round_, quiet=quiet)
     stem = f"pa-{load.key}-{server_name.lower()}-r{round_}"
     csv_path = workdir / f"{stem}.csv"
-    base = [str(PA_EXE), "-m", MODEL, "-u", url, "-i", "grpc", "-b", str(load.batch),
-            "--concurrency-range", str(load.concurrency)]
-    cmd = base + ["-p", str(s.window_ms), "-s", str(s.stability_pct), "-r", str(s.max_trials), "-v",
-                  "-f", str(csv_path)]
+    base = [
+        str(PA_EXE),
+        "-m",
+        MODEL,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        str(load.batch),
+        "--concurrency-range",
+        str(load.concurrency),
+    ]
+    cmd = base + [
+        "-p",
+        str(s.window_ms),
+        "-s",
+        str(s.stability_pct),
+        "-r",
+        str(s.max_trials),
+        "-v",
+        "-f",
+        str(csv_path),
+    ]
     csv_path.unlink(missing_ok=True)
     log(f"{load.label} {server_name}: {shlex.join(cmd)}")
     att = _run_pa(cmd, s.max_trials * s.window_ms / 1000 * 2 + 60, server_pid)
@@ -493,12 +534,25 @@ def measure(load: Load, server_name: str, url: str, server_pid: int, s: Settings
     res.method = f"stable, -s {s.stability_pct}"
     if att.rc == 2 or (att.rc == 0 and res.row is None):
         passes = [float(v) for v in _PASS_RE.findall(att.output)]
-        spread = f"{min(passes):,.4g}..{max(passes):,.4g} infer/s over {len(passes)} windows" if passes else "no windows"
-        res.notes.append(f"not stable within {s.stability_pct} % (rc {att.rc}; {spread}); re-measured as the "
-                         f"average of {FALLBACK_WINDOWS} windows without a stability requirement")
+        spread = (
+            f"{min(passes):,.4g}..{max(passes):,.4g} infer/s over {len(passes)} windows" if passes else "no windows"
+        )
+        res.notes.append(
+            f"not stable within {s.stability_pct} % (rc {att.rc}; {spread}); re-measured as the "
+            f"average of {FALLBACK_WINDOWS} windows without a stability requirement"
+        )
         csv_path.unlink(missing_ok=True)
-        cmd = base + ["-p", str(s.window_ms), "-s", str(FALLBACK_STABILITY), "-r", str(FALLBACK_WINDOWS), "-v",
-                      "-f", str(csv_path)]
+        cmd = base + [
+            "-p",
+            str(s.window_ms),
+            "-s",
+            str(FALLBACK_STABILITY),
+            "-r",
+            str(FALLBACK_WINDOWS),
+            "-v",
+            "-f",
+            str(csv_path),
+        ]
         log(f"{load.label} {server_name}: unstable, fallback {shlex.join(cmd)}")
         att = _run_pa(cmd, FALLBACK_WINDOWS * s.window_ms / 1000 * 2 + 60, server_pid)
         res.attempts.append(att)
@@ -549,12 +603,24 @@ def machine_info() -> list[tuple[str, str]]:
             return "?"
 
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=10).stdout.strip() or "?"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "server", "backends", "protos", "bitstreams"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.splitlines()
-        source = f"git {sha}" + (f", with uncommitted changes to {len(dirty)} file(s) under server/ backends/ "
-                                 f"protos/ bitstreams/" if dirty else ", clean")
+        sha = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "?"
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "server", "backends", "protos", "bitstreams"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()
+        source = f"git {sha}" + (
+            f", with uncommitted changes to {len(dirty)} file(s) under server/ backends/ protos/ bitstreams/"
+            if dirty
+            else ", clean"
+        )
     except (OSError, subprocess.SubprocessError):
         source = "?"
     return [
@@ -565,8 +631,10 @@ def machine_info() -> list[tuple[str, str]]:
         ("kernel", platform.release()),
         ("load average at start (1/5/15 min)", " ".join(Path("/proc/loadavg").read_text().split()[:3])),
         ("python", platform.python_version()),
-        ("fpgaserve / onnxruntime / numpy / grpcio",
-         f"{ver('fpgaserve')} / {ver('onnxruntime')} / {ver('numpy')} / {ver('grpcio')}"),
+        (
+            "fpgaserve / onnxruntime / numpy / grpcio",
+            f"{ver('fpgaserve')} / {ver('onnxruntime')} / {ver('numpy')} / {ver('grpcio')}",
+        ),
         ("perf_analyzer", f"{PA_EXE} (tritonclient 2.49.0 wheel, per get-perf-analyzer)"),
         ("tritonserver", f"{TS_EXE}"),
     ]
@@ -604,18 +672,25 @@ def best_of(results: list[Result]) -> dict[tuple[str, str], Result]:
 
 def build_report(ctx: dict, results: list[Result]) -> str:
     best = best_of(results)
-    chosen = [best[(l.key, srv)] for l in ctx["loads"] for srv in ("fpgaserve", "Triton") if (l.key, srv) in best]
+    chosen = [best[(ld.key, srv)] for ld in ctx["loads"] for srv in ("fpgaserve", "Triton") if (ld.key, srv) in best]
     repeats = ctx["repeats"]
     L = []
     L.append("# FACILE benchmark: fpgaserve vs NVIDIA Triton 2.51 (Python backend)")
     L.append("")
-    L.append(f"- date: {ctx['date']}; mode: {'--quick' if ctx['quick'] else 'full'}; "
-             f"benchmark runtime: {ctx['runtime']:.0f} s (perf_analyzer phase {ctx['measure_time']:.0f} s)")
+    L.append(
+        f"- date: {ctx['date']}; mode: {'--quick' if ctx['quick'] else 'full'}; "
+        f"benchmark runtime: {ctx['runtime']:.0f} s (perf_analyzer phase {ctx['measure_time']:.0f} s)"
+    )
     L.append(f"- measurement: {ctx['settings']}")
-    L.append(f"- {repeats} round(s); each round runs every load against fpgaserve, then Triton, one perf_analyzer "
-             "at a time (sync gRPC, random input data). Both servers stay up; the idle one uses no CPU."
-             + (" The tables show, per load and server, the round with the higher throughput; all rounds are under Details."
-                if repeats > 1 else ""))
+    L.append(
+        f"- {repeats} round(s); each round runs every load against fpgaserve, then Triton, one perf_analyzer "
+        "at a time (sync gRPC, random input data). Both servers stay up; the idle one uses no CPU."
+        + (
+            " The tables show, per load and server, the round with the higher throughput; all rounds are under Details."
+            if repeats > 1
+            else ""
+        )
+    )
     L.append("")
     L.append("## Machine")
     L.append("")
@@ -629,11 +704,15 @@ def build_report(ctx: dict, results: list[Result]) -> str:
     L.append("| server | reported | model backend | max_batch_size | dynamic_batching | instances | statistics ext. |")
     L.append("|---|---|---|---|---|---|---|")
     for name, info in ctx["setup"].items():
-        L.append(f"| {name} | {info['server']} | {info['backend']} | {info['max_batch_size']} | "
-                 f"{'yes' if info['dynamic_batching'] else 'no'} | {info['instances']} | {'yes' if info['statistics'] else 'no'} |")
+        L.append(
+            f"| {name} | {info['server']} | {info['backend']} | {info['max_batch_size']} | "
+            f"{'yes' if info['dynamic_batching'] else 'no'} | {info['instances']} | {'yes' if info['statistics'] else 'no'} |"
+        )
     L.append("")
-    L.append(f"Weights: `{ctx['weights_src']}` (keys {ctx['weights_keys']}, kernels (in,out)) renamed to "
-             "reference_triton's w0,b0,w1,b1,w2,b2 for the Triton repository. Output agreement (same random input to both):")
+    L.append(
+        f"Weights: `{ctx['weights_src']}` (keys {ctx['weights_keys']}, kernels (in,out)) renamed to "
+        "reference_triton's w0,b0,w1,b1,w2,b2 for the Triton repository. Output agreement (same random input to both):"
+    )
     L.append("")
     for line in ctx["agreement"]:
         L.append(f"- {line}")
@@ -643,13 +722,17 @@ def build_report(ctx: dict, results: list[Result]) -> str:
     L.append("| load | server | infer/s | p50 µs | p99 µs | server queue µs | server compute µs |")
     L.append("|---|---|---:|---:|---:|---:|---:|")
     for r in chosen:
-        L.append(f"| {r.load.label} | {r.server} | {_fmt(r.col('Inferences/Second'))} | {_fmt(r.col('p50 latency'))} | "
-                 f"{_fmt(r.col('p99 latency'))} | {_fmt(r.col('Server Queue'))} | {_fmt(_compute(r))} |")
+        L.append(
+            f"| {r.load.label} | {r.server} | {_fmt(r.col('Inferences/Second'))} | {_fmt(r.col('p50 latency'))} | "
+            f"{_fmt(r.col('p99 latency'))} | {_fmt(r.col('Server Queue'))} | {_fmt(_compute(r))} |"
+        )
     L.append("")
-    L.append("Load `bB cC` = batch B rows per request, C concurrent synchronous requests. infer/s counts rows "
-             "(batch 16000 at 100 requests/s = 1,600,000 infer/s). p50/p99 are client-side request latencies; "
-             "server queue/compute are perf_analyzer's per-request averages from ModelStatistics; "
-             "server compute = compute input + infer + output (split under Details).")
+    L.append(
+        "Load `bB cC` = batch B rows per request, C concurrent synchronous requests. infer/s counts rows "
+        "(batch 16000 at 100 requests/s = 1,600,000 infer/s). p50/p99 are client-side request latencies; "
+        "server queue/compute are perf_analyzer's per-request averages from ModelStatistics; "
+        "server compute = compute input + infer + output (split under Details)."
+    )
     L.append("")
     L.append("### fpgaserve / Triton")
     L.append("")
@@ -659,41 +742,54 @@ def build_report(ctx: dict, results: list[Result]) -> str:
         a, b = best.get((load.key, "fpgaserve")), best.get((load.key, "Triton"))
         if a is None or b is None:
             continue
-        L.append(f"| {load.label} | {_ratio(a.col('Inferences/Second'), b.col('Inferences/Second'))} | "
-                 f"{_ratio(a.col('p50 latency'), b.col('p50 latency'))} | {_ratio(a.col('p99 latency'), b.col('p99 latency'))} |")
+        L.append(
+            f"| {load.label} | {_ratio(a.col('Inferences/Second'), b.col('Inferences/Second'))} | "
+            f"{_ratio(a.col('p50 latency'), b.col('p50 latency'))} | {_ratio(a.col('p99 latency'), b.col('p99 latency'))} |"
+        )
     L.append("")
     L.append("Throughput ratio > 1: fpgaserve faster; latency ratio > 1: fpgaserve slower.")
     L.append("")
     L.append("### Details (every run)")
     L.append("")
-    L.append("| load | server | round | method | infer/s | windows averaged: infer/s | network+server send/recv µs | "
-             "server avg request µs (unattributed overhead) | compute input / infer / output µs | server CPU (cores) | "
-             "perf_analyzer CPU (cores) | other CPU (cores) | quiet wait s (other cores then) | run s |")
+    L.append(
+        "| load | server | round | method | infer/s | windows averaged: infer/s | network+server send/recv µs | "
+        "server avg request µs (unattributed overhead) | compute input / infer / output µs | server CPU (cores) | "
+        "perf_analyzer CPU (cores) | other CPU (cores) | quiet wait s (other cores then) | run s |"
+    )
     L.append("|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    order = {(l.key, srv): i for i, (l, srv) in enumerate((l, srv) for l in ctx["loads"] for srv in ("fpgaserve", "Triton"))}
+    order = {
+        (ld.key, srv): i
+        for i, (ld, srv) in enumerate((ld, srv) for ld in ctx["loads"] for srv in ("fpgaserve", "Triton"))
+    }
     for r in sorted(results, key=lambda r: (order.get((r.load.key, r.server), 99), r.round)):
         a = r.final
         if a is None:
             continue
         w = max(a.wall_s, 1e-9)
-        ci = " / ".join(_fmt(r.col(k)) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output"))
+        ci = " / ".join(
+            _fmt(r.col(k)) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
+        )
         sl = r.server_latency()
         sl_s = f"{sl[0]:,} ({sl[1]:,})" if sl else "n/a"
         mark = " *" if repeats > 1 and best.get((r.load.key, r.server)) is r else ""
-        L.append(f"| {r.load.label} | {r.server} | {r.round}{mark} | {r.method} | {_fmt(r.col('Inferences/Second'))} | "
-                 f"{r.window_spread()} | {_fmt(r.col('Network+Server Send/Recv'))} | {sl_s} | {ci} | "
-                 f"{a.server_cpu_s / w:.2f} | {a.pa_cpu_s / w:.2f} | {a.other_cpu_s / w:.2f} | "
-                 f"{r.quiet[0]:.0f} ({r.quiet[1]:.2f}) | {sum(x.wall_s for x in r.attempts):.0f} |")
+        L.append(
+            f"| {r.load.label} | {r.server} | {r.round}{mark} | {r.method} | {_fmt(r.col('Inferences/Second'))} | "
+            f"{r.window_spread()} | {_fmt(r.col('Network+Server Send/Recv'))} | {sl_s} | {ci} | "
+            f"{a.server_cpu_s / w:.2f} | {a.pa_cpu_s / w:.2f} | {a.other_cpu_s / w:.2f} | "
+            f"{r.quiet[0]:.0f} ({r.quiet[1]:.2f}) | {sum(x.wall_s for x in r.attempts):.0f} |"
+        )
     L.append("")
     if repeats > 1:
         L.append("`*` = the round shown in the tables above. ")
-    L.append("network+server send/recv: perf_analyzer's client latency minus client send/recv and the server's "
-             "queue+compute, i.e. gRPC transport plus server time outside the model statistics. Unattributed "
-             "overhead: the server's request time (ModelStatistics success) minus queue and compute. CPU columns: "
-             "CPU-seconds / wall-seconds of the final perf_analyzer run of that row (2 cores = 2.00); server CPU "
-             "includes Triton's Python-backend stub; \"other\" is every other process on the machine (noise). "
-             "Quiet wait: time spent before the run waiting for other processes to drop below "
-             f"{BUSY_THRESHOLD} cores (includes a 1 s sample).")
+    L.append(
+        "network+server send/recv: perf_analyzer's client latency minus client send/recv and the server's "
+        "queue+compute, i.e. gRPC transport plus server time outside the model statistics. Unattributed "
+        "overhead: the server's request time (ModelStatistics success) minus queue and compute. CPU columns: "
+        "CPU-seconds / wall-seconds of the final perf_analyzer run of that row (2 cores = 2.00); server CPU "
+        'includes Triton\'s Python-backend stub; "other" is every other process on the machine (noise). '
+        "Quiet wait: time spent before the run waiting for other processes to drop below "
+        f"{BUSY_THRESHOLD} cores (includes a 1 s sample)."
+    )
     L.append("")
     L.append("## perf_analyzer command lines")
     L.append("")
@@ -705,7 +801,9 @@ def build_report(ctx: dict, results: list[Result]) -> str:
             L.append(shlex.join(a.cmd) + tag)
     L.append("```")
     L.append("")
-    L.append(f"Ports: fpgaserve gRPC {ctx['ports']['fpgaserve']}, Triton gRPC {ctx['ports']['Triton']} (random free ports).")
+    L.append(
+        f"Ports: fpgaserve gRPC {ctx['ports']['fpgaserve']}, Triton gRPC {ctx['ports']['Triton']} (random free ports)."
+    )
     L.append("")
     L.append("## Problems and notes")
     L.append("")
@@ -727,18 +825,32 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter windows and fewer trials (< 5 min)")
     ap.add_argument("--out", type=Path, help="also write the markdown report to this file")
-    ap.add_argument("--workdir", type=Path, help="keep repositories, logs and raw perf_analyzer output here "
-                    "(default: a temporary directory, deleted at the end)")
-    ap.add_argument("--loads", nargs="*", choices=[l.key for l in LOADS], help="subset of loads (default: all)")
-    ap.add_argument("--repeat", type=int, help="rounds over all loads (default: 2 full, 1 with --quick); "
-                    "the tables report the best round per load and server")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep repositories, logs and raw perf_analyzer output here "
+        "(default: a temporary directory, deleted at the end)",
+    )
+    ap.add_argument("--loads", nargs="*", choices=[ld.key for ld in LOADS], help="subset of loads (default: all)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        help="rounds over all loads (default: 2 full, 1 with --quick); "
+        "the tables report the best round per load and server",
+    )
     args = ap.parse_args(argv)
 
     t_start = time.monotonic()
     settings = QUICK if args.quick else FULL
-    loads = [l for l in LOADS if not args.loads or l.key in args.loads]
+    loads = [ld for ld in LOADS if not args.loads or ld.key in args.loads]
     repeats = args.repeat or settings.repeats
-    ctx: dict = {"quick": args.quick, "notes": [], "loads": loads, "repeats": repeats, "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+    ctx: dict = {
+        "quick": args.quick,
+        "notes": [],
+        "loads": loads,
+        "repeats": repeats,
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
     ctx["notes"] += install_tools()
     ctx["machine"] = machine_info()
 
@@ -789,8 +901,10 @@ def main(argv: list[str] | None = None) -> int:
             quiet_used += max(0.0, quiet[0] - 1.0)
             r = measure(load, name, url, pid, settings, workdir, round_, quiet)
             results.append(r)
-            log(f"  -> {r.method}: {_fmt(r.col('Inferences/Second'))} infer/s, p50 {_fmt(r.col('p50 latency'))} µs, "
-                f"p99 {_fmt(r.col('p99 latency'))} µs" + (f"; notes: {r.notes}" if r.notes else ""))
+            log(
+                f"  -> {r.method}: {_fmt(r.col('Inferences/Second'))} infer/s, p50 {_fmt(r.col('p50 latency'))} µs, "
+                f"p99 {_fmt(r.col('p99 latency'))} µs" + (f"; notes: {r.notes}" if r.notes else "")
+            )
         ctx["measure_time"] = time.monotonic() - t_meas
     finally:
         if fs is not None:
@@ -803,13 +917,15 @@ def main(argv: list[str] | None = None) -> int:
     ctx.setdefault("measure_time", 0.0)
     if tmp is None:
         ctx["notes"].append(f"raw perf_analyzer output, CSVs and server logs: {workdir}")
-    ctx["settings"] = (f"time windows `-p {settings.window_ms} -s {settings.stability_pct} -r {settings.max_trials}` "
-                       f"(perf_analyzer reports the mean of the last 3 windows once they agree within "
-                       f"{settings.stability_pct} %); if that fails (rc 2), re-measured with "
-                       f"`-p {settings.window_ms} -s {FALLBACK_STABILITY} -r {FALLBACK_WINDOWS}`, i.e. the mean of "
-                       f"{FALLBACK_WINDOWS} windows whatever their spread. Before each run the benchmark waits up to "
-                       f"{settings.quiet_wait_s:.0f} s (at most {settings.quiet_budget_s:.0f} s in total) for other "
-                       f"processes to use < {BUSY_THRESHOLD} cores")
+    ctx["settings"] = (
+        f"time windows `-p {settings.window_ms} -s {settings.stability_pct} -r {settings.max_trials}` "
+        f"(perf_analyzer reports the mean of the last 3 windows once they agree within "
+        f"{settings.stability_pct} %); if that fails (rc 2), re-measured with "
+        f"`-p {settings.window_ms} -s {FALLBACK_STABILITY} -r {FALLBACK_WINDOWS}`, i.e. the mean of "
+        f"{FALLBACK_WINDOWS} windows whatever their spread. Before each run the benchmark waits up to "
+        f"{settings.quiet_wait_s:.0f} s (at most {settings.quiet_budget_s:.0f} s in total) for other "
+        f"processes to use < {BUSY_THRESHOLD} cores"
+    )
     ctx["runtime"] = time.monotonic() - t_start
     report = build_report(ctx, results)
     print(report)

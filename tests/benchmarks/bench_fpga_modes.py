@@ -47,8 +47,9 @@ import os
 
 # Before numpy is imported (here or in the re-exec'ed interpreter): one BLAS/OpenMP thread,
 # the server's default (server/cli.py), so in-process and served numbers use the same BLAS.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse
 import contextlib
@@ -69,9 +70,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 # importing it re-execs this script under the project venv if fpgaserve is not importable, and
 # puts tests/ on sys.path (server_process, fpga_sim)
-import bench_facile_vs_triton as common
-import numpy as np
-from server_process import ServerProcess
+import bench_facile_vs_triton as common  # noqa: E402
+
+# isort: split
+import numpy as np  # noqa: E402
+
+from server_process import ServerProcess  # noqa: E402
 
 ROOT = common.ROOT
 TESTS = common.TESTS
@@ -107,10 +111,26 @@ class Settings:
     onnx_16000: bool
 
 
-FULL = Settings(repeats=5, window_ms=5000, stability_pct=25, max_trials=6, rounds=2,
-                quiet_wait_s=15, quiet_budget_s=90, onnx_16000=True)
-QUICK = Settings(repeats=3, window_ms=3000, stability_pct=25, max_trials=4, rounds=1,
-                 quiet_wait_s=3, quiet_budget_s=15, onnx_16000=False)
+FULL = Settings(
+    repeats=5,
+    window_ms=5000,
+    stability_pct=25,
+    max_trials=6,
+    rounds=2,
+    quiet_wait_s=15,
+    quiet_budget_s=90,
+    onnx_16000=True,
+)
+QUICK = Settings(
+    repeats=3,
+    window_ms=3000,
+    stability_pct=25,
+    max_trials=4,
+    rounds=1,
+    quiet_wait_s=3,
+    quiet_budget_s=15,
+    onnx_16000=False,
+)
 SLICE_S = 0.3  # part 1: a fast mode repeats its call for this long per round
 FALLBACK_WINDOWS = 3  # unstable load: mean of this many windows, whatever their spread
 
@@ -223,8 +243,10 @@ def time_modes(modes, rounds: int, quiet: QuietBudget) -> tuple[list[Timing], li
         for t, (_, _, fn, x) in zip(timings, modes):
             t.slice(fn, x, SLICE_S)
     for t in timings:
-        log(f"  {t.mode}: best {t.best_rows_s:,.0f} rows/s, median {t.median_rows_s:,.0f} rows/s over "
-            f"{len(t.times)} calls (other processes {t.other_cores:.2f} cores)")
+        log(
+            f"  {t.mode}: best {t.best_rows_s:,.0f} rows/s, median {t.median_rows_s:,.0f} rows/s over "
+            f"{len(t.times)} calls (other processes {t.other_cores:.2f} cores)"
+        )
     return timings, waits
 
 
@@ -232,6 +254,7 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
     """hls4ml's own HLSModel for FACILE, converted and compiled the way bitstreams/ was built."""
     sys.path.insert(0, str(ROOT / "bitstreams"))
     import build_bitstreams as bb  # the weights and the torch module the bundled project came from
+
     from fpgaserve.backends.hls4ml import pack as pk
 
     out_dir = workdir / "hls4ml-facile"
@@ -247,14 +270,25 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
             # The PackRequest build_bitstreams.py gives pack(); pack's own helpers turn it into
             # hls4ml's config and converter arguments (VivadoAccelerator, alveo-u250, io_parallel,
             # float I/O, granularity name, default ap_fixed<16,6>), so the settings cannot drift.
-            req = pk.PackRequest(name="facile", repository=workdir / "unused", pytorch_module=module,
-                                 input_shape=(N_IN,), default_precision=bb.PRECISION, granularity="name",
-                                 max_batch_size=bb.FACILE_MAX_BATCH)
+            req = pk.PackRequest(
+                name="facile",
+                repository=workdir / "unused",
+                pytorch_module=module,
+                input_shape=(N_IN,),
+                default_precision=bb.PRECISION,
+                granularity="name",
+                max_batch_size=bb.FACILE_MAX_BATCH,
+            )
             generated = hls4ml.utils.config_from_pytorch_model(
-                module, input_shape=(N_IN,), granularity=req.granularity, backend="VivadoAccelerator",
-                default_precision=req.default_precision)
+                module,
+                input_shape=(N_IN,),
+                granularity=req.granularity,
+                backend="VivadoAccelerator",
+                default_precision=req.default_precision,
+            )
             model = hls4ml.converters.convert_from_pytorch_model(
-                module, hls_config=pk._hls_config(req, generated), **pk._accelerator_kwargs(req, out_dir))
+                module, hls_config=pk._hls_config(req, generated), **pk._accelerator_kwargs(req, out_dir)
+            )
             model.compile()
     except Exception:
         log(f"hls4ml conversion failed; its output is in {build_log}")
@@ -307,6 +341,7 @@ def bits_differ(a: np.ndarray, b: np.ndarray) -> int:
 
 def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
     import onnxruntime as ort
+
     from fpgaserve.backends.hls4ml.csim import CsimLibrary, default_cache_dir
     from fpgaserve.backends.hls4ml.emulator import FixedPointModel
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
@@ -318,8 +353,10 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
 
     t0 = time.monotonic()
     csim = CsimLibrary.load(project)
-    info.append(f"csim library: {'compiled' if csim.built else 'found in the build cache'} "
-                f"({default_cache_dir()}) in {time.monotonic() - t0:.1f} s")
+    info.append(
+        f"csim library: {'compiled' if csim.built else 'found in the build cache'} "
+        f"({default_cache_dir()}) in {time.monotonic() - t0:.1f} s"
+    )
     t0 = time.monotonic()
     emu = FixedPointModel(project)
     info.append(f"numpy emulator built in {time.monotonic() - t0:.2f} s")
@@ -327,7 +364,9 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(str(FACILE_VERSION / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        str(FACILE_VERSION / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"]
+    )
     onnx_in, onnx_out = sess.get_inputs()[0].name, sess.get_outputs()[0].name
     runner, card_name = sim_card_runner(workdir)
     info.append(f"simulated card: {card_name}")
@@ -347,8 +386,7 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
         ("csim", "CsimLibrary.predict (C-simulation + batch shim, g++ -O3)", csim.predict, x),
         ("numpy", "FixedPointModel.predict (vectorised ap_fixed emulation)", emu.predict, x),
         ("onnx", "onnxruntime session, 1 thread (float reference, not the firmware)", onnx_predict, x),
-        ("sim card", "HardwareRunner on the simulated Alveo card (host path + csim inside the sim)",
-         runner.predict, x),
+        ("sim card", "HardwareRunner on the simulated Alveo card (host path + csim inside the sim)", runner.predict, x),
         ("hls4ml predict", "hls4ml HLSModel.predict, float64 input (one ctypes call per row)", hls_predict, x64),
     ]
     timings, waits = time_modes(modes, s.repeats, quiet)
@@ -360,22 +398,47 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
     y_onnx = onnx_predict(x).astype(np.float64)
     runner.close()
     checks = [
-        ("numpy == csim (bit for bit)", bits_differ(y_np, y_csim) == 0, f"{bits_differ(y_np, y_csim)} of {BATCH} rows differ"),
-        ("csim == hls4ml predict (bit for bit)", bits_differ(y_csim, y_hls) == 0 and hls_same,
-         f"{bits_differ(y_csim, y_hls)} of {BATCH} rows differ" + ("" if hls_same else "; firmware differs, see notes")),
-        ("numpy == hls4ml predict (bit for bit)", bits_differ(y_np, y_hls) == 0, f"{bits_differ(y_np, y_hls)} of {BATCH} rows differ"),
-        ("sim card == csim (bit for bit)", bits_differ(y_sim, y_csim) == 0, f"{bits_differ(y_sim, y_csim)} of {BATCH} rows differ"),
+        (
+            "numpy == csim (bit for bit)",
+            bits_differ(y_np, y_csim) == 0,
+            f"{bits_differ(y_np, y_csim)} of {BATCH} rows differ",
+        ),
+        (
+            "csim == hls4ml predict (bit for bit)",
+            bits_differ(y_csim, y_hls) == 0 and hls_same,
+            f"{bits_differ(y_csim, y_hls)} of {BATCH} rows differ"
+            + ("" if hls_same else "; firmware differs, see notes"),
+        ),
+        (
+            "numpy == hls4ml predict (bit for bit)",
+            bits_differ(y_np, y_hls) == 0,
+            f"{bits_differ(y_np, y_hls)} of {BATCH} rows differ",
+        ),
+        (
+            "sim card == csim (bit for bit)",
+            bits_differ(y_sim, y_csim) == 0,
+            f"{bits_differ(y_sim, y_csim)} of {BATCH} rows differ",
+        ),
     ]
     dev = float(np.max(np.abs(y_onnx - y_csim)))
     differs = int(np.count_nonzero(y_onnx != y_csim))
-    detail = (f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}; "
-              f"{differs} of {BATCH} rows differ (the firmware is fixed point)")
-    checks.append((f"max |onnx - csim| <= {ONNX_TOLERANCE} (documented float-vs-firmware deviation)",
-                   dev <= ONNX_TOLERANCE, detail))
+    detail = (
+        f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}; "
+        f"{differs} of {BATCH} rows differ (the firmware is fixed point)"
+    )
+    checks.append(
+        (
+            f"max |onnx - csim| <= {ONNX_TOLERANCE} (documented float-vs-firmware deviation)",
+            dev <= ONNX_TOLERANCE,
+            detail,
+        )
+    )
     checks.append(jet_tagger_deviation(ort, opts, CsimLibrary, Hls4mlProject))
     for name, ok, detail in checks:
         log(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail}")
-    info.append("quiet waits before the rounds: " + ", ".join(f"{w:.0f} s ({o:.2f} other cores then)" for w, o in waits))
+    info.append(
+        "quiet waits before the rounds: " + ", ".join(f"{w:.0f} s ({o:.2f} other cores then)" for w, o in waits)
+    )
     return {"timings": timings, "checks": checks, "info": info, "csim_ref": (x, y_csim)}
 
 
@@ -389,8 +452,10 @@ def jet_tagger_deviation(ort, opts, CsimLibrary, Hls4mlProject):
     y_onnx = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
     dev = float(np.max(np.abs(y_onnx - y_csim)))
     top = float(np.mean(y_onnx.argmax(1) == y_csim.argmax(1)))
-    detail = (f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}, same top class "
-              f"on {top:.1%} of rows, rows sum to 1 +- {float(np.max(np.abs(y_csim.sum(1) - 1))):.3g}")
+    detail = (
+        f"max |onnx - csim| = {dev:.4g}, mean {float(np.mean(np.abs(y_onnx - y_csim))):.3g}, same top class "
+        f"on {top:.1%} of rows, rows sum to 1 +- {float(np.max(np.abs(y_csim.sum(1) - 1))):.3g}"
+    )
     return (f"jet tagger: max |onnx - csim| <= {JET_ONNX_TOLERANCE} (documented)", dev <= JET_ONNX_TOLERANCE, detail)
 
 
@@ -461,19 +526,40 @@ def process_usage(pid: int) -> tuple[int, float, float]:
 
 
 def pa_command(url: str, load: Load, s: Settings, stability: int, trials: int, csv_path: Path) -> list[str]:
-    return [str(common.PA_EXE), "-m", "facile", "-u", url, "-i", "grpc", "-b", str(load.batch),
-            "--concurrency-range", "2", "--measurement-interval", str(s.window_ms),
-            "--stability-percentage", str(stability), "--max-trials", str(trials), "-v", "-f", str(csv_path)]
+    return [
+        str(common.PA_EXE),
+        "-m",
+        "facile",
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        str(load.batch),
+        "--concurrency-range",
+        "2",
+        "--measurement-interval",
+        str(s.window_ms),
+        "--stability-percentage",
+        str(stability),
+        "--max-trials",
+        str(trials),
+        "-v",
+        "-f",
+        str(csv_path),
+    ]
 
 
 def measure(load: Load, url: str, pid: int, s: Settings, workdir: Path, round_: int, quiet) -> PaResult:
     res = PaResult(load, round_, quiet=quiet)
     stem = f"pa-{load.mode.replace(' ', '_')}-b{load.batch}-r{round_}"
     csv_path = workdir / f"{stem}.csv"
-    for i, (stability, trials, method) in enumerate((
-        (s.stability_pct, s.max_trials, f"stable within {s.stability_pct} %"),
-        (1000, FALLBACK_WINDOWS, f"unstable → mean of {FALLBACK_WINDOWS} windows"),
-    )):
+    for i, (stability, trials, method) in enumerate(
+        (
+            (s.stability_pct, s.max_trials, f"stable within {s.stability_pct} %"),
+            (1000, FALLBACK_WINDOWS, f"unstable → mean of {FALLBACK_WINDOWS} windows"),
+        )
+    ):
         csv_path.unlink(missing_ok=True)
         cmd = pa_command(url, load, s, stability, trials, csv_path)
         log(f"{load.label} round {round_}: {shlex.join(cmd)}")
@@ -499,8 +585,10 @@ def measure(load: Load, url: str, pid: int, s: Settings, workdir: Path, round_: 
         res.notes.append(f"other processes used {other:.2f} cores during the run (expect noise)")
     faults, user, system = res.server_usage
     if system > 0.3 * max(user + system, 1e-9):
-        res.notes.append(f"the server spent {100 * system / (user + system):.0f} % of its CPU in the kernel "
-                         f"({faults / max(a.wall_s, 1e-9):,.0f} minor page faults/s)")
+        res.notes.append(
+            f"the server spent {100 * system / (user + system):.0f} % of its CPU in the kernel "
+            f"({faults / max(a.wall_s, 1e-9):,.0f} minor page faults/s)"
+        )
     return res
 
 
@@ -554,16 +642,28 @@ def part2(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict, reference) 
     try:
         for mode in modes:
             fpga_mode = "hardware" if mode == "sim card" else mode
-            srv = ServerProcess([repo], "--fpga-mode", fpga_mode, log_path=workdir / f"server-{fpga_mode}.log", env=env,
-                                entry=[SIM_SERVE] if mode == "sim card" else None)
-            log(f"starting fpgaserve --fpga-mode {fpga_mode}" + (" (tests/fpga_sim/serve.py)" if mode == "sim card" else ""))
+            srv = ServerProcess(
+                [repo],
+                "--fpga-mode",
+                fpga_mode,
+                log_path=workdir / f"server-{fpga_mode}.log",
+                env=env,
+                entry=[SIM_SERVE] if mode == "sim card" else None,
+            )
+            log(
+                f"starting fpgaserve --fpga-mode {fpga_mode}"
+                + (" (tests/fpga_sim/serve.py)" if mode == "sim card" else "")
+            )
             t0 = time.monotonic()
             srv.start(timeout=300)
             servers[mode] = srv
             good, detail = check_server(mode, f"127.0.0.1:{srv.grpc_port}", x_check, y_check)
             ok &= good
-            server_info[mode] = {"cmd": shlex.join(srv.args), "start_s": time.monotonic() - t0,
-                                 "check": f"{'ok' if good else 'FAIL'}: {detail}"}
+            server_info[mode] = {
+                "cmd": shlex.join(srv.args),
+                "start_s": time.monotonic() - t0,
+                "check": f"{'ok' if good else 'FAIL'}: {detail}",
+            }
             log(f"  ready in {server_info[mode]['start_s']:.1f} s; {server_info[mode]['check']}")
         for round_ in range(1, s.rounds + 1):
             for load in loads:
@@ -574,8 +674,10 @@ def part2(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict, reference) 
                 q = quiet.wait([p.proc.pid for p in servers.values()])
                 r = measure(load, f"127.0.0.1:{srv.grpc_port}", srv.proc.pid, s, workdir, round_, q)
                 results.append(r)
-                log(f"  -> {fmt(r.rows_s)} rows/s, p50 {fmt_ms(r.col('p50 latency'))} ms, "
-                    f"p99 {fmt_ms(r.col('p99 latency'))} ms" + (f"; {r.notes}" if r.notes else ""))
+                log(
+                    f"  -> {fmt(r.rows_s)} rows/s, p50 {fmt_ms(r.col('p50 latency'))} ms, "
+                    f"p99 {fmt_ms(r.col('p99 latency'))} ms" + (f"; {r.notes}" if r.notes else "")
+                )
     finally:
         for mode, srv in servers.items():
             rc = srv.stop()
@@ -607,11 +709,15 @@ def best_rounds(results: list[PaResult]) -> dict[Load, PaResult]:
 def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
     s: Settings = ctx["settings"]
     L = ["# FACILE in fpgaserve's hls4ml modes: csim, numpy, onnx, simulated card, hls4ml predict", ""]
-    L.append(f"- date: {ctx['date']}; mode: {'--quick' if ctx['quick'] else 'full'}; benchmark runtime: "
-             f"{ctx['runtime']:.0f} s")
+    L.append(
+        f"- date: {ctx['date']}; mode: {'--quick' if ctx['quick'] else 'full'}; benchmark runtime: "
+        f"{ctx['runtime']:.0f} s"
+    )
     L.append(f"- command: `{ctx['command']}`")
-    L.append(f"- BLAS: {', '.join(f'{v}={os.environ.get(v)}' for v in BLAS_VARS)} in this process and every server "
-             f"(the server's default); OpenBLAS threads in this process: {ctx['blas']}")
+    L.append(
+        f"- BLAS: {', '.join(f'{v}={os.environ.get(v)}' for v in BLAS_VARS)} in this process and every server "
+        f"(the server's default); OpenBLAS threads in this process: {ctx['blas']}"
+    )
     L.append("")
     L.append("## Machine")
     L.append("")
@@ -628,27 +734,41 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
         t = {x.mode: x for x in p1["timings"]}
         L.append(f"## Part 1: in-process, one call of {BATCH} rows")
         L.append("")
-        L.append(f"Input: `numpy.random.default_rng({SEED}).standard_normal(({BATCH}, {N_IN}), float32)` "
-                 f"(float64 copy for hls4ml's predict). One warm-up call per mode, then {s.repeats} rounds over "
-                 f"all modes; in a round a mode makes one call, or repeats it for {SLICE_S:g} s if it is faster. "
-                 "rows/s = 16000 / seconds of the best (median) call. CPU columns: CPU-seconds / wall-seconds "
-                 "over the timed calls (2 cores = 2.00); \"other\" is every other process on the machine.")
+        L.append(
+            f"Input: `numpy.random.default_rng({SEED}).standard_normal(({BATCH}, {N_IN}), float32)` "
+            f"(float64 copy for hls4ml's predict). One warm-up call per mode, then {s.repeats} rounds over "
+            f"all modes; in a round a mode makes one call, or repeats it for {SLICE_S:g} s if it is faster. "
+            "rows/s = 16000 / seconds of the best (median) call. CPU columns: CPU-seconds / wall-seconds "
+            'over the timed calls (2 cores = 2.00); "other" is every other process on the machine.'
+        )
         L.append("")
-        L.append("| mode | what runs | rows/s (best) | rows/s (median) | ms per call (best) | calls | this process CPU | other CPU |")
+        L.append(
+            "| mode | what runs | rows/s (best) | rows/s (median) | ms per call (best) | calls | this process CPU | other CPU |"
+        )
         L.append("|---|---|---:|---:|---:|---:|---:|---:|")
         for x in p1["timings"]:
-            L.append(f"| {x.mode} | {x.what} | {fmt(x.best_rows_s)} | {fmt(x.median_rows_s)} | "
-                     f"{1000 * min(x.times):,.1f} | {len(x.times)} | {x.self_cores:.2f} | {x.other_cores:.2f} |")
+            L.append(
+                f"| {x.mode} | {x.what} | {fmt(x.best_rows_s)} | {fmt(x.median_rows_s)} | "
+                f"{1000 * min(x.times):,.1f} | {len(x.times)} | {x.self_cores:.2f} | {x.other_cores:.2f} |"
+            )
         L.append("")
         r1 = t["numpy"].best_rows_s / t["csim"].best_rows_s
         r2 = t["csim"].best_rows_s / t["hls4ml predict"].best_rows_s
         L.append("| ratio | measured | target | |")
         L.append("|---|---:|---:|---|")
-        L.append(f"| numpy / csim | {r1:.2f}x | ≥ {TARGET_NUMPY_OVER_CSIM:g}x | {'met' if r1 >= TARGET_NUMPY_OVER_CSIM else 'NOT met'} |")
-        L.append(f"| csim / hls4ml predict | {r2:.2f}x | ≥ {TARGET_CSIM_OVER_HLS4ML:g}x | {'met' if r2 >= TARGET_CSIM_OVER_HLS4ML else 'NOT met'} |")
-        L.append(f"| onnx / csim | {t['onnx'].best_rows_s / t['csim'].best_rows_s:.1f}x | | float reference, for scale |")
-        L.append(f"| sim card / csim | {t['sim card'].best_rows_s / t['csim'].best_rows_s:.2f}x | | "
-                 "host path overhead (the sim computes with csim) |")
+        L.append(
+            f"| numpy / csim | {r1:.2f}x | ≥ {TARGET_NUMPY_OVER_CSIM:g}x | {'met' if r1 >= TARGET_NUMPY_OVER_CSIM else 'NOT met'} |"
+        )
+        L.append(
+            f"| csim / hls4ml predict | {r2:.2f}x | ≥ {TARGET_CSIM_OVER_HLS4ML:g}x | {'met' if r2 >= TARGET_CSIM_OVER_HLS4ML else 'NOT met'} |"
+        )
+        L.append(
+            f"| onnx / csim | {t['onnx'].best_rows_s / t['csim'].best_rows_s:.1f}x | | float reference, for scale |"
+        )
+        L.append(
+            f"| sim card / csim | {t['sim card'].best_rows_s / t['csim'].best_rows_s:.2f}x | | "
+            "host path overhead (the sim computes with csim) |"
+        )
         L.append("")
         L.append("Checks on the benchmark input:")
         L.append("")
@@ -663,13 +783,17 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
         inproc = {x.mode: x.best_rows_s for x in p1["timings"]} if p1 else {}
         L.append("## Part 2: end to end (gRPC, perf_analyzer, concurrency 2)")
         L.append("")
-        L.append(f"One fpgaserve per mode on a copy of `bitstreams/facile` (+ an xclbin for the simulated card; "
-                 f"config unchanged: 1 instance, dynamic batching with 0 µs queue delay). Windows of "
-                 f"{s.window_ms / 1000:g} s, stable within {s.stability_pct} % (else the mean of {FALLBACK_WINDOWS} "
-                 f"windows); {s.rounds} round(s), the table shows the better round per load (all rounds under Details).")
+        L.append(
+            f"One fpgaserve per mode on a copy of `bitstreams/facile` (+ an xclbin for the simulated card; "
+            f"config unchanged: 1 instance, dynamic batching with 0 µs queue delay). Windows of "
+            f"{s.window_ms / 1000:g} s, stable within {s.stability_pct} % (else the mean of {FALLBACK_WINDOWS} "
+            f"windows); {s.rounds} round(s), the table shows the better round per load (all rounds under Details)."
+        )
         L.append("")
-        L.append("| mode | batch | requests/s | rows/s | p50 ms | p99 ms | server compute ms/request | rows/exec | "
-                 "rows/s vs in-process | server CPU | other CPU | note |")
+        L.append(
+            "| mode | batch | requests/s | rows/s | p50 ms | p99 ms | server compute ms/request | rows/exec | "
+            "rows/s vs in-process | server CPU | other CPU | note |"
+        )
         L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for load in p2["loads"]:
             r = best.get(load)
@@ -678,16 +802,20 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
             a = r.attempts[-1]
             w = max(a.wall_s, 1e-9)
             vs = f"{r.rows_s / inproc[load.mode]:.2f}" if r.rows_s and load.mode in inproc else "n/a"
-            L.append(f"| {load.mode} | {load.batch} | {fmt(r.rows_s / load.batch if r.rows_s else None, 1)} | "
-                     f"{fmt(r.rows_s)} | {fmt_ms(r.col('p50 latency'))} | {fmt_ms(r.col('p99 latency'))} | "
-                     f"{fmt(r.compute_ms(), 1)} | {fmt(r.rows_per_exec(), 0)} | {vs} | {a.server_cpu_s / w:.2f} | "
-                     f"{a.other_cpu_s / w:.2f} | {'; '.join(r.notes)} |")
+            L.append(
+                f"| {load.mode} | {load.batch} | {fmt(r.rows_s / load.batch if r.rows_s else None, 1)} | "
+                f"{fmt(r.rows_s)} | {fmt_ms(r.col('p50 latency'))} | {fmt_ms(r.col('p99 latency'))} | "
+                f"{fmt(r.compute_ms(), 1)} | {fmt(r.rows_per_exec(), 0)} | {vs} | {a.server_cpu_s / w:.2f} | "
+                f"{a.other_cpu_s / w:.2f} | {'; '.join(r.notes)} |"
+            )
         L.append("")
-        L.append("requests/s = perf_analyzer's infer/s / batch; rows/s = perf_analyzer's \"Inferences/Second\" "
-                 "(it counts rows). Latencies are client-side. \"rows/s vs in-process\": served rows/s over "
-                 "Part 1's best in-process rows/s of the same mode (the serving overhead; with 2 cores, the server, "
-                 "perf_analyzer and gRPC share them). CPU: cores used during the run; other = everything but the "
-                 "measured server and perf_analyzer (includes the idle servers of the other modes).")
+        L.append(
+            "requests/s = perf_analyzer's infer/s / batch; rows/s = perf_analyzer's \"Inferences/Second\" "
+            '(it counts rows). Latencies are client-side. "rows/s vs in-process": served rows/s over '
+            "Part 1's best in-process rows/s of the same mode (the serving overhead; with 2 cores, the server, "
+            "perf_analyzer and gRPC share them). CPU: cores used during the run; other = everything but the "
+            "measured server and perf_analyzer (includes the idle servers of the other modes)."
+        )
         L.append("")
         L.append("Server output checks (4000 rows of the Part 1 input over gRPC, before measuring):")
         L.append("")
@@ -696,31 +824,37 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
         L.append("")
         L.append("### Details (every run)")
         L.append("")
-        L.append("| load | round | method | rows/s | window spread | p50 ms | p99 ms | server CPU | server system CPU % | "
-                 "server minor faults/s | perf_analyzer CPU | other CPU | quiet wait s (other cores then) | run s |")
+        L.append(
+            "| load | round | method | rows/s | window spread | p50 ms | p99 ms | server CPU | server system CPU % | "
+            "server minor faults/s | perf_analyzer CPU | other CPU | quiet wait s (other cores then) | run s |"
+        )
         L.append("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in sorted(p2["results"], key=lambda r: (p2["loads"].index(r.load), r.round)):
             a = r.attempts[-1]
             w = max(a.wall_s, 1e-9)
             mark = " *" if s.rounds > 1 and best.get(r.load) is r else ""
             faults, user, system = r.server_usage
-            L.append(f"| {r.load.label} | {r.round}{mark} | {r.method} | {fmt(r.rows_s)} | {r.window_spread()} | "
-                     f"{fmt_ms(r.col('p50 latency'))} | {fmt_ms(r.col('p99 latency'))} | {a.server_cpu_s / w:.2f} | "
-                     f"{100 * system / max(user + system, 1e-9):.0f} | {fmt(faults / w)} | "
-                     f"{a.pa_cpu_s / w:.2f} | {a.other_cpu_s / w:.2f} | {r.quiet[0]:.0f} ({r.quiet[1]:.2f}) | "
-                     f"{sum(x.wall_s for x in r.attempts):.0f} |")
+            L.append(
+                f"| {r.load.label} | {r.round}{mark} | {r.method} | {fmt(r.rows_s)} | {r.window_spread()} | "
+                f"{fmt_ms(r.col('p50 latency'))} | {fmt_ms(r.col('p99 latency'))} | {a.server_cpu_s / w:.2f} | "
+                f"{100 * system / max(user + system, 1e-9):.0f} | {fmt(faults / w)} | "
+                f"{a.pa_cpu_s / w:.2f} | {a.other_cpu_s / w:.2f} | {r.quiet[0]:.0f} ({r.quiet[1]:.2f}) | "
+                f"{sum(x.wall_s for x in r.attempts):.0f} |"
+            )
         L.append("")
-        L.append("Server system CPU %: the share of the measured server's CPU time spent in the kernel; minor faults/s: "
-                 "its minor page faults per second of the run (/proc/<pid>/stat). Many faults with a high system share "
-                 "mean the server hands memory back to the OS after each request and faults it in again on the next "
-                 "(glibc malloc's trim/mmap thresholds, which adapt upwards after large frees, so the first loads a "
-                 "fresh server sees pay more than later ones).")
+        L.append(
+            "Server system CPU %: the share of the measured server's CPU time spent in the kernel; minor faults/s: "
+            "its minor page faults per second of the run (/proc/<pid>/stat). Many faults with a high system share "
+            "mean the server hands memory back to the OS after each request and faults it in again on the next "
+            "(glibc malloc's trim/mmap thresholds, which adapt upwards after large frees, so the first loads a "
+            "fresh server sees pay more than later ones)."
+        )
         L.append("")
         L.append("## Commands")
         L.append("")
         L.append("```bash")
         L.append("# servers (random free ports; FPGASERVE_SIM_CARDS=1 and *_NUM_THREADS=1 in their environment)")
-        for mode, info in p2["servers"].items():
+        for info in p2["servers"].values():
             L.append(info["cmd"])
         L.append("# perf_analyzer")
         seen = set()
@@ -754,8 +888,9 @@ def install_perf_analyzer() -> list[str]:
         sys.exit(f"{exe} is missing and the installer {installer} does not exist")
     log(f"installing perf_analyzer with {installer}")
     t0 = time.monotonic()
-    subprocess.run(["bash", str(installer), str(common.PA_DEST)], check=True, cwd=ROOT,
-                   env=dict(os.environ, PYTHON=sys.executable))
+    subprocess.run(
+        ["bash", str(installer), str(common.PA_DEST)], check=True, cwd=ROOT, env=dict(os.environ, PYTHON=sys.executable)
+    )
     if not (exe.is_file() and os.access(exe, os.X_OK)):
         sys.exit(f"{installer} ran but {exe} is still missing")
     return [f"installed perf_analyzer with {installer} in {time.monotonic() - t0:.0f} s"]
@@ -765,10 +900,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, shorter windows, one round (about 3 min)")
     ap.add_argument("--out", type=Path, help="also write the markdown report to this file")
-    ap.add_argument("--workdir", type=Path, help="keep the repository copy, hls4ml project, logs and raw "
-                    "perf_analyzer output here (default: a temporary directory, deleted at the end)")
-    ap.add_argument("--part", choices=("1", "2", "all"), default="all", help="run only part 1 (in-process) or 2 (serving)")
-    ap.add_argument("--rounds", type=int, help="part 2 rounds (default 2, --quick 1); the best round per load is reported")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the repository copy, hls4ml project, logs and raw "
+        "perf_analyzer output here (default: a temporary directory, deleted at the end)",
+    )
+    ap.add_argument(
+        "--part", choices=("1", "2", "all"), default="all", help="run only part 1 (in-process) or 2 (serving)"
+    )
+    ap.add_argument(
+        "--rounds", type=int, help="part 2 rounds (default 2, --quick 1); the best round per load is reported"
+    )
     args = ap.parse_args(argv)
 
     t_start = time.monotonic()
@@ -776,9 +919,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds:
         s.rounds = args.rounds
     ctx: dict = {
-        "quick": args.quick, "settings": s, "notes": [],
+        "quick": args.quick,
+        "settings": s,
+        "notes": [],
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "tests/benchmarks/bench_fpga_modes.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": shlex.join(
+            ["python", "tests/benchmarks/bench_fpga_modes.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "blas": openblas_threads(),
     }
     if args.part != "1":

@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the project venv if needed)
 
+# isort: split
 import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
@@ -145,8 +146,16 @@ def _csv_row(path: Path) -> dict | None:
     return rows[-1] if rows else None
 
 
-def measure(pa: str, target: Target, load: Load, all_replicas: list[ServerProcess], workdir: Path,
-            window_ms: int, round_: int, quiet_s: float) -> Run:
+def measure(
+    pa: str,
+    target: Target,
+    load: Load,
+    all_replicas: list[ServerProcess],
+    workdir: Path,
+    window_ms: int,
+    round_: int,
+    quiet_s: float,
+) -> Run:
     run = Run(target.name, load, round_)
     waited, other = common.quiet_wait(target.pids, quiet_s)
     if other >= common.BUSY_THRESHOLD:
@@ -156,11 +165,28 @@ def measure(pa: str, target: Target, load: Load, all_replicas: list[ServerProces
     csv_path = workdir / f"{stem}.csv"
     # -x 1: behind a balancer PA's statistics snapshots come from either replica, and without
     # an explicit version it may exit 99 ("failed to find the requested model version").
-    base = [pa, "-m", load.model, "-x", "1", "-u", target.url, "-i", "grpc", "-b", str(load.batch),
-            "--concurrency-range", str(load.concurrency), "-f", str(csv_path)]
+    base = [
+        pa,
+        "-m",
+        load.model,
+        "-x",
+        "1",
+        "-u",
+        target.url,
+        "-i",
+        "grpc",
+        "-b",
+        str(load.batch),
+        "--concurrency-range",
+        str(load.concurrency),
+        "-f",
+        str(csv_path),
+    ]
     row = None
-    for extra, note in ((["-p", str(window_ms), "-s", "25", "-r", "10"], ""),
-                        (["-p", str(window_ms), "-s", "1000", "-r", "3"], "unstable: mean of 3 windows")):
+    for extra, note in (
+        (["-p", str(window_ms), "-s", "25", "-r", "10"], ""),
+        (["-p", str(window_ms), "-s", "1000", "-r", "3"], "unstable: mean of 3 windows"),
+    ):
         cmd = base + extra
         run.cmd = shlex.join(cmd)
         csv_path.unlink(missing_ok=True)
@@ -224,12 +250,17 @@ def ratio(a, b) -> str:
 def report(best: dict, loads, targets: list[str], runs: list[Run], wall_s: float, rounds: int, window_ms: int) -> str:
     out = ["# fpgaserve replicas behind a load balancer", ""]
     out += [f"- {k}: {v}" for k, v in common.machine_info() if k != "tritonserver"]
-    out += [f"- proxies: {proxy_versions()}",
-            f"- {rounds} round(s) over every configuration, perf_analyzer windows of {window_ms} ms; best round shown",
-            f"- benchmark wall time: {wall_s:.0f} s", ""]
-    out += ["| load | via | replicas | infer/s | p50 ms | p99 ms | vs direct | 2 vs 1 replica | requests per replica | "
-            "cores: replicas / proxy / PA / other | note |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    out += [
+        f"- proxies: {proxy_versions()}",
+        f"- {rounds} round(s) over every configuration, perf_analyzer windows of {window_ms} ms; best round shown",
+        f"- benchmark wall time: {wall_s:.0f} s",
+        "",
+    ]
+    out += [
+        "| load | via | replicas | infer/s | p50 ms | p99 ms | vs direct | 2 vs 1 replica | requests per replica | "
+        "cores: replicas / proxy / PA / other | note |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
     for load in loads:
         direct = best.get(("direct", load))
         for t in targets:
@@ -247,12 +278,19 @@ def report(best: dict, loads, targets: list[str], runs: list[Run], wall_s: float
                 f"{ratio(r.infer_s, one.infer_s) if one else ''} | {split} | {cores} | {r.note} |"
             )
     if rounds > 1:
-        out += ["", "Every round (infer/s):", "", "| load | via | " + " | ".join(f"round {i + 1}" for i in range(rounds)) + " |",
-                "|---|---|" + "---:|" * rounds]
+        out += [
+            "",
+            "Every round (infer/s):",
+            "",
+            "| load | via | " + " | ".join(f"round {i + 1}" for i in range(rounds)) + " |",
+            "|---|---|" + "---:|" * rounds,
+        ]
         for load in loads:
             for t in targets:
-                vals = [next((fmt(r.infer_s) for r in runs if r.target == t and r.load == load and r.round == i + 1), "")
-                        for i in range(rounds)]
+                vals = [
+                    next((fmt(r.infer_s) for r in runs if r.target == t and r.load == load and r.round == i + 1), "")
+                    for i in range(rounds)
+                ]
                 out.append(f"| {load.label} | {t} | " + " | ".join(vals) + " |")
     out += ["", "## perf_analyzer commands", "", "```"]
     out += sorted({r.cmd for r in runs})
@@ -300,8 +338,11 @@ def main(argv=None) -> int:
     runs: list[Run] = []
     try:
         for i in range(2):
-            replicas.append(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--fpga-mode", "numpy",
-                                          log_path=workdir / f"replica-{i}.log").start())
+            replicas.append(
+                ServerProcess(
+                    [CONFORMANCE_REPO, BUNDLED_REPO], "--fpga-mode", "numpy", log_path=workdir / f"replica-{i}.log"
+                ).start()
+            )
         targets = [Target("direct", replicas[0].url.replace("localhost", "127.0.0.1"), replicas[:1])]
         for kind in kinds:
             for n in (1, 2):

@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the project venv if needed)
 
+# isort: split
 from server_process import ServerProcess, free_port  # noqa: E402
 
 rt = common.rt
@@ -137,11 +138,27 @@ _SERVER_BLOCK = re.compile(
 def perf(url: str, server: str, model: str, load: Load, workdir: Path, window_ms: int) -> Run:
     csv_path = workdir / f"{server}-{model}-{load.label.replace(' ', '_')}.csv"
     csv_path.unlink(missing_ok=True)
-    base = [str(common.PA_EXE), "-m", model, "-u", url, "-i", "grpc", "-b", str(load.batch),
-            "--concurrency-range", str(load.concurrency), *load.flags(), "-f", str(csv_path)]
+    base = [
+        str(common.PA_EXE),
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        str(load.batch),
+        "--concurrency-range",
+        str(load.concurrency),
+        *load.flags(),
+        "-f",
+        str(csv_path),
+    ]
     run = Run(server, model, load)
-    for extra, note in ((["-p", str(window_ms), "-s", "25", "-r", "10"], ""),
-                        (["-p", str(window_ms), "-s", "1000", "-r", "3"], "unstable: mean of 3 windows")):
+    for extra, note in (
+        (["-p", str(window_ms), "-s", "25", "-r", "10"], ""),
+        (["-p", str(window_ms), "-s", "1000", "-r", "3"], "unstable: mean of 3 windows"),
+    ):
         cmd = base + extra
         run.cmd = shlex.join(cmd)
         common.log(f"{server} {model} {load.label}")
@@ -182,8 +199,10 @@ def report(runs: list[Run], loads: list[Load], sleep_runs: list[Run], wall_s: fl
     out = ["# fpgaserve serving benchmark", ""]
     out += [f"- {k}: {v}" for k, v in common.machine_info()]
     out += [f"- benchmark wall time: {wall_s:.0f} s", ""]
-    out += ["| load | server | infer/s | p50 µs | p99 µs | queue µs | compute µs | rows/exec | note |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    out += [
+        "| load | server | infer/s | p50 µs | p99 µs | queue µs | compute µs | rows/exec | note |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     servers = [("ceiling", "facile"), ("fpgaserve", "facile"), ("fpgaserve", "facile_db"), ("triton", "facile")]
     for load in loads:
         for server, model in servers:
@@ -193,27 +212,44 @@ def report(runs: list[Run], loads: list[Load], sleep_runs: list[Run], wall_s: fl
             name = f"{server} ({'batching' if model.endswith('_db') or server == 'triton' else 'no batching'})"
             if server == "ceiling":
                 name = "ceiling (zero work)"
-            out.append(f"| {load.label} | {name} | {fmt(r.infer_s)} | {fmt(r.p50)} | {fmt(r.p99)} | {fmt(r.queue)} | "
-                       f"{fmt(r.compute)} | {fmt(r.rows_per_exec, 2)} | {r.note} |")
-    out += ["", "Ratios (throughput): fpgaserve with batching / ceiling, / Triton; batching on / off.", "",
-            "| load | fpgaserve/ceiling | fpgaserve/Triton | batching on/off |", "|---|---:|---:|---:|"]
+            out.append(
+                f"| {load.label} | {name} | {fmt(r.infer_s)} | {fmt(r.p50)} | {fmt(r.p99)} | {fmt(r.queue)} | "
+                f"{fmt(r.compute)} | {fmt(r.rows_per_exec, 2)} | {r.note} |"
+            )
+    out += [
+        "",
+        "Ratios (throughput): fpgaserve with batching / ceiling, / Triton; batching on / off.",
+        "",
+        "| load | fpgaserve/ceiling | fpgaserve/Triton | batching on/off |",
+        "|---|---:|---:|---:|",
+    ]
     for load in loads:
-        g = lambda s, m: by.get((s, m, load)).infer_s if by.get((s, m, load)) else None  # noqa: E731
-        out.append(f"| {load.label} | {ratio(g('fpgaserve', 'facile_db'), g('ceiling', 'facile'))} | "
-                   f"{ratio(g('fpgaserve', 'facile_db'), g('triton', 'facile'))} | "
-                   f"{ratio(g('fpgaserve', 'facile_db'), g('fpgaserve', 'facile'))} |")
+        g = lambda s, m: by.get((s, m, load)).infer_s if by.get((s, m, load)) else None  # noqa: E731, B023  (called in this iteration)
+        out.append(
+            f"| {load.label} | {ratio(g('fpgaserve', 'facile_db'), g('ceiling', 'facile'))} | "
+            f"{ratio(g('fpgaserve', 'facile_db'), g('triton', 'facile'))} | "
+            f"{ratio(g('fpgaserve', 'facile_db'), g('fpgaserve', 'facile'))} |"
+        )
     c1 = by.get(("fpgaserve", "facile_db", Load(1, 1, "sync")))
     if c1 and c1.server_request_us is not None and c1.compute is not None:
-        out += ["", f"Server-side overhead at concurrency 1 (fpgaserve, batching, perf_analyzer's server block): "
-                f"request latency {c1.server_request_us:.0f} µs - compute {c1.compute:.0f} µs = "
-                f"{c1.server_request_us - c1.compute:.0f} µs (includes queue {fmt(c1.queue)} µs)."]
+        out += [
+            "",
+            f"Server-side overhead at concurrency 1 (fpgaserve, batching, perf_analyzer's server block): "
+            f"request latency {c1.server_request_us:.0f} µs - compute {c1.compute:.0f} µs = "
+            f"{c1.server_request_us - c1.compute:.0f} µs (includes queue {fmt(c1.queue)} µs).",
+        ]
     if len(sleep_runs) == 2:
         off, on = sleep_runs
-        out += ["", "Backend with a fixed 1 ms per execution, batch 1, concurrency 64 (async):", "",
-                "| dynamic batching | infer/s | p99 µs | rows/exec |", "|---|---:|---:|---:|",
-                f"| off | {fmt(off.infer_s)} | {fmt(off.p99)} | {fmt(off.rows_per_exec, 2)} |",
-                f"| on | {fmt(on.infer_s)} | {fmt(on.p99)} | {fmt(on.rows_per_exec, 2)} |",
-                f"| gain | {ratio(on.infer_s, off.infer_s)} | | |"]
+        out += [
+            "",
+            "Backend with a fixed 1 ms per execution, batch 1, concurrency 64 (async):",
+            "",
+            "| dynamic batching | infer/s | p99 µs | rows/exec |",
+            "|---|---:|---:|---:|",
+            f"| off | {fmt(off.infer_s)} | {fmt(off.p99)} | {fmt(off.rows_per_exec, 2)} |",
+            f"| on | {fmt(on.infer_s)} | {fmt(on.p99)} | {fmt(on.rows_per_exec, 2)} |",
+            f"| gain | {ratio(on.infer_s, off.infer_s)} | | |",
+        ]
     out += ["", "## perf_analyzer commands", "", "```"]
     out += sorted({r.cmd for r in runs + sleep_runs})
     out += ["```"]
@@ -238,8 +274,17 @@ def main(argv=None) -> int:
 
     port = free_port()
     ceiling = subprocess.Popen(
-        [sys.executable, str(HERE / "ceiling_server.py"), "--config", str(repo / "facile" / "config.pbtxt"),
-         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            str(HERE / "ceiling_server.py"),
+            "--config",
+            str(repo / "facile" / "config.pbtxt"),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(2)
         for load in loads:
@@ -259,8 +304,9 @@ def main(argv=None) -> int:
     if not args.no_triton:
         weights = workdir / "triton_weights.npz"
         common.convert_weights(FACILE_WEIGHTS, weights)
-        trepo = rt.write_python_backend_repository(workdir / "triton-repo", ["facile"], facile_weights=weights,
-                                                   facile_dynamic_batching=True)
+        trepo = rt.write_python_backend_repository(
+            workdir / "triton-repo", ["facile"], facile_weights=weights, facile_dynamic_batching=True
+        )
         cfg = trepo / "facile" / "config.pbtxt"
         if "instance_group" not in cfg.read_text():
             cfg.write_text(cfg.read_text() + "instance_group [ { count: 1 kind: KIND_CPU } ]\n")

@@ -608,9 +608,7 @@ class SimulatedAlveoDevice(Device):
             self._next_bo += 1
             bo = _Bo(handle, memidx, address, size, bytearray(size), bytearray([UNINITIALISED]) * size)
             self._bos[handle] = bo
-        buf = PynqBuffer(
-            shape, dtype, bo=handle, device=self, buffer=bo.host, device_address=address, coherent=False
-        )
+        buf = PynqBuffer(shape, dtype, bo=handle, device=self, buffer=bo.host, device_address=address, coherent=False)
         # never set buf.memory: PynqBuffer.freebuffer would then call XRT's xclFreeBO
         weakref.finalize(buf, self._free_bo, handle)
         return buf

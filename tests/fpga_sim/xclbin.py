@@ -101,20 +101,20 @@ def bank_layout(tag: str, index: int) -> tuple[int, int, int]:
 def _metadata_xml(platform: str, kernel: str, vlnv: str, cus: list[str], clock_mhz: int) -> bytes:
     vendor, _, rest = platform.partition("_")
     args = "\n".join(
-        f"          <arg name={quoteattr(a.name)} addressQualifier=\"{a.address_qualifier}\" id=\"{i}\" "
-        f"port={quoteattr(a.port)} size=\"0x{a.size:X}\" offset=\"0x{a.offset:X}\" hostOffset=\"0x0\" "
-        f"hostSize=\"0x{a.host_size:X}\" type={quoteattr(a.ctype)}/>"
+        f'          <arg name={quoteattr(a.name)} addressQualifier="{a.address_qualifier}" id="{i}" '
+        f'port={quoteattr(a.port)} size="0x{a.size:X}" offset="0x{a.offset:X}" hostOffset="0x0" '
+        f'hostSize="0x{a.host_size:X}" type={quoteattr(a.ctype)}/>'
         for i, a in enumerate(KRNL_RTL_ARGS)
     )
     instances = "\n".join(
         f"          <instance name={quoteattr(cu)}>\n"
-        f"            <addrRemap base=\"0x{CU_BASE + i * CU_STRIDE:X}\" range=\"0x{CU_RANGE:X}\" port=\"S_AXI_CONTROL\"/>\n"
+        f'            <addrRemap base="0x{CU_BASE + i * CU_STRIDE:X}" range="0x{CU_RANGE:X}" port="S_AXI_CONTROL"/>\n'
         f"          </instance>"
         for i, cu in enumerate(cus)
     )
     xml = f"""<?xml version="1.0" encoding="UTF-8"?>
 <project name={quoteattr(kernel)}>
-  <platform vendor={quoteattr(vendor)} boardid={quoteattr(rest.split('_')[0] if rest else '')} name={quoteattr(platform)} featureRomTime="0">
+  <platform vendor={quoteattr(vendor)} boardid={quoteattr(rest.split("_")[0] if rest else "")} name={quoteattr(platform)} featureRomTime="0">
     <version major="1" minor="0"/>
     <description>written by fpgaserve's test suite for the simulated card; no bitstream</description>
     <device name="fpga0" fpgaDevice="virtexuplus:xcu250:figd2104:-2L:e" addrWidth="0">

@@ -54,20 +54,20 @@ _ONNX_TYPES = {"TYPE_INT32": TensorProto.INT32, "TYPE_INT8": TensorProto.INT8}
 # ---------------------------------------------------------------------------------------
 # config.pbtxt
 # ---------------------------------------------------------------------------------------
-def config_pbtxt(name: str, engine: str, max_batch_size: int,
-                 inputs: list[tuple[str, str, list[int]]],
-                 outputs: list[tuple[str, str, list[int]]]) -> str:
+def config_pbtxt(
+    name: str,
+    engine: str,
+    max_batch_size: int,
+    inputs: list[tuple[str, str, list[int]]],
+    outputs: list[tuple[str, str, list[int]]],
+) -> str:
     """Readable protobuf text of a ModelConfig (``engine`` is a ``platform:``/``backend:``
     line). Tensors are ``(name, data_type, dims)``. The version policy is left out on
     purpose: the default (latest 1) is what Triton's own configs use."""
 
     def tensors(tensor_list: list[tuple[str, str, list[int]]]) -> str:
         blocks = [
-            "  {\n"
-            f'    name: "{tname}"\n'
-            f"    data_type: {dtype}\n"
-            f"    dims: [ {', '.join(str(d) for d in dims)} ]\n"
-            "  }"
+            f'  {{\n    name: "{tname}"\n    data_type: {dtype}\n    dims: [ {", ".join(str(d) for d in dims)} ]\n  }}'
             for tname, dtype, dims in tensor_list
         ]
         return ",\n".join(blocks)
@@ -84,8 +84,7 @@ def config_pbtxt(name: str, engine: str, max_batch_size: int,
 
 def _simple_io(dtype: str) -> tuple[list, list]:
     """The simple family's tensors: two [16] inputs, two [16] outputs of one type."""
-    return ([("INPUT0", dtype, [16]), ("INPUT1", dtype, [16])],
-            [("OUTPUT0", dtype, [16]), ("OUTPUT1", dtype, [16])])
+    return ([("INPUT0", dtype, [16]), ("INPUT1", dtype, [16])], [("OUTPUT0", dtype, [16]), ("OUTPUT1", dtype, [16])])
 
 
 # ---------------------------------------------------------------------------------------
@@ -133,8 +132,7 @@ def simple_onnx(name: str, dtype: str) -> onnx.ModelProto:
         opset_imports=[helper.make_opsetid("", ONNX_OPSET)],
         producer_name=ONNX_PRODUCER_NAME,
         producer_version=ONNX_PRODUCER_VERSION,
-        doc_string=f"Triton '{name}' example: OUTPUT0 = INPUT0 + INPUT1, "
-                   "OUTPUT1 = INPUT0 - INPUT1.",
+        doc_string=f"Triton '{name}' example: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.",
     )
     model.ir_version = ONNX_IR_VERSION  # make_model stamps the onnx library's newest IR
     onnx.checker.check_model(model, full_check=True)
@@ -287,8 +285,9 @@ class Model:
 '''
 
 
-def sequence_config(name: str, strategy: str, idle_us: int, controls: list[tuple[str, str, str]],
-                    instances: int) -> str:
+def sequence_config(
+    name: str, strategy: str, idle_us: int, controls: list[tuple[str, str, str]], instances: int
+) -> str:
     """config.pbtxt of a sequence model: INPUT/OUTPUT INT32 [1], max_batch_size 8.
     ``controls`` are (tensor name, CONTROL_SEQUENCE_* kind, value line)."""
     blocks = ",\n".join(
@@ -296,8 +295,7 @@ def sequence_config(name: str, strategy: str, idle_us: int, controls: list[tuple
         f"          {value}\n        }}\n      ]\n    }}"
         for tname, kind, value in controls
     )
-    base = config_pbtxt(name, 'backend: "numpy"', 8, [("INPUT", "TYPE_INT32", [1])],
-                        [("OUTPUT", "TYPE_INT32", [1])])
+    base = config_pbtxt(name, 'backend: "numpy"', 8, [("INPUT", "TYPE_INT32", [1])], [("OUTPUT", "TYPE_INT32", [1])])
     return (
         base
         + "sequence_batching {\n"
@@ -328,55 +326,97 @@ def build(out: Path) -> list[Path]:
     for name, dtype in (("simple", "TYPE_INT32"), ("simple_int8", "TYPE_INT8")):
         inputs, outputs = _simple_io(dtype)
         written += [
-            _write(out / name / "config.pbtxt", config_pbtxt(
-                name, 'platform: "onnxruntime_onnx"', 8, inputs, outputs).encode()),
-            _write(out / name / "1" / "model.onnx",
-                   simple_onnx(name, dtype).SerializeToString(deterministic=True)),
+            _write(
+                out / name / "config.pbtxt",
+                config_pbtxt(name, 'platform: "onnxruntime_onnx"', 8, inputs, outputs).encode(),
+            ),
+            _write(out / name / "1" / "model.onnx", simple_onnx(name, dtype).SerializeToString(deterministic=True)),
         ]
 
     inputs, outputs = _simple_io("TYPE_STRING")
     written += [
-        _write(out / "simple_string" / "config.pbtxt", config_pbtxt(
-            "simple_string", 'backend: "numpy"', 8, inputs, outputs).encode()),
+        _write(
+            out / "simple_string" / "config.pbtxt",
+            config_pbtxt("simple_string", 'backend: "numpy"', 8, inputs, outputs).encode(),
+        ),
         _write(out / "simple_string" / "1" / "model.py", SIMPLE_STRING_PY.encode()),
     ]
 
     written += [
-        _write(out / "simple_identity" / "config.pbtxt", config_pbtxt(
-            "simple_identity", 'backend: "numpy"', 8,
-            [("INPUT0", "TYPE_STRING", [-1])], [("OUTPUT0", "TYPE_STRING", [-1])]).encode()),
+        _write(
+            out / "simple_identity" / "config.pbtxt",
+            config_pbtxt(
+                "simple_identity",
+                'backend: "numpy"',
+                8,
+                [("INPUT0", "TYPE_STRING", [-1])],
+                [("OUTPUT0", "TYPE_STRING", [-1])],
+            ).encode(),
+        ),
         _write(out / "simple_identity" / "1" / "model.py", SIMPLE_IDENTITY_PY.encode()),
     ]
 
     written += [
-        _write(out / "repeat_int32" / "config.pbtxt", (config_pbtxt(
-            "repeat_int32", 'backend: "numpy"', 0,
-            [("IN", "TYPE_INT32", [-1]), ("DELAY", "TYPE_UINT32", [-1]), ("WAIT", "TYPE_UINT32", [1])],
-            [("OUT", "TYPE_INT32", [1]), ("IDX", "TYPE_UINT32", [1])]) + REPEAT_INT32_CONFIG_EXTRA).encode()),
+        _write(
+            out / "repeat_int32" / "config.pbtxt",
+            (
+                config_pbtxt(
+                    "repeat_int32",
+                    'backend: "numpy"',
+                    0,
+                    [("IN", "TYPE_INT32", [-1]), ("DELAY", "TYPE_UINT32", [-1]), ("WAIT", "TYPE_UINT32", [1])],
+                    [("OUT", "TYPE_INT32", [1]), ("IDX", "TYPE_UINT32", [1])],
+                )
+                + REPEAT_INT32_CONFIG_EXTRA
+            ).encode(),
+        ),
         _write(out / "repeat_int32" / "1" / "model.py", REPEAT_INT32_PY.encode()),
     ]
 
     written += [
-        _write(out / "simple_sequence" / "config.pbtxt", sequence_config(
-            "simple_sequence", "", 5_000_000,
-            [("START", "CONTROL_SEQUENCE_START", _FLAG), ("READY", "CONTROL_SEQUENCE_READY", _FLAG)],
-            1).encode()),
+        _write(
+            out / "simple_sequence" / "config.pbtxt",
+            sequence_config(
+                "simple_sequence",
+                "",
+                5_000_000,
+                [("START", "CONTROL_SEQUENCE_START", _FLAG), ("READY", "CONTROL_SEQUENCE_READY", _FLAG)],
+                1,
+            ).encode(),
+        ),
         _write(out / "simple_sequence" / "1" / "model.py", SIMPLE_SEQUENCE_PY.encode()),
-        _write(out / "simple_dyna_sequence" / "config.pbtxt", sequence_config(
-            "simple_dyna_sequence", _OLDEST, 10_000_000,
-            [("START", "CONTROL_SEQUENCE_START", _FLAG), ("END", "CONTROL_SEQUENCE_END", _FLAG),
-             ("READY", "CONTROL_SEQUENCE_READY", _FLAG),
-             ("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_UINT64")],
-            2).encode()),
+        _write(
+            out / "simple_dyna_sequence" / "config.pbtxt",
+            sequence_config(
+                "simple_dyna_sequence",
+                _OLDEST,
+                10_000_000,
+                [
+                    ("START", "CONTROL_SEQUENCE_START", _FLAG),
+                    ("END", "CONTROL_SEQUENCE_END", _FLAG),
+                    ("READY", "CONTROL_SEQUENCE_READY", _FLAG),
+                    ("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_UINT64"),
+                ],
+                2,
+            ).encode(),
+        ),
         _write(out / "simple_dyna_sequence" / "1" / "model.py", SIMPLE_DYNA_SEQUENCE_PY.encode()),
-        _write(out / "simple_string_dyna_sequence" / "config.pbtxt", sequence_config(
-            "simple_string_dyna_sequence", _OLDEST, 10_000_000,
-            [("START", "CONTROL_SEQUENCE_START", _FLAG), ("END", "CONTROL_SEQUENCE_END", _FLAG),
-             ("READY", "CONTROL_SEQUENCE_READY", _FLAG),
-             ("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_STRING")],
-            1).encode()),
-        _write(out / "simple_string_dyna_sequence" / "1" / "model.py",
-               SIMPLE_STRING_DYNA_SEQUENCE_PY.encode()),
+        _write(
+            out / "simple_string_dyna_sequence" / "config.pbtxt",
+            sequence_config(
+                "simple_string_dyna_sequence",
+                _OLDEST,
+                10_000_000,
+                [
+                    ("START", "CONTROL_SEQUENCE_START", _FLAG),
+                    ("END", "CONTROL_SEQUENCE_END", _FLAG),
+                    ("READY", "CONTROL_SEQUENCE_READY", _FLAG),
+                    ("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_STRING"),
+                ],
+                1,
+            ).encode(),
+        ),
+        _write(out / "simple_string_dyna_sequence" / "1" / "model.py", SIMPLE_STRING_DYNA_SEQUENCE_PY.encode()),
     ]
     return written
 
@@ -391,8 +431,7 @@ def _write(path: Path, data: bytes) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=textwrap.dedent(__doc__).split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE,
-                        help="repository directory to write (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=HERE, help="repository directory to write (default: %(default)s)")
     args = parser.parse_args(argv)
     for path in build(args.out):
         print(f"{path.stat().st_size:>8}  {path}")
