@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .dataplane import DataPlane
 from .engine.repository import ModelRepository
@@ -22,6 +23,9 @@ from .frontends.http import HealthRoutes, TinyHttpServer, metrics_route
 from .log_settings import LogSettings
 from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager
+
+if TYPE_CHECKING:
+    from .ipc.supervisor import FrontendSupervisor
 
 log = logging.getLogger("fpgaserve")
 
@@ -104,9 +108,13 @@ class InferenceServer:
         except RestrictionError as e:
             raise SystemExit(f"error: {e}") from None
         self.log_settings = LogSettings(
-            options.log_verbose, options.log_file, options.log_format,
+            options.log_verbose,
+            options.log_file,
+            options.log_format,
             allow_log_file_update=options.allow_log_file_update,
-            log_info=options.log_info, log_warning=options.log_warning, log_error=options.log_error,
+            log_info=options.log_info,
+            log_warning=options.log_warning,
+            log_error=options.log_error,
         )
         self.shm = SystemSharedMemoryManager(
             max_regions=options.max_shm_regions, allow_client_shm=options.allow_client_shm
@@ -124,21 +132,23 @@ class InferenceServer:
         )
         self.dataplane = DataPlane(self.repository, self.shm, self.log_settings, server_id=options.server_id)
         self.servicer = InferenceServicer(self.dataplane)
-        timeouts = dict(
-            header_timeout_s=options.http_header_timeout_secs, idle_timeout_s=options.http_idle_timeout_secs
+        header_s, idle_s = options.http_header_timeout_secs, options.http_idle_timeout_secs
+        self.http = TinyHttpServer(
+            HealthRoutes(self.dataplane, self.http_restrictions), header_timeout_s=header_s, idle_timeout_s=idle_s
         )
-        self.http = TinyHttpServer(HealthRoutes(self.dataplane, self.http_restrictions), **timeouts)
         self.metrics = Metrics(
             self.repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=options.allow_cpu_metrics
         )
-        self.metrics_http = TinyHttpServer(metrics_route(self.metrics.render), **timeouts)
+        self.metrics_http = TinyHttpServer(
+            metrics_route(self.metrics.render), header_timeout_s=header_s, idle_timeout_s=idle_s
+        )
         self._grpc: GrpcListener | None = None
         # --frontend-processes N > 1: gRPC is served by N frontend processes fed over IPC
-        self.frontends = None
+        self.frontends: FrontendSupervisor | None = None
         self._stopped = asyncio.Event()
-        self.grpc_port = None
-        self.http_port = None
-        self.metrics_port = None
+        self.grpc_port: int | None = None
+        self.http_port: int | None = None
+        self.metrics_port: int | None = None
         self.abandoned = False  # set when shutdown gave up on a stuck backend
 
     async def start(self) -> None:

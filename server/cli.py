@@ -55,11 +55,12 @@ def _raise_fd_limit() -> None:
         pass
 
 
+from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
+
 from . import __version__  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
 from .engine.repository import CONTROL_MODES  # noqa: E402
 from .frontends.access import CATEGORIES  # noqa: E402
-from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
 
 def _bool(text: str) -> bool:
@@ -175,43 +176,64 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"fpgaserve {__version__}")
     p.add_argument(
-        "--id", default="triton", metavar="NAME",
+        "--id",
+        default="triton",
+        metavar="NAME",
         help="server identifier, the name ServerMetadata returns (tritonserver's default: triton).",
     )
     g = p.add_argument_group("model repository")
     g.add_argument(
-        "--model-repository", "--model-store", dest="model_repository", action="append", required=True,
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        action="append",
+        required=True,
         metavar="PATH",
         help="Triton-layout model repository: <repo>/<model>/config.pbtxt and numeric version "
         "folders. Repeat to serve several repositories.",
     )
     g.add_argument(
-        "--model-control-mode", choices=CONTROL_MODES, default="none",
+        "--model-control-mode",
+        choices=CONTROL_MODES,
+        default="none",
         help="none: load every model at start, no load/unload RPCs; explicit: load only "
         "--load-model models, RepositoryModelLoad/Unload allowed; poll: load every model and "
         "rescan the repository every --repository-poll-secs to load, reload and unload.",
     )
     g.add_argument(
-        "--load-model", action="append", default=[], metavar="NAME",
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="with --model-control-mode=explicit: a model to load at start (repeatable; '*' loads all).",
     )
     g.add_argument("--repository-poll-secs", type=float, default=15.0, help="poll interval in poll mode (seconds).")
     g.add_argument(
-        "--disable-auto-complete-config", action="store_true",
+        "--disable-auto-complete-config",
+        action="store_true",
         help="load configs as written: a config without inputs/outputs fails instead of being "
         "completed from the model file (ONNX).",
     )
     g.add_argument(
-        "--strict-model-config", type=_bool, default=None, metavar="BOOL",
+        "--strict-model-config",
+        type=_bool,
+        default=None,
+        metavar="BOOL",
         help="tritonserver's deprecated form of --disable-auto-complete-config (true = disable).",
     )
     g.add_argument(
-        "--strict-readiness", type=_bool, default=True, metavar="BOOL",
+        "--strict-readiness",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
         help="true: ServerReady (and the gRPC health check) is true only while every model is "
         "READY or deliberately unloaded; false: ready as soon as the server is up.",
     )
     g.add_argument(
-        "--exit-on-error", type=_bool, default=False, metavar="BOOL",
+        "--exit-on-error",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
         help="exit at start if a model fails to load (tritonserver's default is true; ours keeps "
         "serving the other models and shows the failure in RepositoryIndex).",
     )
@@ -223,152 +245,237 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     g.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (KServe v2 + Triton extensions, health).")
     g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP health endpoints bind.")
     g.add_argument(
-        "--http-port", type=int, default=8000,
+        "--http-port",
+        type=int,
+        default=8000,
         help="HTTP port for /v2/health/live, /v2/health/ready and /v2/models/<m>/ready; -1 disables.",
     )
     g.add_argument(
-        "--metrics-port", type=int, default=8002,
+        "--metrics-port",
+        type=int,
+        default=8002,
         help="Prometheus metrics port: GET /metrics with Triton's nv_inference_* names; -1 disables.",
     )
     g.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics endpoint binds.")
     g.add_argument(
-        "--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
+        "--allow-gpu-metrics",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
         help="export device metrics (FPGA cards and emulated devices, fpga_* and nv_gpu_* families).",
     )
     g.add_argument(
-        "--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
+        "--allow-cpu-metrics",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
         help="export host CPU and memory metrics (nv_cpu_*).",
     )
     g.add_argument(
-        "--reuse-grpc-port", type=_bool, default=False, metavar="BOOL",
+        "--reuse-grpc-port",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
         help="bind gRPC with SO_REUSEPORT, so several servers can share the port (off: a taken port is an error).",
     )
     g.add_argument(
-        "--reuse-http-port", type=_bool, default=False, metavar="BOOL",
+        "--reuse-http-port",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
         help="bind the HTTP port with SO_REUSEPORT.",
     )
     g.add_argument(
-        "--grpc-max-connection-age", type=int, default=0, metavar="MS",
+        "--grpc-max-connection-age",
+        type=int,
+        default=0,
+        metavar="MS",
         help="close a client connection (with GOAWAY) after this age, so clients re-resolve and "
         "spread over replicas behind a load balancer; 0 = never.",
     )
     g.add_argument(
-        "--grpc-max-connection-age-grace", type=int, default=0, metavar="MS",
+        "--grpc-max-connection-age-grace",
+        type=int,
+        default=0,
+        metavar="MS",
         help="after --grpc-max-connection-age, how long calls in progress may finish; 0 = no limit.",
     )
     g.add_argument(
-        "--grpc-max-message-size", type=int, default=INT32_MAX, metavar="BYTES",
+        "--grpc-max-message-size",
+        type=int,
+        default=INT32_MAX,
+        metavar="BYTES",
         help="largest gRPC message accepted or sent (Triton and its clients use INT32_MAX).",
     )
-    g.add_argument("--grpc-keepalive-time", type=int, default=7_200_000, metavar="MS", help="server keepalive ping interval.")
-    g.add_argument("--grpc-keepalive-timeout", type=int, default=20_000, metavar="MS", help="keepalive ping ack timeout.")
     g.add_argument(
-        "--grpc-keepalive-permit-without-calls", type=_bool, default=True, metavar="BOOL",
+        "--grpc-keepalive-time", type=int, default=7_200_000, metavar="MS", help="server keepalive ping interval."
+    )
+    g.add_argument(
+        "--grpc-keepalive-timeout", type=int, default=20_000, metavar="MS", help="keepalive ping ack timeout."
+    )
+    g.add_argument(
+        "--grpc-keepalive-permit-without-calls",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
         help="allow client keepalive pings when no call is active.",
     )
     g.add_argument(
-        "--grpc-http2-max-pings-without-data", type=int, default=0,
+        "--grpc-http2-max-pings-without-data",
+        type=int,
+        default=0,
         help="pings the server may send without data (0 = unlimited).",
     )
     g.add_argument(
-        "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=500, metavar="MS",
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        type=int,
+        default=500,
+        metavar="MS",
         help="minimum interval between client pings the server tolerates.",
     )
     g.add_argument(
-        "--grpc-http2-max-ping-strikes", type=int, default=2,
+        "--grpc-http2-max-ping-strikes",
+        type=int,
+        default=2,
         help="pings without data, sooner than --grpc-http2-min-recv-ping-interval-without-data after the "
         "previous one, tolerated before GOAWAY (0 = unlimited; clients pinging once a second are "
         "never cut).",
     )
     g.add_argument(
-        "--grpc-max-concurrent-streams", type=int, default=1024, metavar="N",
+        "--grpc-max-concurrent-streams",
+        type=int,
+        default=1024,
+        metavar="N",
         help="concurrent RPCs (HTTP/2 streams) one client connection may have open; more wait in "
         "the client (HTTP/2 flow control), they are never refused.",
     )
     g.add_argument(
-        "--http-header-timeout-secs", type=float, default=10.0, metavar="SECONDS",
+        "--http-header-timeout-secs",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
         help="an HTTP client must send a whole request line and headers within this time.",
     )
     g.add_argument(
-        "--http-idle-timeout-secs", type=float, default=60.0, metavar="SECONDS",
+        "--http-idle-timeout-secs",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
         help="an idle keep-alive HTTP connection is closed after this time.",
     )
     g = p.add_argument_group("security (see README: Security)")
     g.add_argument(
-        "--grpc-restricted-protocol", action="append", default=[], metavar="<protocols>:<key>=<value>",
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocols>:<key>=<value>",
         help="tritonserver's flag: calls of the listed protocols (comma-separated: "
         f"{', '.join(CATEGORIES)}) must carry the gRPC header triton-grpc-protocol-<key>: <value>, "
         "else UNAVAILABLE. Repeatable, one group per protocol.",
     )
     g.add_argument(
-        "--http-restricted-api", action="append", default=[], metavar="<apis>:<key>=<value>",
-        help="the same for the HTTP port: requests of the listed APIs must carry the header <key>: <value>, "
-        "else 403.",
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<apis>:<key>=<value>",
+        help="the same for the HTTP port: requests of the listed APIs must carry the header <key>: <value>, else 403.",
     )
     g.add_argument(
-        "--grpc-use-ssl", type=_bool, default=False, metavar="BOOL",
+        "--grpc-use-ssl",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
         help="serve gRPC over TLS with --grpc-server-cert and --grpc-server-key.",
     )
     g.add_argument(
-        "--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL",
-        help="mutual TLS: implies --grpc-use-ssl and refuses clients without a certificate signed by "
-        "--grpc-root-cert.",
+        "--grpc-use-ssl-mutual",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="mutual TLS: implies --grpc-use-ssl and refuses clients without a certificate signed by --grpc-root-cert.",
     )
     g.add_argument("--grpc-server-cert", default="", metavar="PEM", help="the server's certificate chain (PEM file).")
     g.add_argument("--grpc-server-key", default="", metavar="PEM", help="the server's private key (PEM file).")
     g.add_argument(
-        "--grpc-root-cert", default="", metavar="PEM",
+        "--grpc-root-cert",
+        default="",
+        metavar="PEM",
         help="CA certificates (PEM file) that client certificates must chain to (mutual TLS).",
     )
     g.add_argument(
-        "--allow-log-file-update", type=_bool, default=False, metavar="BOOL",
+        "--allow-log-file-update",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
         help="let the LogSettings RPC change log_file (off: a client could otherwise make the server "
         "create and append to any file it can write). --log-file at start is always honoured.",
     )
     g.add_argument(
-        "--allow-model-code-upload", type=_bool, default=False, metavar="BOOL",
+        "--allow-model-code-upload",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
         help="accept RepositoryModelLoad 'file:' uploads for backends that run code from the model's "
         "files (numpy's model.py, hls4ml's C-simulation and bitstreams). Off: only data (ONNX files) "
         "may be uploaded, so a client cannot make the server run its code.",
     )
     g.add_argument(
-        "--allow-client-shm", type=_bool, default=True, metavar="BOOL",
+        "--allow-client-shm",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
         help="let clients register system shared-memory regions for inputs and outputs (tritonserver "
         ">= 2.62 defaults to false; SonicTriton's local fallback and Triton 2.51 clients need it on, "
         "so fpgaserve defaults to true). Off: registration answers UNIMPLEMENTED with Triton's text.",
     )
     g.add_argument(
-        "--max-shm-regions", type=int, default=1024, metavar="N",
+        "--max-shm-regions",
+        type=int,
+        default=1024,
+        metavar="N",
         help="system shared-memory regions that may be registered at once (each keeps one file "
         "descriptor open); registrations beyond it are refused with UNAVAILABLE.",
     )
     g = p.add_argument_group("processes")
     g.add_argument(
-        "--frontend-processes", type=_processes, default="auto", metavar="N|auto",
+        "--frontend-processes",
+        type=_processes,
+        default="auto",
+        metavar="N|auto",
         help="gRPC frontend processes sharing the gRPC port (SO_REUSEPORT), each decoding and "
         "validating requests and feeding the one engine (models, queues, devices) over shared "
-        "memory. 1 = gRPC in the engine's process, no IPC. auto = "
-        + "see README: Processes.",
+        "memory. 1 = gRPC in the engine's process, no IPC. auto = " + "see README: Processes.",
     )
     g.add_argument(
-        "--frontend-arena-bytes", type=int, default=256 << 20, metavar="BYTES",
+        "--frontend-arena-bytes",
+        type=int,
+        default=256 << 20,
+        metavar="BYTES",
         help="per frontend process: shared memory for request tensors in flight to the engine "
         "(larger bursts travel inline, slower).",
     )
     g = p.add_argument_group("backends")
     g.add_argument(
-        "--fpga-mode", choices=FPGA_MODES, default=None,
+        "--fpga-mode",
+        choices=FPGA_MODES,
+        default=None,
         help="how hls4ml models run: hardware (PYNQ card), csim (hls4ml C-simulation, bit-exact), numpy "
         "(vectorized fixed-point emulation, bit-exact), onnx (float reference, not bit-exact); auto = "
         "hardware when a card and an xclbin are found, else csim. Same as --backend-config=hls4ml,fpga-mode=MODE.",
     )
     g.add_argument(
-        "--backend-config", action="append", default=[], metavar="BACKEND,SETTING=VALUE",
+        "--backend-config",
+        action="append",
+        default=[],
+        metavar="BACKEND,SETTING=VALUE",
         help="a backend setting, as tritonserver's flag (e.g. hls4ml,kernel-timeout-secs=2). Repeatable.",
     )
     g = p.add_argument_group("logging and shutdown")
     g.add_argument(
-        "--log-verbose", type=_int_bool, default=0, metavar="LEVEL",
+        "--log-verbose",
+        type=_int_bool,
+        default=0,
+        metavar="LEVEL",
         help="verbose logging level (>0 enables debug logs; true/false mean 1/0).",
     )
     g.add_argument("--log-info", type=_bool, default=True, metavar="BOOL", help="log info messages.")
@@ -377,11 +484,16 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     g.add_argument("--log-file", default="", help="write the log to this file instead of stderr.")
     g.add_argument("--log-format", choices=("default", "ISO8601"), default="default", help="log line format.")
     g.add_argument(
-        "--exit-timeout-secs", type=float, default=30.0,
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
         help="on SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.",
     )
     g.add_argument(
-        "--model-unload-timeout-secs", type=float, default=30.0, metavar="SECONDS",
+        "--model-unload-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
         help="how long an unloaded (or replaced) model version may take to finish the requests it "
         "holds; an instance still inside execute() after that is abandoned (logged, counted in "
         "fpgaserve_abandoned_instances) and its requests fail with UNAVAILABLE.",
@@ -488,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     _raise_fd_limit()
     server = InferenceServer(options_from_args(args))
     for flag, why in ignored_flags_used(args):
-        logging.getLogger("fpgaserve").warning("%s is accepted for tritonserver compatibility and ignored: %s", flag, why)
+        logging.getLogger("fpgaserve").warning(
+            "%s is accepted for tritonserver compatibility and ignored: %s", flag, why
+        )
     if args.strict_model_config is not None:
         logging.getLogger("fpgaserve").warning(
             "--strict-model-config is deprecated (as in tritonserver); use --disable-auto-complete-config"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from grpc import StatusCode
 
@@ -48,6 +49,7 @@ class EscapingFormatter(logging.Formatter):
     def formatStack(self, stack_info: str) -> str:
         return "\n".join("    | " + escape_control(line) for line in stack_info.splitlines())
 
+
 _FORMATS = {
     # tritonserver's default: "I1121 09:25:00.123456 1234 file.cc:12] message"
     "default": "%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
@@ -69,7 +71,7 @@ class LogSettings:
         log_error: bool = True,
     ):
         self.allow_log_file_update = allow_log_file_update
-        self.values = {
+        self.values: dict[str, Any] = {
             "log_file": log_file,
             "log_info": log_info,
             "log_warning": log_warning,
@@ -117,7 +119,6 @@ class LogSettings:
         if key == "log_file" and value != current and not self.allow_log_file_update:
             # PERMISSION_DENIED: the request is well formed, this server does not allow it
             raise InferenceError(StatusCode.PERMISSION_DENIED, LOG_FILE_UPDATE_REFUSED)
-
 
     def apply(self) -> None:
         v = self.values

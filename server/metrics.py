@@ -99,10 +99,20 @@ class InferenceCollector:
             "nv_inference_compute_output_duration_us": "Cumulative inference compute output duration in microseconds (does not include cached requests)",
         }
         fams = {n: _family(n, d, "counter") for n, d in counters.items()}
-        failure = _family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter")
-        pending = _family("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
+        failure = _family(
+            "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter"
+        )
+        pending = _family(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            "gauge",
+        )
         load = _family("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
-        hist = _family("nv_inference_queue_duration_histogram_us", "Queue duration of successful requests in microseconds", "histogram")
+        hist = _family(
+            "nv_inference_queue_duration_histogram_us",
+            "Queue duration of successful requests in microseconds",
+            "histogram",
+        )
         for v in versions:
             s = v.stats
             labels = {"model": v.name, "version": v.version_str}
@@ -118,7 +128,9 @@ class InferenceCollector:
             ):
                 fams[name].add_sample(name, labels, ns // 1000)
             for reason in FAIL_REASONS:
-                failure.add_sample("nv_inference_request_failure", {**labels, "reason": reason}, s.fail_reasons.get(reason, 0))
+                failure.add_sample(
+                    "nv_inference_request_failure", {**labels, "reason": reason}, s.fail_reasons.get(reason, 0)
+                )
             pending.add_sample("nv_inference_pending_request_count", labels, v.scheduler.pending if v.scheduler else 0)
             load.add_sample("nv_model_load_duration_secs", labels, v.load_duration_s)
             cumulative = 0
@@ -160,7 +172,9 @@ class InferenceCollector:
         yield mem_used
 
 
-_GPU_EXPONENT = re.compile(rb"^(nv_(?:gpu|cpu_memory)_\w+(?:\{[^}]*\})?) ([0-9]+)(?:\.([0-9]+))?e\+([0-9]+)$", re.MULTILINE)
+_GPU_EXPONENT = re.compile(
+    rb"^(nv_(?:gpu|cpu_memory)_\w+(?:\{[^}]*\})?) ([0-9]+)(?:\.([0-9]+))?e\+([0-9]+)$", re.MULTILINE
+)
 
 
 def plain_gpu_values(text: bytes) -> bytes:

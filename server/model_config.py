@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf import json_format, text_format
 
@@ -19,7 +20,12 @@ from fpgaserve.protos import inference as pb
 from . import datatypes
 from .datatypes import DataType
 
-ModelConfig = pb.ModelConfig
+if TYPE_CHECKING:
+    # the message classes are built at run time from our private descriptor pool
+    # (fpgaserve.protos): to the type checker a config is Any
+    ModelConfig: TypeAlias = Any
+else:
+    ModelConfig = pb.ModelConfig
 
 # platform -> backend, as Triton resolves them
 PLATFORM_BACKENDS = {
@@ -110,16 +116,17 @@ def normalize(config: ModelConfig, model_name: str, default_model_filename: str 
     for i, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{i}"
-        if group.count < 1:
-            group.count = 1
+        group.count = max(group.count, 1)
         if group.kind == pb.ModelInstanceGroup.Kind.Value("KIND_AUTO"):
             group.kind = pb.ModelInstanceGroup.Kind.Value("KIND_CPU")
-    if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-        if not config.dynamic_batching.preferred_batch_size:
-            config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
-    if config.HasField("sequence_batching"):
-        if config.sequence_batching.max_sequence_idle_microseconds == 0:
-            config.sequence_batching.max_sequence_idle_microseconds = 1_000_000
+    if (
+        config.HasField("dynamic_batching")
+        and config.max_batch_size > 0
+        and not config.dynamic_batching.preferred_batch_size
+    ):
+        config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    if config.HasField("sequence_batching") and config.sequence_batching.max_sequence_idle_microseconds == 0:
+        config.sequence_batching.max_sequence_idle_microseconds = 1_000_000
 
 
 def _datatype(enum_value: int, what: str, source: str) -> DataType:
@@ -136,14 +143,12 @@ def _datatype(enum_value: int, what: str, source: str) -> DataType:
 def validate(config: ModelConfig, model_name: str, source: str) -> None:
     """Checks Triton makes at load; raises ConfigError naming the file and the problem."""
     if config.name != model_name:
-        raise ConfigError(
-            f"{source}: model name '{config.name}' does not match its directory name '{model_name}'"
-        )
+        raise ConfigError(f"{source}: model name '{config.name}' does not match its directory name '{model_name}'")
     if config.max_batch_size < 0:
         raise ConfigError(f"{source}: max_batch_size must be >= 0, got {config.max_batch_size}")
     if not backend_name(config):
         raise ConfigError(f"{source}: must specify 'platform' or 'backend'")
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for kind, tensors in (("input", config.input), ("output", config.output)):
         for t in tensors:
             if not t.name:
@@ -158,9 +163,7 @@ def validate(config: ModelConfig, model_name: str, source: str) -> None:
                 raise ConfigError(f"{source}: {kind} '{t.name}' must specify 'dims'")
             for d in t.dims:
                 if d == 0 or d < -1:
-                    raise ConfigError(
-                        f"{source}: {kind} '{t.name}' dims must be positive or -1, got {list(t.dims)}"
-                    )
+                    raise ConfigError(f"{source}: {kind} '{t.name}' dims must be positive or -1, got {list(t.dims)}")
     if config.HasField("dynamic_batching"):
         for p in config.dynamic_batching.preferred_batch_size:
             if p < 1 or (config.max_batch_size > 0 and p > config.max_batch_size):

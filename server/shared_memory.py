@@ -159,7 +159,11 @@ class SystemSharedMemoryManager:
             # Triton's text; the log says why
             log.info(
                 "register '%s': offset %d + byte_size %d exceeds the %d bytes of '%s'",
-                name, offset, byte_size, size, key,
+                name,
+                offset,
+                byte_size,
+                size,
+                key,
             )
             raise invalid_argument(f"failed to register shared memory region '{name}': invalid args")
         with self._lock:
@@ -230,8 +234,11 @@ class SystemSharedMemoryManager:
         except OSError:
             size = -1
         log.warning(
-            "shared memory region '%s' (key '%s') shrank to %d bytes under the server; a request needed "
-            "bytes up to %d", r.name, r.key, size, needed,
+            "shared memory region '%s' (key '%s') shrank to %d bytes under the server; a request needed bytes up to %d",
+            r.name,
+            r.key,
+            size,
+            needed,
         )
         return invalid_argument(
             f"shared memory region '{r.name}' is smaller than it was registered: its object '{r.key}' no "
@@ -256,8 +263,7 @@ class SystemSharedMemoryManager:
         """A copy of the bytes (the request owns it; see the module docstring for why)."""
         r = self._acquire(region, offset, byte_size)
         try:
-            buf = np.empty(byte_size, dtype=np.uint8)
-            view = memoryview(buf)
+            view = np.empty(byte_size, dtype=np.uint8).data
             self._transfer(r, os.preadv, view, r.offset + offset)
             return view
         finally:
@@ -265,10 +271,7 @@ class SystemSharedMemoryManager:
 
     def write(self, region: str, offset: int, byte_size: int, data, output: str) -> None:
         """Write ``data`` (bytes or a C-contiguous array) into the region."""
-        if isinstance(data, np.ndarray):
-            view = memoryview(data.reshape(-1).view(np.uint8))
-        else:
-            view = memoryview(data).cast("B")
+        view = data.reshape(-1).view(np.uint8).data if isinstance(data, np.ndarray) else memoryview(data).cast("B")
         n = view.nbytes
         if n > byte_size:
             raise InferenceError(

@@ -176,7 +176,9 @@ class DataPlane:
         self.log_settings.update_many(settings)
         return self.log_settings.as_dict()
 
-    async def trace_settings(self, model: str = "", settings: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    async def trace_settings(
+        self, model: str = "", settings: dict[str, list[str]] | None = None
+    ) -> dict[str, list[str]]:
         # Request tracing is not implemented: it is reported OFF (honestly) and turning it on
         # is refused rather than pretended. Other trace settings are stored and echoed.
         if model and not self.repository.is_ready(model):

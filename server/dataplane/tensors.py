@@ -31,8 +31,7 @@ _U32 = struct.Struct("<I")
 ALLOWED_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
 RESERVED_PARAMETER_ERROR = (
     "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
-    "following keys starting with 'triton_' are allowed: "
-    + " ".join(ALLOWED_TRITON_PARAMETERS)
+    "following keys starting with 'triton_' are allowed: " + " ".join(ALLOWED_TRITON_PARAMETERS)
 )
 
 
@@ -113,8 +112,7 @@ def deserialize_bytes(buf, count: int, name: str, model: str, prefix: str = "") 
         parsed += 1
     if parsed != count:
         raise invalid_argument(
-            f"{prefix}expected {count} string elements for inference input '{name}' for model "
-            f"'{model}', got {parsed}"
+            f"{prefix}expected {count} string elements for inference input '{name}' for model '{model}', got {parsed}"
         )
     out = np.empty(count, dtype=object)
     out[:] = items
@@ -232,9 +230,7 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
         if batch == 0:
             batch = shape[0]
         elif shape[0] != batch or batch < 0:
-            raise invalid_argument(
-                f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'"
-            )
+            raise invalid_argument(f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'")
     if max_batch > 0:
         if batch > max_batch:
             raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
@@ -249,8 +245,7 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
         if datatype != dt.wire:
             shown = datatype if datatype in datatypes.BY_WIRE else "<invalid>"
             raise invalid_argument(
-                f"{prefix}inference input '{in_name}' data-type is '{shown}', but model '{name}' "
-                f"expects '{dt.wire}'"
+                f"{prefix}inference input '{in_name}' data-type is '{shown}', but model '{name}' expects '{dt.wire}'"
             )
         dims = shape[1:] if max_batch > 0 else shape
         matches = len(dims) == len(spec.dims)
@@ -261,16 +256,15 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
                         f"{prefix}All input dimensions should be specified for input '{in_name}' for "
                         f"model '{name}', got {_fmt_shape(shape)}"
                     )
-                if c != -1 and c != d:
+                if c not in (-1, d):
                     matches = False
                     break
         if not matches:
-            expected = ([-1] if max_batch > 0 else []) + list(spec.dims)
+            expected_shape = ([-1] if max_batch > 0 else []) + list(spec.dims)
             # (Triton ends the text with ". " when there is no NOTE)
             raise invalid_argument(
                 f"{prefix}unexpected shape for input '{in_name}' for model '{name}'. Expected "
-                f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}."
-                + (_SHAPE_NOTE if max_batch > 0 else " ")
+                f"{_fmt_shape(expected_shape)}, got {_fmt_shape(shape)}." + (_SHAPE_NOTE if max_batch > 0 else " ")
             )
         if max_batch > 0 and ireq.batch_size < 0:
             # a single input with dim 0 = -1 (Triton overflows here; we name the problem)
@@ -281,7 +275,7 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
         _check_element_count(shape, dt, in_name, name, prefix)
         # Triton sizes a batch-0 request as if it had no batch dimension
         count = 1
-        for d in (dims if max_batch > 0 and ireq.batch_size == 0 else shape):
+        for d in dims if max_batch > 0 and ireq.batch_size == 0 else shape:
             count *= d
         if isinstance(data, ShmTarget):
             if dt.wire != "BYTES" and data.byte_size != count * dt.itemsize:
@@ -308,11 +302,11 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
         else:
             expected_bytes = count * dt.itemsize
             if isinstance(data, (bytes, memoryview)):
-                got = len(data) if isinstance(data, bytes) else data.nbytes
-                if got != expected_bytes:
+                got_bytes = len(data) if isinstance(data, bytes) else data.nbytes
+                if got_bytes != expected_bytes:
                     raise invalid_argument(
                         f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
-                        f"Expected {expected_bytes}, got {got}"
+                        f"Expected {expected_bytes}, got {got_bytes}"
                     )
                 array = np.frombuffer(data, dtype=dt.dtype)
             else:
@@ -335,8 +329,6 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
     # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
     ireq.encode = functools.partial(encode_outputs, ireq, shm=shm)
     return ireq
-
-
 
 
 # ----------------------------------------------------------------------------- encode
@@ -385,5 +377,3 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) 
             raw = np.ascontiguousarray(array).tobytes()
         encoded.append(EncodedOutput(spec.name, datatype, array.shape, raw))
     return encoded
-
-

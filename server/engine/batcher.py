@@ -47,7 +47,7 @@ class QueuePolicy:
     max_queue_size: int = 0
 
     @classmethod
-    def from_config(cls, policy) -> "QueuePolicy":
+    def from_config(cls, policy) -> QueuePolicy:
         return cls(
             reject_on_timeout=policy.timeout_action == 0,  # REJECT=0, DELAY=1
             default_timeout_us=policy.default_timeout_microseconds,
@@ -87,7 +87,7 @@ class DynamicBatcher(Scheduler):
         super().__init__(model, instances)
         db = model.config.dynamic_batching
         self.max_batch_size = max(1, model.max_batch_size)
-        preferred = sorted(set(p for p in db.preferred_batch_size if p > 0)) or [self.max_batch_size]
+        preferred = sorted({p for p in db.preferred_batch_size if p > 0}) or [self.max_batch_size]
         self.preferred = set(preferred)
         # a batch grows past the largest preferred size only once the queue delay is exceeded
         self.max_preferred = min(max(preferred), self.max_batch_size)
@@ -116,7 +116,7 @@ class DynamicBatcher(Scheduler):
         # preserve_ordering: responses released strictly in arrival order
         self._next_seq = 0
         self._next_release = 0
-        self._held: dict[int, tuple] = {}
+        self._held: dict[int, tuple | None] = {}
 
     # ------------------------------------------------------------------ enqueue
     @property
@@ -285,7 +285,7 @@ class DynamicBatcher(Scheduler):
             return
         if immediate:
             resolve(request, result, error)
-            self._held[request.seq] = None
+            self._held[request.seq] = None  # resolved: a hole the in-order release skips
         else:
             self._held[request.seq] = (request, result, error)
         while self._next_release in self._held:
@@ -305,4 +305,3 @@ class DynamicBatcher(Scheduler):
             if entry is not None:
                 resolve(*entry)
         return stuck
-

@@ -28,9 +28,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpc import StatusCode
+
 from fpgaserve.backends import BackendError, backend_class
 from fpgaserve.backends.base import path_inside
-from grpc import StatusCode
 
 from .. import datatypes
 from .. import model_config as mc
@@ -69,9 +70,7 @@ def _read_labels(model_dir: Path, config) -> dict[str, list[str]]:
             with open(path, encoding="utf-8", errors="replace") as f:
                 labels[name] = [line.rstrip("\n") for line in f]
         except OSError as e:
-            raise mc.ConfigError(
-                f"output '{out.name}' label_filename '{name}' cannot be read: {e.strerror}"
-            ) from None
+            raise mc.ConfigError(f"output '{out.name}' label_filename '{name}' cannot be read: {e.strerror}") from None
     return labels
 
 
@@ -82,7 +81,12 @@ class ModelVersion:
     """One loaded version: what the codec validates against and the scheduler executes."""
 
     def __init__(
-        self, name: str, version: int, config, version_dir: str, model_dir: str,
+        self,
+        name: str,
+        version: int,
+        config,
+        version_dir: str,
+        model_dir: str,
         labels: dict[str, list[str]] | None = None,
     ):
         self.name = name
@@ -156,9 +160,7 @@ def parse_version(version: str) -> int:
             "(details: stol), version should be an integral value > 0"
         )
     if v < 0:
-        raise invalid_argument(
-            f"invalid model version specified '{version}' , version should be an integral value > 0"
-        )
+        raise invalid_argument(f"invalid model version specified '{version}' , version should be an integral value > 0")
     return v
 
 
@@ -284,7 +286,9 @@ class ModelRepository:
             for child in sorted(repo.iterdir()):
                 if child.is_dir() and not child.name.startswith("."):
                     if child.name in found:
-                        log.error("model '%s' appears in more than one repository; using %s", child.name, found[child.name])
+                        log.error(
+                            "model '%s' appears in more than one repository; using %s", child.name, found[child.name]
+                        )
                         continue
                     found[child.name] = child
         return found
@@ -350,7 +354,9 @@ class ModelRepository:
         if self.control_mode != "explicit":
             raise unavailable(NOT_ALLOWED)
 
-    async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None, _startup: bool = False) -> None:
+    async def load(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None, _startup: bool = False
+    ) -> None:
         if not _startup:
             self.check_explicit()
             check_model_name(name)
@@ -396,13 +402,13 @@ class ModelRepository:
             entry.reason = reason
             entry.state = READY if entry.versions else UNAVAILABLE
             if not entry.versions:
-                entry.version_states = {v: (UNAVAILABLE, reason) for v in entry.version_states} or {}
+                entry.version_states = dict.fromkeys(entry.version_states, (UNAVAILABLE, reason)) or {}
             log.error("failed to load '%s': %s", name, reason)
             if isinstance(e, InferenceError):
                 raise
             raise internal(f"failed to load '{name}', {reason}") from None
         # Swap in the new versions, then drain and release the old ones.
-        old = list(entry.versions.values())
+        old: list = list(entry.versions.values())  # versions, then the reaper of their temp dir
         elapsed = time.monotonic() - start
         for v in new_versions:
             v.load_duration_s = elapsed
@@ -422,7 +428,10 @@ class ModelRepository:
             old.append(_TempDirReaper(old_temp))
         log.info(
             "loaded model '%s' version(s) %s (%s) in %.2f s%s",
-            name, [v.version for v in new_versions], mc.backend_name(config), elapsed,
+            name,
+            [v.version for v in new_versions],
+            mc.backend_name(config),
+            elapsed,
             "" if previous_state != READY else " (reload)",
         )
         return old
@@ -478,7 +487,8 @@ class ModelRepository:
                 built.append(await self._build_version(name, version, config, cls, model_dir, labels))
         except Exception:
             for v in built:
-                await v.scheduler.stop()
+                if v.scheduler is not None:
+                    await v.scheduler.stop()
             raise
         return built, config, signature
 
@@ -532,7 +542,10 @@ class ModelRepository:
                     "model '%s' version %d: instance %d was still inside execute() %.0f s after the "
                     "version was unloaded; abandoning it (its thread keeps running, its requests failed "
                     "with UNAVAILABLE)",
-                    name, v.version, instance.index, self.unload_timeout_secs,
+                    name,
+                    v.version,
+                    instance.index,
+                    self.unload_timeout_secs,
                 )
 
     async def unload(self, name: str, _internal: bool = False) -> None:

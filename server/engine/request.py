@@ -10,8 +10,9 @@ the event loop only copies references into the response message.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,11 +51,12 @@ class InferenceRequest:
     priority: int = 0
     timeout_us: int = 0
     arrival_ns: int = 0
-    future: asyncio.Future | None = None
+    # set by the scheduler when the request is submitted, before anything reads it
+    future: asyncio.Future = None  # type: ignore[assignment]
     cancelled: bool = False
     # decoupled models: called from the instance thread with each response's
     # list[EncodedOutput] as the model yields it (the future then resolves to [])
-    emit: Callable[[list[EncodedOutput]], None] | None = None
+    emit: Callable[[list[EncodedOutput]], object] | None = None
     # a filler row the sequence batcher adds to keep batch slots in place (never answered)
     padding: bool = False
     # set by a batcher at enqueue: queue deadline (0 = none) and arrival sequence number
@@ -64,4 +66,4 @@ class InferenceRequest:
     exec_start_ns: int = 0
     # the request's output slices -> its encoded outputs (bytes, shared-memory writes,
     # classification); set by the data plane, called in the instance's worker thread
-    encode: Callable[[dict[str, np.ndarray]], list[EncodedOutput]] | None = None
+    encode: Callable[[dict[str, np.ndarray]], list[EncodedOutput]] = None  # type: ignore[assignment]

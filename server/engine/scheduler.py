@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 import time
+from typing import cast
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class _PreciseTimer:
     ``call_soon_threadsafe``.
     """
 
-    _instance: "_PreciseTimer | None" = None
+    _instance: _PreciseTimer | None = None
 
     def __init__(self):
         self._heap: list[tuple[float, int, asyncio.AbstractEventLoop, asyncio.Future]] = []
@@ -60,7 +61,7 @@ class _PreciseTimer:
         threading.Thread(target=self._run, name="fpgaserve-timer", daemon=True).start()
 
     @classmethod
-    def get(cls) -> "_PreciseTimer":
+    def get(cls) -> _PreciseTimer:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
@@ -114,7 +115,7 @@ def model_failure(model: str, e: BaseException) -> InferenceError:
 
 # Instances abandoned inside execute() (a model that hung past --model-unload-timeout-secs);
 # /metrics reports how many of their threads are still running.
-_ABANDONED: list["ModelInstance"] = []
+_ABANDONED: list[ModelInstance] = []
 
 
 def abandoned_instances_running() -> int:
@@ -274,9 +275,10 @@ def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.nd
 
 
 class ModelInstance:
-    def __init__(self, model, backend: Backend, index: int):
+    def __init__(self, model, backend: Backend | None, index: int):
         self.model = model
-        self.backend = backend
+        # None until the repository builds the backend on this instance's own thread
+        self.backend = cast(Backend, backend)
         self.index = index
         # inputs a batching model receives flattened to 1-D (see run_batch)
         self.ragged_inputs = frozenset(
@@ -321,7 +323,7 @@ class ModelInstance:
         except BaseException as e:
             log.debug("model %s execute failed", model.name, exc_info=True)
             raise model_failure(model.name, e) from None
-        results: list[list[EncodedOutput] | InferenceError] = []
+        results: list[list[EncodedOutput] | InferenceError | None] = []  # None: a padding row
         offset = 0
         for r in batch:
             if model.max_batch_size > 0:
@@ -356,7 +358,9 @@ class ModelInstance:
                 t1 = time.monotonic_ns()
                 infer_ns += t1 - t
                 outputs = self._check_outputs(outputs, [request], request.batch_size)
-                request.emit(request.encode(outputs))
+                emit = request.emit
+                assert emit is not None  # decoupled requests always carry one
+                emit(request.encode(outputs))
                 t = time.monotonic_ns()
                 output_ns += t - t1
         except BaseException as e:
@@ -405,7 +409,7 @@ class ModelInstance:
                 )
             if not spec.is_shape_tensor:
                 got = array.shape[1:] if batched else array.shape
-                if len(got) != len(spec.dims) or any(d != -1 and d != g for d, g in zip(spec.dims, got)):
+                if len(got) != len(spec.dims) or any(d not in (-1, g) for d, g in zip(spec.dims, got)):
                     declared = ([-1] if batched else []) + list(spec.dims)
                     raise internal(
                         f"output '{name}' of model '{model.name}' has shape {list(array.shape)}, but the "

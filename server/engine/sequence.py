@@ -97,7 +97,7 @@ class SequenceBatcher(Scheduler):
         else:
             self.delay_ns = sb.direct.max_queue_delay_microseconds * 1000
             # owners[i][j]: the sequence pinned to row j of instance i
-            self.owners = [[None] * self.slots_per_instance for _ in instances]
+            self.owners: list[list[_Sequence | None]] = [[None] * self.slots_per_instance for _ in instances]
             self._instance_wakeups = [Wakeup() for _ in instances]
 
     @property
@@ -117,7 +117,7 @@ class SequenceBatcher(Scheduler):
             )
             return request.future
         corrid = request.parameters.get("sequence_id")
-        if corrid is None or corrid == 0 or corrid == "":
+        if corrid is None or corrid in (0, ""):
             request.future.set_exception(
                 invalid_argument(
                     f"inference request to model '{self.model.name}' must specify a non-zero or "
@@ -266,7 +266,8 @@ class SequenceBatcher(Scheduler):
             now = time.monotonic_ns()
             timeout = self._reap_idle(now)
             ready = [
-                s for s in self.sequences.values()
+                s
+                for s in self.sequences.values()
                 if s.candidate and s.queue and not s.in_flight and not s.queue[0].future.done()
             ]
             for s in self.sequences.values():  # drop withdrawn heads
@@ -274,7 +275,8 @@ class SequenceBatcher(Scheduler):
                     self._withdrawn(s.queue.popleft())
             if ready:
                 ready.sort(key=lambda s: s.queue[0].arrival_ns)
-                picked, rows, best = [], 0, 0
+                picked: list[_Sequence] = []
+                rows, best = 0, 0
                 for s in ready:
                     size = max(1, s.queue[0].batch_size)
                     if picked and rows + size > self.max_rows:

@@ -93,9 +93,7 @@ def parse_restrictions(options: list[str], flag: str, header_prefix: str, kind: 
         names, colon, setting = arg.partition(":")
         key, eq, value = setting.partition("=")
         if not colon or not eq or not names or not key or not value:
-            raise RestrictionError(
-                f"--{flag} option format is '<{kind}s>:<key>=<value>'. Got {arg}"
-            )
+            raise RestrictionError(f"--{flag} option format is '<{kind}s>:<key>=<value>'. Got {arg}")
         header = header_prefix + key
         if header_prefix:
             # gRPC metadata keys are lower case on the wire
@@ -103,13 +101,9 @@ def parse_restrictions(options: list[str], flag: str, header_prefix: str, kind: 
         for name in names.split(","):
             name = name.strip()
             if name not in CATEGORIES:
-                raise RestrictionError(
-                    f"unknown restricted {kind} '{name}' (choose from {', '.join(CATEGORIES)})"
-                )
+                raise RestrictionError(f"unknown restricted {kind} '{name}' (choose from {', '.join(CATEGORIES)})")
             if name in restrictions:
-                raise RestrictionError(
-                    f"restricted {kind} '{name}' can not be specified in multiple config groups"
-                )
+                raise RestrictionError(f"restricted {kind} '{name}' can not be specified in multiple config groups")
             restrictions[name] = Restriction(header, value)
     return restrictions
 

@@ -22,21 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import grpc
 
 from fpgaserve.protos import (
     HEALTH_SERVICE_NAME,
     SERVICE_NAME,
-    health as health_pb,
-    inference as pb,
     service_methods,
+)
+from fpgaserve.protos import (
+    health as health_pb,
+)
+from fpgaserve.protos import (
+    inference as pb,
 )
 
 from ..dataplane import DataPlane
 from ..errors import InferenceError, bound_message, internal, invalid_argument, unimplemented
 from . import grpc_codec as codec
 from .access import GRPC_METHOD_CATEGORIES, Restriction
+
+if TYPE_CHECKING:  # the same API, served by the engine (--frontend-processes > 1)
+    from ..ipc.remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.grpc")
 
@@ -102,7 +110,7 @@ def _salvage_request_id(data: bytes) -> str:
 class _Malformed:
     """Stands in for a request message that did not parse (see ``_deserializer``)."""
 
-    __slots__ = ("type_name", "id")
+    __slots__ = ("id", "type_name")
 
     def __init__(self, type_name: str, request_id: str = ""):
         self.type_name = type_name
@@ -206,7 +214,7 @@ class InferenceServicer:
     """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
     turn errors into statuses (or in-stream error responses)."""
 
-    def __init__(self, dataplane: DataPlane):
+    def __init__(self, dataplane: DataPlane | RemoteDataPlane):
         self.dataplane = dataplane
 
     # ------------------------------------------------------------------ health
@@ -419,7 +427,7 @@ class InferenceServicer:
             elif key.startswith("file:"):
                 if kind != "bytes_param":
                     raise invalid_argument(f"invalid value type for load parameter '{key}', expected bytes_param.")
-                files[key[len("file:"):]] = p.bytes_param
+                files[key[len("file:") :]] = p.bytes_param
             else:
                 raise invalid_argument(f"unrecognized load parameter '{key}'.")
         await self.dataplane.load(request.model_name, config_json, files or None)

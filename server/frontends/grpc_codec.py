@@ -25,7 +25,6 @@ from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, S
 from ..errors import invalid_argument
 
 
-
 def parameter_value(p) -> Any:
     kind = p.WhichOneof("parameter_choice")
     return None if kind is None else getattr(p, kind)
@@ -34,7 +33,7 @@ def parameter_value(p) -> Any:
 def _request_parameters(request, ireq: InferenceRequest) -> None:
     for key, p in request.parameters.items():
         kind = p.WhichOneof("parameter_choice")
-        value = None if kind is None else getattr(p, kind)
+        value: Any = None if kind is None else getattr(p, kind)
         if key == "sequence_id":
             if kind not in ("int64_param", "string_param"):
                 raise invalid_argument(
@@ -119,9 +118,14 @@ def _typed_contents(contents, dt: datatypes.DataType) -> np.ndarray:
 
 # typed contents field -> the datatype Triton names in "unexpected explicit tensor data"
 _FIELD_TYPES = {
-    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64",
-    "uint_contents": "UINT32", "uint64_contents": "UINT64", "fp32_contents": "FP32",
-    "fp64_contents": "FP64", "bytes_contents": "BYTES",
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
 }
 _FIELD_FOR_WIRE = {dt.wire: dt.contents_field for dt in datatypes.BY_WIRE.values()}
 
@@ -177,6 +181,7 @@ def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]
     raw_contents = request.raw_input_contents  # read the repeated field once
     has_raw = len(raw_contents) > 0
     received: dict[str, WireInput] = {}
+    data: Any  # raw bytes, typed values or a shared-memory location
     raw_index = 0
     for tensor in request.inputs:
         target = _tensor_shm(tensor.parameters, tensor.name) if tensor.parameters else None
@@ -228,9 +233,7 @@ def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]
         if params and "classification" in params:
             p = params["classification"]
             if p.WhichOneof("parameter_choice") != "int64_param":
-                raise invalid_argument(
-                    "invalid value type for 'classification' parameter, expected int64_param"
-                )
+                raise invalid_argument("invalid value type for 'classification' parameter, expected int64_param")
             k = int(p.int64_param)
             if k <= 0:
                 raise invalid_argument("invalid value for 'classification' parameter, expected >= 0")
@@ -239,8 +242,7 @@ def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]
             if spec.datatype.wire in ("BYTES", "BOOL"):
                 # Triton's text (classification.cc); a top-k of strings has no meaning
                 raise invalid_argument(
-                    f"class result not available for output '{out.name}' due to unsupported type "
-                    f"'{spec.datatype.wire}'"
+                    f"class result not available for output '{out.name}' due to unsupported type '{spec.datatype.wire}'"
                 )
         requested.append(RequestedOutput(spec, target, k))
     if not requested:
@@ -257,9 +259,7 @@ def decode_request(request, model, shm) -> InferenceRequest:
 
 def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool | None = None):
     """ModelInferResponse; ``final_flag`` sets ``triton_final_response`` (streams only)."""
-    response = pb.ModelInferResponse(
-        model_name=model.name, model_version=model.version_str, id=request_id
-    )
+    response = pb.ModelInferResponse(model_name=model.name, model_version=model.version_str, id=request_id)
     for out in encoded:
         tensor = response.outputs.add()
         tensor.name = out.name

@@ -30,7 +30,7 @@ def resolve_bind_address(host: str) -> list[str]:
     infos = socket.getaddrinfo(bare or None, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     seen: list[str] = []
     for family, _, _, _, sockaddr in infos:
-        ip = sockaddr[0]
+        ip = str(sockaddr[0])
         text = f"[{ip}]" if family == socket.AF_INET6 else ip
         if text not in seen:
             seen.append(text)
@@ -50,11 +50,48 @@ def _bind_error(address: str, port: int) -> str:
     return "grpcio refused it"
 
 
+def grpc_credentials(o) -> grpc.ServerCredentials | None:
+    """TLS as tritonserver configures it (--grpc-use-ssl[-mutual], PEM files); None = plaintext."""
+    if not o.grpc_use_ssl:
+        return None
+
+    def read(flag: str, path: str) -> bytes:
+        if not path:
+            raise SystemExit(f"error: --grpc-use-ssl needs {flag}")
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise SystemExit(f"error: cannot read {flag} {path}: {e.strerror}") from None
+
+    cert = read("--grpc-server-cert", o.grpc_server_cert)
+    key = read("--grpc-server-key", o.grpc_server_key)
+    root = read("--grpc-root-cert", o.grpc_root_cert) if (o.grpc_root_cert or o.grpc_use_ssl_mutual) else None
+    # gRPC only finds out at bind time, as an anonymous RuntimeError; check them here so
+    # the error names the file and the problem
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(o.grpc_server_cert, o.grpc_server_key)
+    except (ssl.SSLError, OSError) as e:
+        why = e.reason if isinstance(e, ssl.SSLError) else e
+        raise SystemExit(
+            f"error: --grpc-server-cert {o.grpc_server_cert} and --grpc-server-key {o.grpc_server_key} "
+            f"are not a PEM certificate chain and its private key ({why})"
+        ) from None
+    if root is not None:
+        try:
+            context.load_verify_locations(cadata=root.decode("ascii", "replace"))
+        except (ssl.SSLError, ValueError) as e:
+            raise SystemExit(f"error: --grpc-root-cert {o.grpc_root_cert} holds no PEM CA certificate ({e})") from None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=root, require_client_auth=o.grpc_use_ssl_mutual)
+
+
 class GrpcListener:
     """One grpc.aio server for ``servicer``, configured from the server options."""
 
-    def __init__(self, options, servicer: InferenceServicer, restrictions: dict[str, Restriction],
-                 reuse_port: bool | None = None):
+    def __init__(
+        self, options, servicer: InferenceServicer, restrictions: dict[str, Restriction], reuse_port: bool | None = None
+    ):
         self.options = options
         self.servicer = servicer
         self.restrictions = restrictions
@@ -65,79 +102,54 @@ class GrpcListener:
     def _grpc_options(self):
         o = self.options
         size = o.grpc_max_message_size
-        return [
-            ("grpc.max_receive_message_length", size),
-            ("grpc.max_send_message_length", size),
-            ("grpc.keepalive_time_ms", o.grpc_keepalive_time_ms),
-            ("grpc.keepalive_timeout_ms", o.grpc_keepalive_timeout_ms),
-            ("grpc.keepalive_permit_without_calls", int(o.grpc_keepalive_permit_without_calls)),
-            ("grpc.http2.max_pings_without_data", o.grpc_http2_max_pings_without_data),
-            # (grpc-core's name for the minimum interval between received pings; the
-            # "min_recv_..." spelling is silently ignored and leaves the 5-minute default)
-            ("grpc.http2.min_ping_interval_without_data_ms", o.grpc_http2_min_recv_ping_interval_without_data_ms),
-            ("grpc.http2.max_ping_strikes", o.grpc_http2_max_ping_strikes),
-            ("grpc.max_concurrent_streams", o.grpc_max_concurrent_streams),
-            # grpc-core otherwise refuses (RST_STREAM REFUSED_STREAM) a stream that arrives
-            # while the previous one still counts against the limit; clients must queue, not fail
-            ("grpc.http.overload_protection", 0),
-            # off by default: a second server on a taken port must fail ("Address already in
-            # use", which cmsTriton watches for to pick other ports), not silently share it
-            ("grpc.so_reuseport", int(self.reuse_port)),
-            # grpc.aio takes RPCs from grpc-core one at a time, on the event loop; a burst waits
-            # in core's queue of not-yet-requested calls, and past 1,000 of them (the default
-            # soft limit; hard limit 3,000) core refuses new calls at random, which clients see
-            # as CANCELLED. A fan-in of thousands of connections must queue, not fail: no
-            # random refusals below 65,536 waiting calls, a refusal for each one above (and a
-            # call still waiting after grpc.server_max_unrequested_time_in_server, 30 s, is
-            # dropped, as before).
-            ("grpc.server.max_pending_requests", 65536),
-            ("grpc.server.max_pending_requests_hard_limit", 65536),
-        ] + ([
-            ("grpc.max_connection_age_ms", o.grpc_max_connection_age_ms),
-        ] if o.grpc_max_connection_age_ms > 0 else []) + ([
-            ("grpc.max_connection_age_grace_ms", o.grpc_max_connection_age_grace_ms),
-        ] if o.grpc_max_connection_age_grace_ms > 0 else [])
-
-    def _grpc_credentials(self) -> grpc.ServerCredentials | None:
-        """TLS as tritonserver configures it (--grpc-use-ssl[-mutual], PEM files); None = plaintext."""
-        o = self.options
-        if not o.grpc_use_ssl:
-            return None
-
-        def read(flag: str, path: str) -> bytes:
-            if not path:
-                raise SystemExit(f"error: --grpc-use-ssl needs {flag}")
-            try:
-                with open(path, "rb") as f:
-                    return f.read()
-            except OSError as e:
-                raise SystemExit(f"error: cannot read {flag} {path}: {e.strerror}") from None
-
-        cert = read("--grpc-server-cert", o.grpc_server_cert)
-        key = read("--grpc-server-key", o.grpc_server_key)
-        root = read("--grpc-root-cert", o.grpc_root_cert) if (o.grpc_root_cert or o.grpc_use_ssl_mutual) else None
-        # gRPC only finds out at bind time, as an anonymous RuntimeError; check them here so
-        # the error names the file and the problem
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            context.load_cert_chain(o.grpc_server_cert, o.grpc_server_key)
-        except (ssl.SSLError, OSError) as e:
-            raise SystemExit(
-                f"error: --grpc-server-cert {o.grpc_server_cert} and --grpc-server-key {o.grpc_server_key} "
-                f"are not a PEM certificate chain and its private key ({e.reason if isinstance(e, ssl.SSLError) else e})"
-            ) from None
-        if root is not None:
-            try:
-                context.load_verify_locations(cadata=root.decode("ascii", "replace"))
-            except (ssl.SSLError, ValueError) as e:
-                raise SystemExit(f"error: --grpc-root-cert {o.grpc_root_cert} holds no PEM CA certificate ({e})") from None
-        return grpc.ssl_server_credentials(
-            [(key, cert)], root_certificates=root, require_client_auth=o.grpc_use_ssl_mutual
+        return (
+            [
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+                ("grpc.keepalive_time_ms", o.grpc_keepalive_time_ms),
+                ("grpc.keepalive_timeout_ms", o.grpc_keepalive_timeout_ms),
+                ("grpc.keepalive_permit_without_calls", int(o.grpc_keepalive_permit_without_calls)),
+                ("grpc.http2.max_pings_without_data", o.grpc_http2_max_pings_without_data),
+                # (grpc-core's name for the minimum interval between received pings; the
+                # "min_recv_..." spelling is silently ignored and leaves the 5-minute default)
+                ("grpc.http2.min_ping_interval_without_data_ms", o.grpc_http2_min_recv_ping_interval_without_data_ms),
+                ("grpc.http2.max_ping_strikes", o.grpc_http2_max_ping_strikes),
+                ("grpc.max_concurrent_streams", o.grpc_max_concurrent_streams),
+                # grpc-core otherwise refuses (RST_STREAM REFUSED_STREAM) a stream that arrives
+                # while the previous one still counts against the limit; clients must queue, not fail
+                ("grpc.http.overload_protection", 0),
+                # off by default: a second server on a taken port must fail ("Address already in
+                # use", which cmsTriton watches for to pick other ports), not silently share it
+                ("grpc.so_reuseport", int(self.reuse_port)),
+                # grpc.aio takes RPCs from grpc-core one at a time, on the event loop; a burst waits
+                # in core's queue of not-yet-requested calls, and past 1,000 of them (the default
+                # soft limit; hard limit 3,000) core refuses new calls at random, which clients see
+                # as CANCELLED. A fan-in of thousands of connections must queue, not fail: no
+                # random refusals below 65,536 waiting calls, a refusal for each one above (and a
+                # call still waiting after grpc.server_max_unrequested_time_in_server, 30 s, is
+                # dropped, as before).
+                ("grpc.server.max_pending_requests", 65536),
+                ("grpc.server.max_pending_requests_hard_limit", 65536),
+            ]
+            + (
+                [
+                    ("grpc.max_connection_age_ms", o.grpc_max_connection_age_ms),
+                ]
+                if o.grpc_max_connection_age_ms > 0
+                else []
+            )
+            + (
+                [
+                    ("grpc.max_connection_age_grace_ms", o.grpc_max_connection_age_grace_ms),
+                ]
+                if o.grpc_max_connection_age_grace_ms > 0
+                else []
+            )
         )
 
     async def start(self, announce: bool = True) -> int:
         o = self.options
-        credentials = self._grpc_credentials()
+        credentials = grpc_credentials(o)
         self._grpc = grpc.aio.server(options=self._grpc_options())
         restrictions = self.restrictions
         self._grpc.add_generic_rpc_handlers(
@@ -163,9 +175,7 @@ class GrpcListener:
                 # grpcio says only "Failed to bind"; a plain socket tells why in the system's
                 # words ("Address already in use", which cmsTriton watches for to retry on
                 # other ports)
-                raise SystemExit(
-                    f"error: cannot bind gRPC to {o.grpc_address}:{port}: {_bind_error(address, port)}"
-                )
+                raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{port}: {_bind_error(address, port)}")
             port = bound  # port 0: the other addresses of the name take the same port
         self.port = port
         await self._grpc.start()
@@ -177,4 +187,3 @@ class GrpcListener:
     async def stop(self, grace: float | None) -> None:
         if self._grpc is not None:
             await self._grpc.stop(grace=grace)
-

@@ -35,9 +35,17 @@ DEFAULT_MAX_CONNECTIONS = 1024
 _SINGLE_HEADERS = ("content-length", "transfer-encoding", "host")
 
 _REASONS = {
-    200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-    408: "Request Timeout", 413: "Payload Too Large", 414: "URI Too Long",
-    431: "Request Header Fields Too Large", 501: "Not Implemented", 505: "HTTP Version Not Supported",
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Payload Too Large",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+    505: "HTTP Version Not Supported",
 }
 
 
@@ -81,9 +89,7 @@ class TinyHttpServer:
         """(method, path, headers), or None when the client closed or idled out between requests."""
         loop = asyncio.get_running_loop()
         try:
-            line = await asyncio.wait_for(
-                reader.readline(), self.header_timeout_s if first else self.idle_timeout_s
-            )
+            line = await asyncio.wait_for(reader.readline(), self.header_timeout_s if first else self.idle_timeout_s)
         except asyncio.TimeoutError:
             if first:
                 raise _Reject(408) from None
@@ -214,10 +220,14 @@ class HealthRoutes:
 
     def __call__(self, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
         code = self.status_for(method, path)
-        if code != 404 and self.restriction is not None:
-            if not self.restriction.allows((headers or {}).get(self.restriction.header.lower())):
-                body = json.dumps({"error": self.restriction.http_refusal()}).encode()
-                return 403, "application/json", body
+        restriction = self.restriction
+        if (
+            code != 404
+            and restriction is not None
+            and not restriction.allows((headers or {}).get(restriction.header.lower()))
+        ):
+            body = json.dumps({"error": restriction.http_refusal()}).encode()
+            return 403, "application/json", body
         if code == 400 and "/v2/models/" in path:
             return code, "application/json", b'{"error":"Model version not ready"}'  # Triton's body
         return code, "text/plain", b""

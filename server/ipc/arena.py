@@ -96,7 +96,7 @@ class ArenaReader:
         fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDONLY)
         try:
             if os.fstat(fd).st_size < size:
-                raise ValueError(f"arena {name} is smaller than announced")
+                raise ValueError(f"the arena of process {pid} is smaller than announced")
             self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         finally:
             os.close(fd)

@@ -35,10 +35,20 @@ RegionInfo = namedtuple("RegionInfo", "name key offset byte_size")
 StatisticsView = namedtuple("StatisticsView", "name version_str stats")
 
 # DataPlane methods a frontend may call (anything else is refused)
-_PLAIN_CALLS = frozenset({
-    "live", "ready", "model_ready", "server_metadata", "ready_versions", "repository_index",
-    "cuda_shm_register", "cuda_shm_unregister", "update_log_settings", "trace_settings",
-})
+_PLAIN_CALLS = frozenset(
+    {
+        "live",
+        "ready",
+        "model_ready",
+        "server_metadata",
+        "ready_versions",
+        "repository_index",
+        "cuda_shm_register",
+        "cuda_shm_unregister",
+        "update_log_settings",
+        "trace_settings",
+    }
+)
 _BROADCAST_TIMEOUT_S = 30.0
 
 
@@ -64,6 +74,7 @@ class EngineServer:
         self._tokens = itertools.count(1)
         self.on_bound = lambda pid, port: None  # set by the supervisor
         self._repository_changed = False
+        self._background: set[asyncio.Task] = set()
         dataplane.repository.listeners.append(self._on_repository_change)
 
     async def start(self) -> None:
@@ -135,8 +146,15 @@ class EngineServer:
                 value = await getattr(dp, method)(*args)
             elif method == "model_snapshot":
                 mv = await dp.model(*args)
-                value = (mv.name, mv.version, mv.uid, mv.config.SerializeToString(), mv._labels,
-                         mv.version_dir, mv.model_dir)
+                value = (
+                    mv.name,
+                    mv.version,
+                    mv.uid,
+                    mv.config.SerializeToString(),
+                    mv._labels,
+                    mv.version_dir,
+                    mv.model_dir,
+                )
             elif method == "statistics":
                 value = [StatisticsView(mv.name, mv.version_str, mv.stats) for mv in await dp.statistics(*args)]
             elif method in ("shm_status", "cuda_shm_status"):
@@ -179,7 +197,9 @@ class EngineServer:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
-            loop.create_task(self._broadcast("models_changed"))
+            task = loop.create_task(self._broadcast("models_changed"))
+            self._background.add(task)  # referenced until done (the loop keeps weak ones only)
+            task.add_done_callback(self._background.discard)
 
     async def _broadcast(self, kind: str, *args) -> None:
         """Send to every frontend and wait until each applied it (or left)."""
@@ -212,21 +232,31 @@ class EngineServer:
         try:
             self.dataplane.check_accepting()
             mv = self._resolve(h)
-            view = fe.arena.view
+            arena = fe.arena
+            assert arena is not None  # set at hello, before any request
+            view = arena.view
             inputs = {}
             for name, dtype, shape, kind, payload in h.inputs:
                 if kind == "arena":
                     offset, nbytes = payload
                     dt = np.dtype(dtype)
-                    inputs[name] = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(shape)
+                    inputs[name] = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(
+                        shape
+                    )
                 else:
                     inputs[name] = payload
             ireq = InferenceRequest(
-                model=mv, inputs=inputs,
-                outputs=[RequestedOutput(mv.outputs[name], ShmTarget(*shm) if shm else None, k)
-                         for name, shm, k in h.outputs],
-                batch_size=h.batch_size, id=h.id, parameters=h.parameters, priority=h.priority,
-                timeout_us=h.timeout_us, arrival_ns=time.monotonic_ns(),
+                model=mv,
+                inputs=inputs,
+                outputs=[
+                    RequestedOutput(mv.outputs[name], ShmTarget(*shm) if shm else None, k) for name, shm, k in h.outputs
+                ],
+                batch_size=h.batch_size,
+                id=h.id,
+                parameters=h.parameters,
+                priority=h.priority,
+                timeout_us=h.timeout_us,
+                arrival_ns=time.monotonic_ns(),
             )
             ireq.encode = functools.partial(encode_outputs, ireq, shm=self.dataplane.shm)
             if mv.decoupled:

@@ -64,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         options = ServerOptions(**json.load(f))
     options.grpc_port = int(port)
     LogSettings(
-        options.log_verbose, options.log_file, options.log_format,
-        log_info=options.log_info, log_warning=options.log_warning, log_error=options.log_error,
+        options.log_verbose,
+        options.log_file,
+        options.log_format,
+        log_info=options.log_info,
+        log_warning=options.log_warning,
+        log_error=options.log_error,
     )
     try:
         return asyncio.run(serve(options, socket_path, int(index)))

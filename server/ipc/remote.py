@@ -229,7 +229,7 @@ class RemoteDataPlane:
         loop = asyncio.get_running_loop()
         token = next(self._tokens)
         blocks: list[tuple[int, int]] = []
-        inputs = []
+        inputs: list[tuple] = []
         try:
             for name, array in request.inputs.items():
                 if array.dtype == object:  # BYTES: Python objects travel pickled
@@ -249,11 +249,18 @@ class RemoteDataPlane:
             raise
         model = request.model
         header = InferHeader(
-            model=model.name, version=model.version, uid=model.uid, id=request.id,
-            parameters=request.parameters, priority=request.priority, timeout_us=request.timeout_us,
-            batch_size=request.batch_size, inputs=inputs,
-            outputs=[(o.spec.name, tuple(o.shm) if o.shm is not None else None, o.classification)
-                     for o in request.outputs],
+            model=model.name,
+            version=model.version,
+            uid=model.uid,
+            id=request.id,
+            parameters=request.parameters,
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+            batch_size=request.batch_size,
+            inputs=inputs,
+            outputs=[
+                (o.spec.name, tuple(o.shm) if o.shm is not None else None, o.classification) for o in request.outputs
+            ],
         )
         future = loop.create_future()
         self._pending[token] = _Pending(future, blocks, request.emit)

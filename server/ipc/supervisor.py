@@ -61,8 +61,13 @@ class FrontendSupervisor:
     async def _spawn(self, index: int, port: int) -> int:
         """Start frontend ``index`` on ``port``; its bound port, or SystemExit if it failed."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "fpgaserve.server.ipc.frontend_process",
-            self.config_path, self.server.socket_path, str(index), str(port),
+            sys.executable,
+            "-m",
+            "fpgaserve.server.ipc.frontend_process",
+            self.config_path,
+            self.server.socket_path,
+            str(index),
+            str(port),
             preexec_fn=_die_with_parent,
         )
         self.procs[index] = proc
@@ -82,10 +87,10 @@ class FrontendSupervisor:
         o = self.options
         # unusable TLS files are named here, once, as the single-process server does, rather
         # than by every frontend that then fails to start
-        from ..frontends.grpc_listener import GrpcListener
+        from ..frontends.grpc_listener import grpc_credentials
 
-        GrpcListener(o, None, {})._grpc_credentials()
-        with open(self.config_path, "w") as f:
+        grpc_credentials(o)
+        with open(self.config_path, "w") as f:  # noqa: ASYNC230 -- once, a few hundred bytes, at start
             json.dump(dataclasses.asdict(o), f)
         await self.server.start()
         port = o.grpc_port
@@ -100,6 +105,7 @@ class FrontendSupervisor:
     async def _watch(self, index: int) -> None:
         while not self.stopping:
             proc = self.procs[index]
+            assert proc is not None  # started before its watcher
             rc = await proc.wait()
             if self.stopping:
                 return
