@@ -247,7 +247,9 @@ import numpy as np
 
 class Model:
     def execute(self, inputs: dict) -> dict:
-        i64 = lambda name: inputs[name].astype(np.int64)
+        def i64(name):
+            return inputs[name].astype(np.int64)
+
         out = i64("READY") * (i64("INPUT") + i64("START") + i64("END") * i64("CORRID"))
         return {{"OUTPUT": out.astype(np.int32)}}
 '''
