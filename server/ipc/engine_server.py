@@ -26,7 +26,7 @@ from ..engine.repository import ModelVersion
 from ..engine.request import InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, internal, unavailable
 from .arena import ArenaReader
-from .protocol import frame, read_frame
+from .protocol import FrameWriter, read_frame, read_frames
 from .remote import InferHeader
 
 log = logging.getLogger("fpgaserve.engine")
@@ -54,14 +54,14 @@ _BROADCAST_TIMEOUT_S = 30.0
 
 class _Frontend:
     def __init__(self, writer: asyncio.StreamWriter):
-        self.writer = writer
+        self.writer = FrameWriter(writer)
         self.arena: ArenaReader | None = None
         self.pid = 0
         self.tasks: dict[int, asyncio.Task] = {}
 
     def send(self, message) -> None:
         if not self.writer.is_closing():
-            self.writer.write(frame(message))
+            self.writer.send(message)
 
 
 class EngineServer:
@@ -73,7 +73,11 @@ class EngineServer:
         self._acks: dict[int, asyncio.Future] = {}
         self._tokens = itertools.count(1)
         self.on_bound = lambda pid, port: None  # set by the supervisor
-        self._repository_changed = False
+        # repository changes so far, and load/unload calls in progress: a call broadcasts the
+        # change itself (awaited, before its client hears back); changes with no call in
+        # progress (poll mode) are broadcast from the listener
+        self._generation = 0
+        self._control_calls = 0
         self._background: set[asyncio.Task] = set()
         dataplane.repository.listeners.append(self._on_repository_change)
 
@@ -101,18 +105,16 @@ class EngineServer:
             regions = [(r.name, r.key, r.offset, r.byte_size) for r in self.dataplane.shm.status("")]
             fe.send(("welcome", regions))
             self.frontends.add(fe)
-            while True:
-                message = await read_frame(reader)
-                if message is None:
-                    break
-                self._dispatch(fe, message)
+            async for messages in read_frames(reader):
+                for message in messages:
+                    self._dispatch(fe, message)
         except Exception:
             log.exception("frontend channel failed")
         finally:
             self.frontends.discard(fe)
             for task in list(fe.tasks.values()):
                 task.cancel()  # its client connections are gone with it
-            writer.close()
+            fe.writer.close()
 
     def _dispatch(self, fe: _Frontend, message) -> None:
         kind = message[0]
@@ -169,11 +171,13 @@ class EngineServer:
                 await self._broadcast("shm", "unregister", tuple(args))
                 value = None
             elif method in ("load", "unload"):
-                self._repository_changed = False
+                before = self._generation
+                self._control_calls += 1
                 try:
                     await getattr(dp, method)(*args)
                 finally:
-                    if self._repository_changed:
+                    self._control_calls -= 1
+                    if self._generation != before:
                         # every frontend drops its snapshots before the client hears back
                         await self._broadcast("models_changed")
                 value = None
@@ -190,8 +194,8 @@ class EngineServer:
             fe.send(("error", token, "INTERNAL", f"internal error in {method} ({type(e).__name__})"))
 
     def _on_repository_change(self, event: str, version) -> None:
-        self._repository_changed = True
-        if event in ("load", "unload"):
+        self._generation += 1
+        if self._control_calls == 0:
             # poll mode changes the repository without a call: tell the frontends too
             try:
                 loop = asyncio.get_running_loop()

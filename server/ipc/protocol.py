@@ -28,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
+from collections.abc import AsyncIterator
 
 _LEN = struct.Struct("<I")
 MAX_FRAME = 1 << 31  # a header with inline BYTES tensors can be large; INT32_MAX like gRPC
+_READ_CHUNK = 1 << 20
 
 
 async def read_frame(reader: asyncio.StreamReader):
@@ -52,3 +54,65 @@ async def read_frame(reader: asyncio.StreamReader):
 def frame(message) -> bytes:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _LEN.pack(len(body)) + body
+
+
+class FrameWriter:
+    """Frames sent during one event-loop iteration leave in one write: under load a batch of
+    responses costs one ``send`` syscall and wakes the peer once, instead of once each.
+
+    ``send`` only queues; the flush runs from ``call_soon``, after the callbacks the loop
+    is running now. Messages keep their order.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+        self._parts: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def is_closing(self) -> bool:
+        return self.writer.is_closing()
+
+    def send(self, message) -> None:
+        body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        if not self._parts:
+            self._loop.call_soon(self._flush)
+        self._parts.append(_LEN.pack(len(body)))
+        self._parts.append(body)
+
+    def _flush(self) -> None:
+        parts, self._parts = self._parts, []
+        if not self.writer.is_closing():
+            self.writer.write(b"".join(parts))
+
+    def close(self) -> None:
+        self._flush()
+        self.writer.close()
+
+
+async def read_frames(reader: asyncio.StreamReader) -> AsyncIterator[list]:
+    """Every complete message that has arrived, a list per read (one await per burst, not
+    two per message); ends at end of stream."""
+    buffer = bytearray()
+    while True:
+        try:
+            chunk = await reader.read(_READ_CHUNK)
+        except ConnectionError:
+            return
+        if not chunk:
+            return
+        buffer += chunk
+        messages = []
+        position, end = 0, len(buffer)
+        with memoryview(buffer) as view:
+            while end - position >= 4:
+                (n,) = _LEN.unpack_from(view, position)
+                if n > MAX_FRAME:
+                    raise ValueError(f"IPC frame of {n} bytes")
+                if end - position - 4 < n:
+                    break
+                with view[position + 4 : position + 4 + n] as body:
+                    messages.append(pickle.loads(body))
+                position += 4 + n
+        del buffer[:position]
+        if messages:
+            yield messages

@@ -21,8 +21,7 @@ import asyncio
 import itertools
 import logging
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from grpc import StatusCode
@@ -33,7 +32,7 @@ from ..errors import InferenceError, unavailable
 from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
 from .arena import Arena, ArenaFull
-from .protocol import frame, read_frame
+from .protocol import FrameWriter, frame, read_frame, read_frames
 
 log = logging.getLogger("fpgaserve.frontend")
 
@@ -41,9 +40,9 @@ SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requ
 ENGINE_GONE = "the server's engine process is not running"
 
 
-@dataclass
-class InferHeader:
-    """A normalized request, as the engine needs it (tensor data in the arena or inline)."""
+class InferHeader(NamedTuple):
+    """A normalized request, as the engine needs it (tensor data in the arena or inline).
+    A NamedTuple: it pickles as a tuple, ~2 µs cheaper each way than a dataclass."""
 
     model: str
     version: int
@@ -81,14 +80,14 @@ class RemoteDataPlane:
         self._snapshots: dict[tuple[str, str], ModelVersion] = {}
         self._fetching: dict[tuple[str, str], asyncio.Task] = {}
         self._generation = 0  # bumped when the engine says the repository changed
-        self._writer: asyncio.StreamWriter | None = None
+        self._writer: FrameWriter | None = None
         self._reader_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ channel
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
-        self._writer = writer
         writer.write(frame(("hello", os.getpid(), self.arena.fd, self.arena.size)))
+        self._writer = FrameWriter(writer)
         welcome = await read_frame(reader)
         if not welcome or welcome[0] != "welcome":
             raise RuntimeError("the engine did not answer the frontend's hello")
@@ -99,15 +98,13 @@ class RemoteDataPlane:
     def send(self, message) -> None:
         if self._writer is None or self._writer.is_closing():
             raise unavailable(ENGINE_GONE)
-        self._writer.write(frame(message))
+        self._writer.send(message)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
-            while True:
-                message = await read_frame(reader)
-                if message is None:
-                    break
-                self._dispatch(message)
+            async for messages in read_frames(reader):
+                for message in messages:
+                    self._dispatch(message)
         finally:
             self.engine_lost.set()
             for token, p in list(self._pending.items()):
