@@ -263,11 +263,15 @@ class SystemSharedMemoryManager:
         """A copy of the bytes (the request owns it; see the module docstring for why)."""
         r = self._acquire(region, offset, byte_size)
         try:
-            view = np.empty(byte_size, dtype=np.uint8).data
+            view = self._buffer(byte_size)
             self._transfer(r, os.preadv, view, r.offset + offset)
             return view
         finally:
             self._release(r)
+
+    def _buffer(self, byte_size: int) -> memoryview:
+        """Where ``read`` puts a tensor's bytes (a frontend process reads into its arena)."""
+        return np.empty(byte_size, dtype=np.uint8).data
 
     def write(self, region: str, offset: int, byte_size: int, data, output: str) -> None:
         """Write ``data`` (bytes or a C-contiguous array) into the region."""

@@ -8,7 +8,7 @@ locally, so the request path costs one message each way:
   (before a load/unload call returns), and the cache is dropped;
 * a mirror of the system shared-memory registry (the engine broadcasts every register and
   unregister and waits for the mirrors before it answers), so decoding reads shm inputs here,
-  with the same checks, straight into the arena;
+  with the same checks, straight into the arena (``ArenaShmMirror``: one copy, the preadv);
 * the arena: numeric inputs are copied into it once and the engine reads them in place.
 
 Everything else (statistics, readiness, repository control, settings) is a call to the
@@ -21,7 +21,8 @@ import asyncio
 import itertools
 import logging
 import os
-from typing import Any, NamedTuple
+import weakref
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from grpc import StatusCode
@@ -59,20 +60,69 @@ class InferHeader(NamedTuple):
 
 
 class _Pending:
-    __slots__ = ("blocks", "emit", "future")
+    __slots__ = ("blocks", "emit", "future", "keep")
 
-    def __init__(self, future, blocks, emit):
+    def __init__(self, future, blocks, emit, keep=()):
         self.future = future
         self.blocks = blocks
         self.emit = emit
+        self.keep = keep  # arrays in arena blocks owned by their views (ArenaShmMirror)
+
+
+class ArenaShmMirror(SystemSharedMemoryManager):
+    """The frontend's mirror of the engine's shared-memory registry. A tensor read from a
+    client's region lands directly in an arena block, which the engine then reads in place:
+    one copy (the preadv) instead of a read into a buffer and a second copy into the arena.
+
+    Such a block belongs to the array that views it: it is freed when the last view goes
+    (a request that fails validation after the read frees it as it is dropped; one sent to
+    the engine is held by its pending entry until the engine's answer).
+    """
+
+    def __init__(self, arena: Arena):
+        super().__init__(max_regions=1 << 30)  # limits and permissions are the engine's
+        self.arena = arena
+        self._owners: dict[int, tuple[weakref.ref, int]] = {}  # id(owner) -> (owner, offset)
+
+    def _buffer(self, byte_size: int) -> memoryview:
+        try:
+            offset = self.arena.allocate(byte_size)
+        except ArenaFull:
+            return super()._buffer(byte_size)
+        owner = np.frombuffer(self.arena.view, dtype=np.uint8, count=byte_size, offset=offset)
+        key = id(owner)
+        self._owners[key] = (weakref.ref(owner), offset)
+        weakref.finalize(owner, self._free_block, key, offset, byte_size)
+        return owner.data
+
+    def _free_block(self, key: int, offset: int, byte_size: int) -> None:
+        self._owners.pop(key, None)
+        self.arena.free(offset, byte_size)
+
+    def arena_offset(self, array: np.ndarray) -> int | None:
+        """The arena offset of a contiguous array read by ``_buffer``, or None."""
+        if not self._owners or not array.flags.c_contiguous:
+            return None
+        x: Any = array
+        while x is not None:
+            if isinstance(x, np.ndarray):
+                entry = self._owners.get(id(x))
+                if entry is not None and entry[0]() is x:
+                    owner = cast(np.ndarray, x)
+                    return entry[1] + (array.ctypes.data - owner.ctypes.data)
+                x = x.base
+            elif isinstance(x, memoryview):
+                x = x.obj
+            else:
+                return None
+        return None
 
 
 class RemoteDataPlane:
     def __init__(self, socket_path: str, arena_bytes: int):
         self.socket_path = socket_path
         self.arena = Arena(arena_bytes)
-        # the mirror of the engine's registry (limits and permissions are the engine's)
-        self.shm = SystemSharedMemoryManager(max_regions=1 << 30)
+        self.shm = ArenaShmMirror(self.arena)
         self.exiting = False
         self.engine_lost = asyncio.Event()
         self._tokens = itertools.count(1)
@@ -227,10 +277,16 @@ class RemoteDataPlane:
         token = next(self._tokens)
         blocks: list[tuple[int, int]] = []
         inputs: list[tuple] = []
+        keep: list[np.ndarray] = []
         try:
             for name, array in request.inputs.items():
                 if array.dtype == object:  # BYTES: Python objects travel pickled
                     inputs.append((name, "O", array.shape, "inline", array))
+                    continue
+                offset = self.shm.arena_offset(array)
+                if offset is not None:  # read from a client's region into the arena already
+                    keep.append(array)
+                    inputs.append((name, array.dtype.str, array.shape, "arena", (offset, array.nbytes)))
                     continue
                 try:
                     offset = self.arena.allocate(array.nbytes)
@@ -260,7 +316,7 @@ class RemoteDataPlane:
             ],
         )
         future = loop.create_future()
-        self._pending[token] = _Pending(future, blocks, request.emit)
+        self._pending[token] = _Pending(future, blocks, request.emit, keep)
         try:
             self.send(("infer", token, header))
         except InferenceError:

@@ -1,0 +1,169 @@
+"""The frontend's arena and the IPC frames, in one process (the server-level behaviour is in
+test_processes.py): blocks are allocated, coalesced and freed exactly; a tensor read from a
+client's shared-memory region lands in an arena block that lives as long as its views; the
+frame reader reassembles messages split anywhere and refuses an oversized length."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import random
+import struct
+from multiprocessing import shared_memory
+
+import numpy as np
+import pytest
+
+from fpgaserve.server.errors import InferenceError
+from fpgaserve.server.ipc.arena import ALIGN, Arena, ArenaFull
+from fpgaserve.server.ipc.protocol import MAX_FRAME, FrameWriter, read_frames
+from fpgaserve.server.ipc.remote import ArenaShmMirror
+
+
+def test_arena_allocations_never_overlap_and_coalesce_back_to_one_block():
+    arena = Arena(64 * ALIGN)
+    rng = random.Random(7)
+    live: list[tuple[int, int]] = []
+    for _ in range(2000):
+        if live and (rng.random() < 0.5 or arena.used > 48 * ALIGN):
+            offset, n = live.pop(rng.randrange(len(live)))
+            arena.free(offset, n)
+            continue
+        n = rng.randrange(1, 4 * ALIGN)
+        try:
+            offset = arena.allocate(n)
+        except ArenaFull:
+            continue
+        assert offset % ALIGN == 0 and offset + n <= arena.size
+        for o, m in live:
+            assert offset + n <= o or o + m <= offset
+        live.append((offset, n))
+    rng.shuffle(live)
+    for offset, n in live:
+        arena.free(offset, n)
+    assert arena.used == 0
+    assert arena.allocate(arena.size) == 0  # one free block of the whole arena again
+    arena.close()
+
+
+def test_arena_free_restores_full_capacity():
+    arena = Arena(8 * ALIGN)
+    blocks = [arena.allocate(ALIGN) for _ in range(8)]
+    with pytest.raises(ArenaFull):
+        arena.allocate(1)
+    for offset in blocks[::2] + blocks[1::2]:
+        arena.free(offset, ALIGN)
+    assert arena.used == 0
+    assert arena.allocate(8 * ALIGN) == 0  # coalesced into one block again
+    arena.close()
+
+
+@pytest.fixture
+def client_region():
+    region = shared_memory.SharedMemory(create=True, size=4096)
+    np.frombuffer(region.buf, np.float32)[:] = np.arange(1024, dtype=np.float32)
+    yield region
+    region.close()
+    region.unlink()
+
+
+def test_shm_input_is_read_into_the_arena_and_freed_with_its_last_view(client_region):
+    arena = Arena(1 << 16)
+    mirror = ArenaShmMirror(arena)
+    mirror.register("in", "/" + client_region.name, 0, 4096)
+    data = mirror.read("in", 64, 256)
+    tensor = np.frombuffer(data, np.float32).reshape(4, 16)
+    np.testing.assert_array_equal(tensor.ravel(), np.arange(16, 80, dtype=np.float32))
+    offset = mirror.arena_offset(tensor)
+    assert offset is not None
+    # the engine's view of the same bytes: the arena's own mapping at that offset
+    np.testing.assert_array_equal(np.frombuffer(arena.view, np.float32, count=64, offset=offset), tensor.ravel())
+    assert mirror.arena_offset(tensor[1:]) == offset + 64  # a view inside the block
+    assert mirror.arena_offset(np.zeros(4, np.float32)) is None  # not read from a region
+    assert mirror.arena_offset(tensor[:, ::2]) is None  # not contiguous: sent by copy
+    assert arena.used > 0
+    rest = tensor[2:]
+    del data, tensor
+    assert arena.used > 0  # a view still holds the block
+    del rest
+    assert arena.used == 0
+    mirror.unregister("in")
+    arena.close()
+
+
+def test_shm_read_that_fails_frees_its_block(client_region):
+    arena = Arena(1 << 16)
+    mirror = ArenaShmMirror(arena)
+    mirror.register("in", "/" + client_region.name, 0, 4096)
+    client_region.close()
+    with open(f"/dev/shm/{client_region.name}", "r+b") as f:
+        f.truncate(128)  # the client shrinks its object under the registration
+    with pytest.raises(InferenceError, match="smaller than it was registered"):
+        mirror.read("in", 0, 1024)
+    assert arena.used == 0
+    mirror.unregister("in")
+    arena.close()
+
+
+def test_arena_full_falls_back_to_a_private_buffer(client_region):
+    arena = Arena(ALIGN)
+    mirror = ArenaShmMirror(arena)
+    mirror.register("in", "/" + client_region.name, 0, 4096)
+    tensor = np.frombuffer(mirror.read("in", 0, 1024), np.float32)
+    np.testing.assert_array_equal(tensor, np.arange(256, dtype=np.float32))
+    assert mirror.arena_offset(tensor) is None and arena.used == 0
+    mirror.unregister("in")
+    arena.close()
+
+
+def _stream(data: bytes, cut_points: list[int]) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=1 << 20)
+    last = 0
+    for cut in [*cut_points, len(data)]:
+        reader.feed_data(data[last:cut])
+        last = cut
+    reader.feed_eof()
+    return reader
+
+
+def test_frames_survive_any_split_and_keep_their_order():
+    async def main():
+        messages = [("infer", i, "x" * (i * 37 % 300), list(range(i % 7))) for i in range(200)]
+        loop_reader, loop_writer = await _pipe()
+        writer = FrameWriter(loop_writer)
+        for m in messages:
+            writer.send(m)
+        await asyncio.sleep(0)  # the flush runs from call_soon
+        await loop_writer.drain()
+        writer.close()
+        got = [m async for batch in read_frames(loop_reader) for m in batch]
+        assert got == messages
+        # the same bytes split at random places, fed to a reader
+        wire = b"".join(struct.pack("<I", len(b)) + b for b in (pickle.dumps(m) for m in messages))
+        rng = random.Random(3)
+        cuts = sorted(rng.sample(range(1, len(wire)), 150))
+        got = [m async for batch in read_frames(_stream(wire, cuts)) for m in batch]
+        assert got == messages
+
+    asyncio.run(main())
+
+
+def test_oversized_frame_length_is_refused():
+    async def main():
+        reader = _stream(struct.pack("<I", MAX_FRAME + 1) + b"\0" * 16, [])
+        with pytest.raises(ValueError, match="IPC frame"):
+            async for _ in read_frames(reader):
+                pass
+
+    asyncio.run(main())
+
+
+async def _pipe():
+    """A connected Unix socket pair as (reader of one end, writer of the other)."""
+    import socket
+
+    a, b = socket.socketpair()
+    reader, reader_side_writer = await asyncio.open_connection(sock=a)
+    _, writer = await asyncio.open_connection(sock=b)
+    reader.keepalive = reader_side_writer  # type: ignore[attr-defined]  (closes its socket when collected)
+    return reader, writer
