@@ -130,8 +130,13 @@ class DataPlane:
         If the awaiting coroutine is cancelled (client cancel, deadline), the future is
         cancelled too, which withdraws the request if it is still queued.
         """
+        return await self.submit(request)
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future:
+        """``infer`` without the coroutine: the scheduler's future (cancel it to withdraw the
+        request). The engine's IPC server uses it to avoid a task per request."""
         self.check_accepting()
-        return await request.model.scheduler.submit(request)
+        return request.model.scheduler.submit(request)
 
     # ------------------------------------------------------------------ repository
     async def repository_index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:

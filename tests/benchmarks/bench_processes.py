@@ -597,6 +597,7 @@ def report(ctx: dict, runs: list[Run]) -> str:
         "shm rows are the protocol's cost alone, not a bound for a server that computes.",
         "",
     ]
+    L += _projection(ctx, best, servers)
     L += [
         "## Every run",
         "",
@@ -619,6 +620,50 @@ def report(ctx: dict, runs: list[Run]) -> str:
     L += [c for r in runs if r.round == 1 for c in r.cmds]
     L += ["```", ""]
     return "\n".join(L)
+
+
+PROJECTED_CORES = (8, 16, 64)
+
+
+def _projection(ctx: dict, best: dict, servers: list[str]) -> list[str]:
+    """What the measured per-request CPU means on a bigger host: the engine is one process
+    (one core at most), the frontends share the other cores, the clients run elsewhere.
+    requests/s <= min(1e6 / engine µs, (cores - 1) x 1e6 / frontend µs). A projection from
+    costs measured here, not a measurement: cache, memory bandwidth and the card's own rate
+    are not in it."""
+    L = [
+        "## Projection to bigger hosts (from the CPU per request above)",
+        "",
+        "Engine on one core, N = cores - 1 frontends, clients elsewhere: requests/s = min(1e6 / engine µs, "
+        "(cores - 1) x 1e6 / frontend µs); rows/s = requests/s x batch. The bound that binds is named.",
+        "",
+        "| load | from | engine µs/req | frontend µs/req | "
+        + " | ".join(f"{c} cores" for c in PROJECTED_CORES)
+        + " |",
+        "|---|---|---:|---:|" + "---:|" * len(PROJECTED_CORES),
+    ]
+    rows = 0
+    for load in ctx["loads"]:
+        for name in servers:
+            r = best.get((load.key, name))
+            if r is None or r.kind != "fpgaserve" or r.processes < 2 or not r.requests:
+                continue
+            per = r.cpu_us_per_request()
+            engine = per[0][1] if per else 0.0
+            frontends = sum(us for _, us in per[1:])
+            if engine <= 0 or frontends <= 0:
+                continue
+            cells = []
+            for cores in PROJECTED_CORES:
+                by_engine, by_frontends = 1e6 / engine, (cores - 1) * 1e6 / frontends
+                rate = min(by_engine, by_frontends) * load.batch
+                unit = "rows/s" if load.batch > 1 else "req/s"
+                cells.append(f"{_fmt(rate)} {unit} ({'engine' if by_engine <= by_frontends else 'frontends'})")
+            L.append(f"| {load.label} | {name} | {engine:,.0f} | {frontends:,.0f} | " + " | ".join(cells) + " |")
+            rows += 1
+    if not rows:
+        L.append("| (no fpgaserve run with N > 1) | | | |" + " |" * len(PROJECTED_CORES))
+    return [*L, ""]
 
 
 # ----------------------------------------------------------------------------- main
