@@ -637,9 +637,7 @@ def _projection(ctx: dict, best: dict, servers: list[str]) -> list[str]:
         "Engine on one core, N = cores - 1 frontends, clients elsewhere: requests/s = min(1e6 / engine µs, "
         "(cores - 1) x 1e6 / frontend µs); rows/s = requests/s x batch. The bound that binds is named.",
         "",
-        "| load | from | engine µs/req | frontend µs/req | "
-        + " | ".join(f"{c} cores" for c in PROJECTED_CORES)
-        + " |",
+        "| load | from | engine µs/req | frontend µs/req | " + " | ".join(f"{c} cores" for c in PROJECTED_CORES) + " |",
         "|---|---|---:|---:|" + "---:|" * len(PROJECTED_CORES),
     ]
     rows = 0
