@@ -1,11 +1,13 @@
-"""The frontend's arena and the IPC frames, in one process (the server-level behaviour is in
+"""The frontend's arenas and the IPC frames, in one process (the server-level behaviour is in
 test_processes.py): blocks are allocated, coalesced and freed exactly; a tensor read from a
-client's shared-memory region lands in an arena block that lives as long as its views; the
-frame reader reassembles messages split anywhere and refuses an oversized length."""
+client's shared-memory region lands in an arena block that lives as long as its views; large
+outputs go through the response arena and every block comes back; the frame reader
+reassembles messages split anywhere and refuses an oversized length."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import random
 import struct
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from fpgaserve.server.errors import InferenceError
-from fpgaserve.server.ipc.arena import ALIGN, Arena, ArenaFull
+from fpgaserve.server.ipc.arena import ALIGN, Arena, ArenaFull, ResponseArena
 from fpgaserve.server.ipc.protocol import MAX_FRAME, FrameWriter, read_frames
 from fpgaserve.server.ipc.remote import ArenaShmMirror
 
@@ -167,3 +169,35 @@ async def _pipe():
     _, writer = await asyncio.open_connection(sock=b)
     reader.keepalive = reader_side_writer  # type: ignore[attr-defined]  (closes its socket when collected)
     return reader, writer
+
+
+def test_response_arena_blocks_go_to_the_frontend_or_back_to_the_free_list():
+    """The engine's side writes large outputs into the frontend's response arena; the
+    frontend reads them at the announced offset; blocks of a failed request are discarded."""
+    frontend_side = Arena(1 << 20)
+    engine_side = ResponseArena(os.getpid(), frontend_side.fd, frontend_side.size)
+    small = np.arange(16, dtype=np.float32)
+    assert engine_side.put(1, small) is None  # inline: below MIN_BYTES
+    big = np.arange(ResponseArena.MIN_BYTES, dtype=np.float32).reshape(-1, 64)
+    piece = engine_side.put(1, big)
+    assert piece is not None and piece.nbytes == big.nbytes
+    seen = np.frombuffer(frontend_side.view, np.float32, count=big.size, offset=piece.offset)
+    np.testing.assert_array_equal(seen, big.ravel())
+    del seen
+    # request 1 answered: the frontend owns the block and frees it
+    engine_side.hand_over(1)
+    engine_side.discard(1)  # nothing left to discard
+    assert engine_side.used > 0
+    engine_side.free([piece])
+    assert engine_side.used == 0
+    # request 2 failed after encoding two outputs: both blocks come back
+    engine_side.put(2, big)
+    engine_side.put(2, big)
+    assert engine_side.used >= 2 * big.nbytes
+    engine_side.discard(2)
+    assert engine_side.used == 0
+    # full: the caller sends the bytes inline
+    huge = np.zeros((1 << 20) // 4 + 1, np.float32)
+    assert engine_side.put(3, huge) is None and engine_side.used == 0
+    engine_side.close()
+    frontend_side.close()

@@ -249,3 +249,47 @@ def test_protocol_suites_with_two_frontend_processes():
         timeout=880,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+def test_large_outputs_come_back_through_the_response_arena(tmp_path):
+    """FACILE at 16000 rows answers with 64 KB outputs (one float per row), which the engine writes into the
+    frontends' response arenas (below 16 KB they travel inline): every answer, from several
+    connections at once and many times over (blocks are reused), equals ONNX Runtime's own."""
+    import concurrent.futures
+
+    import onnxruntime as ort
+
+    from server_process import BUNDLED_REPO
+
+    session = ort.InferenceSession(str(BUNDLED_REPO / "facile" / "1" / "model.onnx"))
+    feed = session.get_inputs()[0].name
+    rng = np.random.default_rng(11)
+    with ServerProcess(
+        [BUNDLED_REPO],
+        "--frontend-processes",
+        N,
+        "--fpga-mode=onnx",
+        "--model-control-mode=explicit",
+        "--load-model=facile",
+        log_path=tmp_path / "s.log",
+    ) as server:
+        _wait(lambda: len(_frontends(server)) == 2, "two frontend processes")
+        metadata = grpcclient.InferenceServerClient(server.url).get_model_metadata("facile", as_json=True)
+        in_name, out_name = metadata["inputs"][0]["name"], metadata["outputs"][0]["name"]
+        features = int(metadata["inputs"][0]["shape"][1])
+
+        def one(k: int) -> None:
+            c = grpcclient.InferenceServerClient(server.url, channel_args=[("grpc.use_local_subchannel_pool", 1)])
+            for i in range(6):
+                rows = 16000 if (k + i) % 3 else 100  # 100 rows: inline
+                x = rng.standard_normal((rows, features)).astype(np.float32)
+                inp = grpcclient.InferInput(in_name, list(x.shape), "FP32")
+                inp.set_data_from_numpy(x)
+                got = c.infer("facile", [inp]).as_numpy(out_name)
+                want = session.run(None, {feed: x})[0]
+                np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-5, atol=1e-6)
+            c.close()
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for f in [pool.submit(one, k) for k in range(8)]:
+                f.result()

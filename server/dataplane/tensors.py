@@ -355,8 +355,11 @@ def _classify(array: np.ndarray, k: int, labels: list[str], batched: bool) -> np
     return out if batched else out.reshape(k)
 
 
-def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) -> list[EncodedOutput]:
-    """Serialize one request's output slices (runs in the instance's worker thread)."""
+def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm, sink=None) -> list[EncodedOutput]:
+    """Serialize one request's output slices (runs in the instance's worker thread).
+
+    ``sink(array)``, when given, may take a numeric output's bytes somewhere else and return
+    what stands for them in ``raw`` (the engine's response arena; None: it did not)."""
     encoded = []
     batched = ireq.model.max_batch_size > 0
     for req_out in ireq.outputs:
@@ -374,6 +377,7 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm) 
         elif datatype == "BYTES":
             raw = serialize_bytes(array)
         else:
-            raw = np.ascontiguousarray(array).tobytes()
+            contiguous = np.ascontiguousarray(array)
+            raw = (sink(contiguous) if sink is not None else None) or contiguous.tobytes()
         encoded.append(EncodedOutput(spec.name, datatype, array.shape, raw))
     return encoded

@@ -37,7 +37,7 @@ class EncodedOutput(NamedTuple):
     name: str
     datatype: str
     shape: tuple[int, ...]
-    raw: bytes  # b"" when the output went to shared memory
+    raw: Any  # bytes; b"" when the output went to shared memory; an ArenaSlice between processes
 
 
 @dataclass(eq=False)

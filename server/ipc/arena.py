@@ -9,8 +9,15 @@ to another process) -- and sends the engine the block's offset; the engine reads
 as ``np.frombuffer`` views on its own mapping, with no further copy, and the block is freed
 when the response arrives (the engine holds the views until then).
 
-Allocation is first-fit over a sorted free list with coalescing, on the frontend's event
-loop only (no locks): blocks live for one request, so the list stays short.
+Responses travel the other way through a second arena of the frontend's (``ResponseArena``
+on the engine's side): the engine maps it read-write, and an instance's worker thread
+encodes a large output straight into a block of it; the frontend copies the block into the
+response message (the one copy encoding always made) and tells the engine to free it. Small
+outputs stay inline in the frame, where a block and a free message would cost more.
+
+Allocation is first-fit over a sorted free list with coalescing (``FreeList``): blocks live
+for one request, so the list stays short. The frontend's input arena is used from its event
+loop only; the response arena from the engine's loop and its instance threads, under a lock.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,19 +41,13 @@ class ArenaFull(Exception):
     """No free block is large enough right now."""
 
 
-class Arena:
-    """The frontend's side: create, allocate, write, free."""
+class FreeList:
+    """First-fit allocation of ALIGN-rounded blocks in [0, size), with coalescing frees."""
 
     def __init__(self, size: int):
-        self.size = _round_up(size)
-        self.fd = os.memfd_create("fpgaserve-arena", os.MFD_CLOEXEC)
-        os.ftruncate(self.fd, self.size)  # sparse: pages exist once written
-        self.map = mmap.mmap(self.fd, self.size)
-        # where the engine opens it
-        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
-        self.view = memoryview(self.map)
+        self.size = size
         self._starts: list[int] = [0]  # free blocks, sorted by start
-        self._lengths: dict[int, int] = {0: self.size}
+        self._lengths: dict[int, int] = {0: size}
         self.used = 0
 
     def allocate(self, nbytes: int) -> int:
@@ -78,6 +81,26 @@ class Arena:
         self._starts.insert(i, start)
         self._lengths[start] = length
 
+
+class Arena:
+    """The frontend's side: create, allocate, write, free."""
+
+    def __init__(self, size: int):
+        self.size = _round_up(size)
+        self.fd = os.memfd_create("fpgaserve-arena", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, self.size)  # sparse: pages exist once written
+        self.map = mmap.mmap(self.fd, self.size)
+        # where the engine opens it
+        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
+        self.view = memoryview(self.map)
+        self._blocks = FreeList(self.size)
+        self.allocate = self._blocks.allocate
+        self.free = self._blocks.free
+
+    @property
+    def used(self) -> int:
+        return self._blocks.used
+
     def write(self, offset: int, array) -> None:
         """Copy a C-contiguous numpy array into the block at ``offset``."""
         if array.nbytes:
@@ -107,4 +130,76 @@ class ArenaReader:
             self.view.release()
             self.map.close()
         except BufferError:  # views still held by requests in flight; the mapping goes with them
+            pass
+
+
+class ArenaSlice(NamedTuple):
+    """An encoded output's bytes in the response arena (in place of ``EncodedOutput.raw``)."""
+
+    offset: int
+    nbytes: int
+
+
+class ResponseArena:
+    """The engine's side of a frontend's response arena: mapped read-write, blocks allocated
+    by the instance threads as they encode outputs, freed when the frontend has copied them
+    (or by the engine itself when the request failed or was cancelled: nobody will read them).
+    """
+
+    MIN_BYTES = 16 * 1024  # smaller outputs travel inline in the frame
+
+    def __init__(self, pid: int, fd_number: int, size: int):
+        fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size < size:
+                raise ValueError(f"the response arena of process {pid} is smaller than announced")
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.view = memoryview(self.map)
+        self._blocks = FreeList(size)
+        self._lock = threading.Lock()
+        self._by_token: dict[int, list[ArenaSlice]] = {}
+
+    def put(self, token: int, array: np.ndarray) -> ArenaSlice | None:
+        """Copy a C-contiguous array into a block held for request ``token``; None if it is
+        small or the arena is full (the caller sends the bytes inline)."""
+        n = array.nbytes
+        if n < self.MIN_BYTES:
+            return None
+        with self._lock:
+            try:
+                offset = self._blocks.allocate(n)
+            except ArenaFull:
+                return None
+            piece = ArenaSlice(offset, n)
+            self._by_token.setdefault(token, []).append(piece)
+        self.view[offset : offset + n] = array.reshape(-1).view(np.uint8).data
+        return piece
+
+    def hand_over(self, token: int) -> None:
+        """The request's answer went to the frontend, which frees its blocks."""
+        with self._lock:
+            self._by_token.pop(token, None)
+
+    def discard(self, token: int) -> None:
+        """The request failed or was cancelled: its blocks are nobody's."""
+        with self._lock:
+            for piece in self._by_token.pop(token, ()):
+                self._blocks.free(*piece)
+
+    def free(self, pieces) -> None:
+        with self._lock:
+            for offset, nbytes in pieces:
+                self._blocks.free(offset, nbytes)
+
+    @property
+    def used(self) -> int:
+        return self._blocks.used
+
+    def close(self) -> None:
+        try:
+            self.view.release()
+            self.map.close()
+        except BufferError:  # the instance threads may still write into it; it goes with them
             pass

@@ -25,7 +25,7 @@ from ..dataplane.tensors import encode_outputs
 from ..engine.repository import ModelVersion
 from ..engine.request import InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, internal, unavailable
-from .arena import ArenaReader
+from .arena import ArenaReader, ResponseArena
 from .protocol import FrameWriter, read_frame, read_frames
 from .remote import InferHeader
 
@@ -56,6 +56,7 @@ class _Frontend:
     def __init__(self, writer: asyncio.StreamWriter):
         self.writer = FrameWriter(writer)
         self.arena: ArenaReader | None = None
+        self.responses: ResponseArena | None = None
         self.pid = 0
         self.tasks: dict[int, asyncio.Future] = {}  # calls' tasks and requests' futures
 
@@ -100,8 +101,9 @@ class EngineServer:
             hello = await read_frame(reader)
             if not hello or hello[0] != "hello":
                 return
-            _, fe.pid, fd_number, size = hello
+            _, fe.pid, fd_number, size, response_fd, response_size = hello
             fe.arena = ArenaReader(fe.pid, fd_number, size)
+            fe.responses = ResponseArena(fe.pid, response_fd, response_size)
             regions = [(r.name, r.key, r.offset, r.byte_size) for r in self.dataplane.shm.status("")]
             fe.send(("welcome", regions))
             self.frontends.add(fe)
@@ -115,6 +117,10 @@ class EngineServer:
             for task in list(fe.tasks.values()):
                 task.cancel()  # its client connections are gone with it
             fe.writer.close()
+            if fe.arena is not None:
+                fe.arena.close()
+            if fe.responses is not None:
+                fe.responses.close()
 
     def _dispatch(self, fe: _Frontend, message) -> None:
         kind = message[0]
@@ -122,6 +128,9 @@ class EngineServer:
             self._infer(fe, message[1], message[2])
         elif kind == "call":
             self._spawn(fe, message[1], self._call(fe, message[1], message[2], message[3]))
+        elif kind == "free":
+            assert fe.responses is not None
+            fe.responses.free(message[1])
         elif kind == "cancel":
             task = fe.tasks.get(message[1])
             if task is not None:
@@ -264,7 +273,10 @@ class EngineServer:
                 timeout_us=h.timeout_us,
                 arrival_ns=time.monotonic_ns(),
             )
-            ireq.encode = functools.partial(encode_outputs, ireq, shm=self.dataplane.shm)
+            responses = fe.responses
+            assert responses is not None
+            sink = None if mv.decoupled else functools.partial(responses.put, token)
+            ireq.encode = functools.partial(encode_outputs, ireq, shm=self.dataplane.shm, sink=sink)
             if mv.decoupled:
                 loop = asyncio.get_running_loop()
                 ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, ("emit", token, encoded))
@@ -282,13 +294,19 @@ class EngineServer:
     @staticmethod
     def _infer_done(fe: _Frontend, token: int, future: asyncio.Future) -> None:
         fe.tasks.pop(token, None)
+        responses = fe.responses
+        assert responses is not None
         if future.cancelled():
+            responses.discard(token)
             fe.send(("error", token, StatusCode.CANCELLED.name, "the request was cancelled"))
             return
         e = future.exception()
         if e is None:
+            responses.hand_over(token)
             fe.send(("result", token, future.result()))
-        elif isinstance(e, InferenceError):
+            return
+        responses.discard(token)
+        if isinstance(e, InferenceError):
             fe.send(("error", token, e.code.name, e.message))
         else:
             log.error("request from frontend %d failed: %s", fe.pid, type(e).__name__, exc_info=e)

@@ -2,21 +2,24 @@
 
 Both ends are fpgaserve's own processes, started by the engine, over a socket in a directory
 only the server's user can open; nothing a client sends is unpickled (clients' bytes travel
-as ``bytes`` and strings inside the tuples). Tensor data does not travel here: numeric inputs
-are in the frontend's shared-memory arena (``arena.py``), and the channel carries their offsets.
+as ``bytes`` and strings inside the tuples). Tensor data mostly does not travel here: numeric inputs
+are in the frontend's shared-memory arena and large numeric outputs in its response arena
+(``arena.py``); the channel carries their offsets.
 
 Messages (first element is the kind):
 
 frontend -> engine
-  ("hello", pid, arena_name, arena_size)
+  ("hello", pid, arena_fd, arena_size, response_arena_fd, response_arena_size)
   ("call", token, method, args)        a DataPlane method (allow-listed in the engine)
   ("infer", token, InferHeader)        a normalized request
   ("cancel", token)                    the client went away: withdraw it if still queued
+  ("free", [(offset, nbytes), ...])    response-arena blocks copied out of (arena.py)
   ("ack", token)                       a broadcast was applied
   ("bound", port)                      the frontend's gRPC listener is up
 engine -> frontend
   ("welcome", regions)                 the shared-memory registry to mirror
-  ("result", token, value)             a call's result / an infer's encoded outputs
+  ("result", token, value)             a call's result / an infer's encoded outputs (large
+                                       numeric ones as ArenaSlices in the response arena)
   ("error", token, code_name, message) an InferenceError, to re-raise as is
   ("emit", token, encoded)             one response of a decoupled model
   ("stale", token)                     the model snapshot used to decode is out of date

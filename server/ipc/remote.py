@@ -32,7 +32,7 @@ from ..engine.request import EncodedOutput, InferenceRequest
 from ..errors import InferenceError, unavailable
 from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
-from .arena import Arena, ArenaFull
+from .arena import Arena, ArenaFull, ArenaSlice
 from .protocol import FrameWriter, frame, read_frame, read_frames
 
 log = logging.getLogger("fpgaserve.frontend")
@@ -60,13 +60,14 @@ class InferHeader(NamedTuple):
 
 
 class _Pending:
-    __slots__ = ("blocks", "emit", "future", "keep")
+    __slots__ = ("blocks", "emit", "future", "infer", "keep")
 
-    def __init__(self, future, blocks, emit, keep=()):
+    def __init__(self, future, blocks, emit, keep=(), infer=False):
         self.future = future
         self.blocks = blocks
         self.emit = emit
         self.keep = keep  # arrays in arena blocks owned by their views (ArenaShmMirror)
+        self.infer = infer  # its result is a list of EncodedOutput (maybe in the response arena)
 
 
 class ArenaShmMirror(SystemSharedMemoryManager):
@@ -122,6 +123,7 @@ class RemoteDataPlane:
     def __init__(self, socket_path: str, arena_bytes: int):
         self.socket_path = socket_path
         self.arena = Arena(arena_bytes)
+        self.responses = Arena(arena_bytes)  # the engine allocates in it (ResponseArena)
         self.shm = ArenaShmMirror(self.arena)
         self.exiting = False
         self.engine_lost = asyncio.Event()
@@ -136,7 +138,8 @@ class RemoteDataPlane:
     # ------------------------------------------------------------------ channel
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
-        writer.write(frame(("hello", os.getpid(), self.arena.fd, self.arena.size)))
+        hello = ("hello", os.getpid(), self.arena.fd, self.arena.size, self.responses.fd, self.responses.size)
+        writer.write(frame(hello))
         self._writer = FrameWriter(writer)
         welcome = await read_frame(reader)
         if not welcome or welcome[0] != "welcome":
@@ -172,8 +175,11 @@ class RemoteDataPlane:
         kind = message[0]
         if kind == "result":
             p = self._pending.get(message[1])
+            value = message[2]
+            if p is not None and p.infer:
+                value = self._take_outputs(value)
             if p is not None and not p.future.done():
-                p.future.set_result(message[2])
+                p.future.set_result(value)
             self._finish(message[1])
         elif kind == "error":
             p = self._pending.get(message[1])
@@ -194,6 +200,22 @@ class RemoteDataPlane:
             self.send(("ack", message[1]))
         else:
             log.error("unknown message from the engine: %s", kind)
+
+    def _take_outputs(self, encoded: list[EncodedOutput]) -> list[EncodedOutput]:
+        """Copy outputs the engine left in the response arena out of it (the one copy into
+        the response) and give their blocks back."""
+        pieces = [out.raw for out in encoded if isinstance(out.raw, ArenaSlice)]
+        if not pieces:
+            return encoded
+        view = self.responses.view
+        taken = [
+            out._replace(raw=bytes(view[out.raw.offset : out.raw.offset + out.raw.nbytes]))
+            if isinstance(out.raw, ArenaSlice)
+            else out
+            for out in encoded
+        ]
+        self.send(("free", pieces))
+        return taken
 
     def _mirror(self, op: str, args) -> None:
         try:
@@ -316,7 +338,7 @@ class RemoteDataPlane:
             ],
         )
         future = loop.create_future()
-        self._pending[token] = _Pending(future, blocks, request.emit, keep)
+        self._pending[token] = _Pending(future, blocks, request.emit, keep, infer=True)
         try:
             self.send(("infer", token, header))
         except InferenceError:
