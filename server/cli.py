@@ -77,7 +77,10 @@ def auto_frontend_processes(cores: int | None = None) -> int:
     """What ``--frontend-processes auto`` means on a host with ``cores`` CPUs (see README:
     Processes for the measurements behind it)."""
     cores = cores or os.cpu_count() or 1
-    return 1 if cores <= 2 else min(cores - 1, 16)
+    # Two processes even on 2 cores: with many client connections (SONIC's case) a second
+    # one doubled batch-1 throughput here; with a single connection it costs a quarter,
+    # which --frontend-processes 1 avoids. Above that, the engine keeps a core of its own.
+    return 1 if cores <= 1 else max(2, min(cores - 1, 16))
 
 
 def _processes(text: str) -> int:

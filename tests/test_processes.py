@@ -2,10 +2,11 @@
 
 Against real servers with two frontend processes sharing the gRPC port:
 
-* the protocol suites run unchanged with every test server in that mode (a nested pytest over
-  the protocol modules with FPGASERVE_TEST_FRONTEND_PROCESSES=2): errors, shared memory,
-  sequences, decoupled streams, batching, deadlines and cancellation (a queued request
-  cancelled by its client never executes), SIGTERM drains, datatypes;
+* the protocol suites run unchanged in both process models: the whole suite runs with the
+  default ``auto`` (two frontend processes on a 2-core host), and a nested pytest reruns the
+  protocol modules with the other one (FPGASERVE_TEST_FRONTEND_PROCESSES=1 there): errors,
+  shared memory, sequences, decoupled streams, batching, deadlines and cancellation (a queued
+  request cancelled by its client never executes), SIGTERM drains, datatypes;
 * one truth for state: what a client does on one connection (register shared memory, unload
   a model, run requests) is what clients on other connections see, whichever frontend they
   landed on (connections are spread over both, checked by the frontends' own PIDs);
@@ -32,6 +33,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from fpgaserve.server.cli import auto_frontend_processes
 from server_process import CONFORMANCE_REPO, ROOT, ServerProcess, free_port
 
 N = "2"
@@ -237,9 +239,12 @@ def test_taken_port_says_address_already_in_use():
 
 
 @pytest.mark.timeout(900)
-def test_protocol_suites_with_two_frontend_processes():
-    """The protocol modules, unchanged, against servers running two frontend processes."""
-    env = dict(os.environ, FPGASERVE_TEST_FRONTEND_PROCESSES=N)
+def test_protocol_suites_with_the_other_process_model():
+    """The protocol modules, unchanged, against servers in the process model the rest of the
+    suite does not use: the suite's servers run with the default (``auto``), so on a host
+    where auto means frontend processes this reruns them in one process, and vice versa."""
+    other = "1" if auto_frontend_processes() > 1 else N
+    env = dict(os.environ, FPGASERVE_TEST_FRONTEND_PROCESSES=other)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PROTOCOL_MODULES],
         cwd=ROOT,
