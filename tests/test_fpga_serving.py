@@ -41,7 +41,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -54,6 +53,7 @@ from tritonclient.utils import InferenceServerException
 
 from server_process import BUNDLED_REPO, ROOT, ServerProcess
 from tools import perf_analyzer_path
+from waiting import wait_until
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("g++") is None, reason="the simulated kernels run hls4ml's C-simulation (g++)"),
@@ -163,18 +163,6 @@ def _stats(server: ServerProcess, card: int) -> dict:
 
 def _all_stats(server: ServerProcess, cards: int = 4) -> list[dict]:
     return [_stats(server, c) for c in range(cards)]
-
-
-def _wait_for(what: str, predicate, timeout: float = 60.0):
-    """Poll until ``predicate()`` is truthy; the bound only turns a hang into a failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout} s")
-        time.sleep(0.02)
 
 
 # ------------------------------------------------------------------------------ clients
@@ -352,7 +340,7 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
             client.async_infer(
                 "facile", [_input("facile", x_hung)], callback=lambda result, error: done.put(("hung", result, error))
             )
-            _wait_for("the kernel on card 0 to hang", lambda: _stats(hw, card)["hangs"] > before["hangs"])
+            wait_until(lambda: _stats(hw, card)["hangs"] > before["hangs"], "the kernel on card 0 to hang")
             # requests arriving during the hang queue behind the hung batch; they are not part of it
             for i, x in enumerate(queued):
                 client.async_infer(
