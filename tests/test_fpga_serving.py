@@ -51,6 +51,7 @@ pytest.importorskip("pynq")
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+import ap_fixed
 from server_process import BUNDLED_REPO, ROOT, ServerProcess
 from tools import perf_analyzer_path
 from waiting import wait_until
@@ -202,31 +203,8 @@ def _assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
 def _inputs(features: int) -> dict[str, np.ndarray]:
     """Random rows and the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
     rng = np.random.default_rng(features)
-    lsb = 2.0**-10
-    corners = np.array(
-        [
-            0.0,
-            -0.0,
-            lsb,
-            -lsb,
-            lsb / 2,
-            -lsb / 2,
-            31.999,
-            32.0,
-            -32.0,
-            -32.001,
-            40.0,
-            -40.0,
-            100.0,
-            -100.0,
-            1e4,
-            -1e4,
-            1e30,
-            -1e30,
-        ],
-        dtype=np.float32,
-    )
-    grid = (rng.integers(-(2**15), 2**15, (40, features)) * lsb).astype(np.float32)
+    corners = np.array([*ap_fixed.STEPS, *ap_fixed.BEYOND, 1e30, -1e30], dtype=np.float32)
+    grid = ap_fixed.grid_rows(rng, features)
     return {
         "unit": rng.standard_normal((2000, features), dtype=np.float32),
         "saturating": rng.standard_normal((500, features), dtype=np.float32) * 40,  # beyond the input range
@@ -236,9 +214,7 @@ def _inputs(features: int) -> dict[str, np.ndarray]:
             [
                 np.stack([np.full(features, v, np.float32) for v in corners]),
                 rng.choice(corners, (30, features)).astype(np.float32),
-                grid,
-                grid + np.float32(lsb / 4),
-                grid - np.float32(lsb / 4),
+                *grid,
             ]
         ),
         "single": rng.standard_normal((1, features), dtype=np.float32),
