@@ -176,72 +176,33 @@ def test_infer_errors_match_triton(servers, case):
     assert got == expected
 
 
+# case -> (method, its request's fields); the request and response types are <method>Request/Response
 OTHER_CASES = {
-    "metadata unknown model": (
-        "ModelMetadata",
-        lambda: pb.ModelMetadataRequest(name="nonexistent"),
-        pb.ModelMetadataResponse,
-    ),
-    "metadata unknown version": (
-        "ModelMetadata",
-        lambda: pb.ModelMetadataRequest(name="simple", version="3"),
-        pb.ModelMetadataResponse,
-    ),
-    "config unknown model": ("ModelConfig", lambda: pb.ModelConfigRequest(name="nonexistent"), pb.ModelConfigResponse),
-    "config bad version": (
-        "ModelConfig",
-        lambda: pb.ModelConfigRequest(name="simple", version="abc"),
-        pb.ModelConfigResponse,
-    ),
-    "statistics unknown model": (
-        "ModelStatistics",
-        lambda: pb.ModelStatisticsRequest(name="nonexistent"),
-        pb.ModelStatisticsResponse,
-    ),
-    "statistics unknown version": (
-        "ModelStatistics",
-        lambda: pb.ModelStatisticsRequest(name="simple", version="3"),
-        pb.ModelStatisticsResponse,
-    ),
-    "ready unknown model": ("ModelReady", lambda: pb.ModelReadyRequest(name="nonexistent"), pb.ModelReadyResponse),
-    "load in none mode": (
-        "RepositoryModelLoad",
-        lambda: pb.RepositoryModelLoadRequest(model_name="simple"),
-        pb.RepositoryModelLoadResponse,
-    ),
-    "unload in none mode": (
-        "RepositoryModelUnload",
-        lambda: pb.RepositoryModelUnloadRequest(model_name="simple"),
-        pb.RepositoryModelUnloadResponse,
-    ),
-    "index with repository name": (
-        "RepositoryIndex",
-        lambda: pb.RepositoryIndexRequest(repository_name="x"),
-        pb.RepositoryIndexResponse,
-    ),
+    "metadata unknown model": ("ModelMetadata", {"name": "nonexistent"}),
+    "metadata unknown version": ("ModelMetadata", {"name": "simple", "version": "3"}),
+    "config unknown model": ("ModelConfig", {"name": "nonexistent"}),
+    "config bad version": ("ModelConfig", {"name": "simple", "version": "abc"}),
+    "statistics unknown model": ("ModelStatistics", {"name": "nonexistent"}),
+    "statistics unknown version": ("ModelStatistics", {"name": "simple", "version": "3"}),
+    "ready unknown model": ("ModelReady", {"name": "nonexistent"}),
+    "load in none mode": ("RepositoryModelLoad", {"model_name": "simple"}),
+    "unload in none mode": ("RepositoryModelUnload", {"model_name": "simple"}),
+    "index with repository name": ("RepositoryIndex", {"repository_name": "x"}),
     "shm register bad key": (
         "SystemSharedMemoryRegister",
-        lambda: pb.SystemSharedMemoryRegisterRequest(name="r", key="/fpgaserve_no_such_key", byte_size=64),
-        pb.SystemSharedMemoryRegisterResponse,
+        {"name": "r", "key": "/fpgaserve_no_such_key", "byte_size": 64},
     ),
-    "shm status unknown": (
-        "SystemSharedMemoryStatus",
-        lambda: pb.SystemSharedMemoryStatusRequest(name="nope"),
-        pb.SystemSharedMemoryStatusResponse,
-    ),
-    "shm unregister unknown": (
-        "SystemSharedMemoryUnregister",
-        lambda: pb.SystemSharedMemoryUnregisterRequest(name="nope"),
-        pb.SystemSharedMemoryUnregisterResponse,
-    ),
+    "shm status unknown": ("SystemSharedMemoryStatus", {"name": "nope"}),
+    "shm unregister unknown": ("SystemSharedMemoryUnregister", {"name": "nope"}),
 }
 
 
 @pytest.mark.parametrize("case", list(OTHER_CASES))
 def test_other_errors_match_triton(servers, case):
     triton, ours = servers
-    method, build, response_cls = OTHER_CASES[case]
-    assert _call(ours, method, build(), response_cls) == _call(triton, method, build(), response_cls)
+    method, fields = OTHER_CASES[case]
+    request, response_cls = getattr(pb, f"{method}Request")(**fields), getattr(pb, f"{method}Response")
+    assert _call(ours, method, request, response_cls) == _call(triton, method, request, response_cls)
 
 
 def test_unregistered_shm_region_in_infer_matches_triton(servers):
