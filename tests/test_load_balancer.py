@@ -89,9 +89,8 @@ def proxy(request, replicas, tmp_path_factory):
 
 @pytest.fixture
 def client(proxy):
-    c = grpcclient.InferenceServerClient(proxy.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(proxy.url) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

@@ -112,9 +112,8 @@ def metrics_server(tmp_path_factory, gate_dir):
 def client(metrics_server):
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(metrics_server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(metrics_server.url) as c:
+        yield c
 
 
 # ----------------------------------------------------------------------------- scraping

@@ -60,7 +60,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from fpgaserve.server.frontends import access
-from server_process import CONFORMANCE_REPO, ServerProcess
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,14 +101,6 @@ def stream_once(client, headers=None):
         return results.get(timeout=RPC_TIMEOUT)
     finally:
         client.stop_stream()
-
-
-def serve(proc: ServerProcess):
-    """Fixture body: start, yield, and require a clean exit."""
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
 
 
 def exit_output(*args: str, timeout: float = 60.0) -> tuple[int, str]:

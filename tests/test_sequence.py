@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from server_process import CONFORMANCE_REPO, ServerProcess
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
 
 INVALID = "StatusCode.INVALID_ARGUMENT"
 SIMPLE_VALUES = [0, 11, 7, 5, 3, 2, 0, 1]
@@ -156,19 +156,15 @@ def seq_server(tmp_path_factory):
         (repo / name / "config.pbtxt").write_text(config)
         (repo / name / "1" / "model.py").write_text(CTL_MODEL_PY)
     log = tmp_path_factory.mktemp("seq_server") / "fpgaserve.log"
-    with ServerProcess([CONFORMANCE_REPO, repo], log_path=log) as srv:
-        yield srv
-        rc = srv.stop()
-        assert rc == 0, f"server exited with {rc}: {srv.log()}"
+    yield from serve(ServerProcess([CONFORMANCE_REPO, repo], log_path=log))
 
 
 @pytest.fixture
 def client(seq_server):
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(seq_server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(seq_server.url) as c:
+        yield c
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
-from server_process import CONFORMANCE_REPO, ServerProcess
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,20 +30,15 @@ TENSOR_BYTES = 64  # simple: INT32 [1,16]
 @pytest.fixture(scope="module")
 def shm_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("shm") / "fpgaserve.log"
-    proc = ServerProcess([CONFORMANCE_REPO], log_path=log)
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+    yield from serve(ServerProcess([CONFORMANCE_REPO], log_path=log))
 
 
 @pytest.fixture
 def client(shm_server):
-    c = grpcclient.InferenceServerClient(shm_server.url)
-    c.unregister_system_shared_memory()
-    yield c
-    c.unregister_system_shared_memory()
-    c.close()
+    with grpcclient.InferenceServerClient(shm_server.url) as c:
+        c.unregister_system_shared_memory()
+        yield c
+        c.unregister_system_shared_memory()
 
 
 @pytest.fixture
