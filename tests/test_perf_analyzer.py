@@ -24,12 +24,12 @@ from __future__ import annotations
 import csv
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, serve
+from waiting import settled
 
 # the first test in a session may also pay for installing perf_analyzer (pip/apt downloads)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -77,17 +77,9 @@ def model_stats(client, model: str) -> dict:
     }
 
 
-def settled_stats(client, model: str, timeout: float = 15.0) -> dict:
+def settled_stats(client, model: str) -> dict:
     """Statistics once nothing is in flight any more (PA may exit before the server finishes)."""
-    last = model_stats(client, model)
-    same = 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and same < 3:
-        time.sleep(0.1)
-        now = model_stats(client, model)
-        same = same + 1 if now == last else 0
-        last = now
-    return last
+    return settled(lambda: model_stats(client, model))
 
 
 def delta(after: dict, before: dict) -> dict:

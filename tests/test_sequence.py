@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from server_process import CONFORMANCE_REPO, ServerProcess, serve
+from waiting import settled
 
 INVALID = "StatusCode.INVALID_ARGUMENT"
 SIMPLE_VALUES = [0, 11, 7, 5, 3, 2, 0, 1]
@@ -271,15 +272,8 @@ def model_stats(client, model: str) -> dict:
     }
 
 
-def settled_stats(client, model: str, timeout: float = 15.0) -> dict:
-    last, same = model_stats(client, model), 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and same < 3:
-        time.sleep(0.1)
-        now = model_stats(client, model)
-        same = same + 1 if now == last else 0
-        last = now
-    return last
+def settled_stats(client, model: str) -> dict:
+    return settled(lambda: model_stats(client, model))
 
 
 # ----------------------------------------------------------------------------- expected values

@@ -37,3 +37,17 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = 60.0, int
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def settled(read: Callable[[], T], timeout: float = 15.0, interval: float = 0.1) -> T:
+    """``read()`` once it returned the same value 3 times in a row (or at ``timeout``: the last value).
+
+    For counters that still move briefly after a client is done (requests in flight)."""
+    last, same = read(), 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and same < 3:
+        time.sleep(interval)
+        now = read()
+        same = same + 1 if now == last else 0
+        last = now
+    return last
