@@ -11,7 +11,6 @@ here must not disturb other test modules that share the session server.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import numpy as np
@@ -21,6 +20,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from server_process import CONFORMANCE_REPO, ServerProcess, serve
+from shm_regions import shm_regions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,18 +44,8 @@ def client(shm_server):
 @pytest.fixture
 def regions():
     """Create POSIX shm segments with unique keys; destroyed after the test."""
-    created = []
-
-    def make(byte_size: int, name: str | None = None):
-        name = name or f"r_{uuid.uuid4().hex[:8]}"
-        key = f"/fpgaserve_test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
-        handle = shm.create_shared_memory_region(name, key, byte_size)
-        created.append(handle)
-        return name, key, handle
-
-    yield make
-    for handle in created:
-        shm.destroy_shared_memory_region(handle)
+    with shm_regions("r_", "fpgaserve_test_") as make:
+        yield make
 
 
 def error_of(fn, *args, **kwargs) -> InferenceServerException:
