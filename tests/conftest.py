@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
+from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, serve
 from tools import perf_analyzer  # noqa: F401  (module-scoped fixture: locate or install, else skip)
 
 
@@ -30,17 +30,12 @@ def csim_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "fpgaserve.log"
-    proc = ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], log_path=log)
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+    yield from serve(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], log_path=log))
 
 
 @pytest.fixture
 def client(server):
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(server.url) as c:
+        yield c

@@ -133,3 +133,13 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def serve(proc: ServerProcess):
+    """Fixture body (``yield from serve(...)``): start, yield, and require a clean exit."""
+    proc.start()
+    try:
+        yield proc
+    finally:
+        rc = proc.stop()
+    assert rc == 0, f"server exited with {rc}: {proc.log()}"

@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
 from fpgaserve.protos import inference as pb
-from server_process import ServerProcess
+from server_process import ServerProcess, serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -190,18 +190,13 @@ def dt_server(tmp_path_factory):
     repo = tmp / "repo"
     repo.mkdir()
     write_repository(repo)
-    proc = ServerProcess([repo], log_path=tmp / "fpgaserve.log")
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+    yield from serve(ServerProcess([repo], log_path=tmp / "fpgaserve.log"))
 
 
 @pytest.fixture(scope="module")
 def dt_client(dt_server):
-    c = grpcclient.InferenceServerClient(dt_server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(dt_server.url) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

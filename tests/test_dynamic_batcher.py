@@ -21,6 +21,7 @@ a wrong server would visibly act.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -34,6 +35,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+import waiting
 from server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -207,15 +209,7 @@ def metric(text: str, name: str, model: str, **labels) -> float:
     raise AssertionError(f"no sample {name}{{model={model!r}, {labels}}} in /metrics")
 
 
-def wait_until(predicate, what: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, interval=0.005)
 
 
 class Gate:

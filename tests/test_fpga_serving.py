@@ -41,7 +41,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -52,8 +51,10 @@ pytest.importorskip("pynq")
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+import ap_fixed
 from server_process import BUNDLED_REPO, ROOT, ServerProcess
 from tools import perf_analyzer_path
+from waiting import wait_until
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("g++") is None, reason="the simulated kernels run hls4ml's C-simulation (g++)"),
@@ -165,18 +166,6 @@ def _all_stats(server: ServerProcess, cards: int = 4) -> list[dict]:
     return [_stats(server, c) for c in range(cards)]
 
 
-def _wait_for(what: str, predicate, timeout: float = 60.0):
-    """Poll until ``predicate()`` is truthy; the bound only turns a hang into a failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout} s")
-        time.sleep(0.02)
-
-
 # ------------------------------------------------------------------------------ clients
 def _input(model: str, x: np.ndarray):
     name = MODELS[model.replace("_pair", "")][0]
@@ -214,31 +203,8 @@ def _assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
 def _inputs(features: int) -> dict[str, np.ndarray]:
     """Random rows and the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
     rng = np.random.default_rng(features)
-    lsb = 2.0**-10
-    corners = np.array(
-        [
-            0.0,
-            -0.0,
-            lsb,
-            -lsb,
-            lsb / 2,
-            -lsb / 2,
-            31.999,
-            32.0,
-            -32.0,
-            -32.001,
-            40.0,
-            -40.0,
-            100.0,
-            -100.0,
-            1e4,
-            -1e4,
-            1e30,
-            -1e30,
-        ],
-        dtype=np.float32,
-    )
-    grid = (rng.integers(-(2**15), 2**15, (40, features)) * lsb).astype(np.float32)
+    corners = np.array([*ap_fixed.STEPS, *ap_fixed.BEYOND, 1e30, -1e30], dtype=np.float32)
+    grid = ap_fixed.grid_rows(rng, features)
     return {
         "unit": rng.standard_normal((2000, features), dtype=np.float32),
         "saturating": rng.standard_normal((500, features), dtype=np.float32) * 40,  # beyond the input range
@@ -248,9 +214,7 @@ def _inputs(features: int) -> dict[str, np.ndarray]:
             [
                 np.stack([np.full(features, v, np.float32) for v in corners]),
                 rng.choice(corners, (30, features)).astype(np.float32),
-                grid,
-                grid + np.float32(lsb / 4),
-                grid - np.float32(lsb / 4),
+                *grid,
             ]
         ),
         "single": rng.standard_normal((1, features), dtype=np.float32),
@@ -352,7 +316,7 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
             client.async_infer(
                 "facile", [_input("facile", x_hung)], callback=lambda result, error: done.put(("hung", result, error))
             )
-            _wait_for("the kernel on card 0 to hang", lambda: _stats(hw, card)["hangs"] > before["hangs"])
+            wait_until(lambda: _stats(hw, card)["hangs"] > before["hangs"], "the kernel on card 0 to hang")
             # requests arriving during the hang queue behind the hung batch; they are not part of it
             for i, x in enumerate(queued):
                 client.async_infer(

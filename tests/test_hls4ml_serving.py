@@ -23,6 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+import ap_fixed
 from server_process import BUNDLED_REPO, ServerProcess
 
 # name, input, output, features, outputs
@@ -72,39 +73,14 @@ def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
 
 def _edge_rows(features: int) -> np.ndarray:
     """Rows that probe the fixed-point corners of ap_fixed<16,6> (range [-32, 32), step 2^-10)."""
-    lsb = 2.0**-10
+    lsb = ap_fixed.LSB
     rng = np.random.default_rng(99)
     values = np.array(
-        [
-            0.0,
-            -0.0,
-            lsb,
-            -lsb,
-            lsb / 2,
-            -lsb / 2,
-            1 - lsb / 3,
-            -1 + lsb / 3,
-            0.5,
-            -0.5,
-            31.999,
-            32.0,
-            -32.0,
-            -32.001,
-            40.0,
-            -40.0,
-            100.0,
-            -100.0,
-            1e4,
-            -1e4,
-            3.14159,
-            -2.71828,
-        ],
-        dtype=np.float32,
+        [*ap_fixed.STEPS, 1 - lsb / 3, -1 + lsb / 3, 0.5, -0.5, *ap_fixed.BEYOND, 3.14159, -2.71828], dtype=np.float32
     )
     rows = [np.full(features, v, np.float32) for v in values]  # constant rows
     rows += [rng.choice(values, features).astype(np.float32) for _ in range(40)]  # mixed
-    grid = (rng.integers(-(2**15), 2**15, (40, features)) * lsb).astype(np.float32)  # exactly on the grid
-    return np.concatenate([np.stack(rows), grid, grid + np.float32(lsb / 4), grid - np.float32(lsb / 4)])
+    return np.concatenate([np.stack(rows), *ap_fixed.grid_rows(rng, features)])
 
 
 def _inputs(features: int) -> dict[str, np.ndarray]:

@@ -24,6 +24,7 @@ for the SuperSONIC properties it promises, not run.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -41,6 +42,7 @@ from tritonclient.utils import InferenceServerException
 from debian import require_packages
 from lb_proxies import ENVOY_YAML, PROXIES, ProxyProcess, upstream_of
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ROOT, ServerProcess
+from waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -87,9 +89,8 @@ def proxy(request, replicas, tmp_path_factory):
 
 @pytest.fixture
 def client(proxy):
-    c = grpcclient.InferenceServerClient(proxy.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(proxy.url) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -157,16 +158,7 @@ def deltas(after: list[dict], before: list[dict], key: str) -> list[int]:
     return [a[key] - b[key] for a, b in zip(after, before)]
 
 
-def wait_for(predicate, what: str, timeout: float = 60.0, interval: float = 0.01):
-    """Until ``predicate()`` is true; the deadline only turns a hang into a failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+wait_for = functools.partial(wait_until, interval=0.01)  # react quickly to a replica's state
 
 
 # ----------------------------------------------------------------------------- (a) Triton's client through the proxy

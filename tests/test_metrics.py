@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from server_process import CONFORMANCE_REPO, ServerProcess
+from waiting import wait_for
 
 COUNTERS = (
     "nv_inference_request_success",
@@ -111,9 +112,8 @@ def metrics_server(tmp_path_factory, gate_dir):
 def client(metrics_server):
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(metrics_server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(metrics_server.url) as c:
+        yield c
 
 
 # ----------------------------------------------------------------------------- scraping
@@ -204,18 +204,6 @@ def int4_input(value: int = 1):
     i = grpcclient.InferInput("INPUT0", [1, 4], "INT32")
     i.set_data_from_numpy(np.full((1, 4), value, dtype=np.int32))
     return i
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
-    """Poll ``predicate() -> (ok, detail)`` until ok, for at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        ok, detail = predicate()
-        if ok:
-            return detail
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout} s; last: {detail}")
-        time.sleep(interval)
 
 
 # ----------------------------------------------------------------------------- format and names

@@ -24,12 +24,12 @@ from __future__ import annotations
 import csv
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
+from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, serve
+from waiting import settled
 
 # the first test in a session may also pay for installing perf_analyzer (pip/apt downloads)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -43,19 +43,15 @@ def pa_server(tmp_path_factory):
     in the numpy emulation (bit-exact with csim, ~20x faster): these tests are about the
     protocol and the statistics perf_analyzer reads, not about the C-simulation."""
     log = tmp_path_factory.mktemp("pa_server") / "fpgaserve.log"
-    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--fpga-mode", "numpy", log_path=log) as srv:
-        yield srv
-        rc = srv.stop()
-        assert rc == 0, f"server exited with {rc}: {srv.log()}"
+    yield from serve(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--fpga-mode", "numpy", log_path=log))
 
 
 @pytest.fixture(scope="module")
 def stats_client(pa_server):
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(pa_server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(pa_server.url) as c:
+        yield c
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -81,17 +77,9 @@ def model_stats(client, model: str) -> dict:
     }
 
 
-def settled_stats(client, model: str, timeout: float = 15.0) -> dict:
+def settled_stats(client, model: str) -> dict:
     """Statistics once nothing is in flight any more (PA may exit before the server finishes)."""
-    last = model_stats(client, model)
-    same = 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and same < 3:
-        time.sleep(0.1)
-        now = model_stats(client, model)
-        same = same + 1 if now == last else 0
-        last = now
-    return last
+    return settled(lambda: model_stats(client, model))
 
 
 def delta(after: dict, before: dict) -> dict:

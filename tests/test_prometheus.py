@@ -32,6 +32,7 @@ Prometheus has the final counters, so the window holds samples from before and a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -48,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import waiting
 from debian import require_packages
 from server_process import BUNDLED_REPO, ServerProcess, free_port
 
@@ -147,16 +149,7 @@ scrape_configs:
         self._log.close()
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
-    """Poll ``predicate() -> (ok, detail)`` until ok; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        ok, detail = predicate()
-        if ok:
-            return detail
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout} s; last: {detail}")
-        time.sleep(interval)
+wait_for = functools.partial(waiting.wait_for, interval=0.2)  # one Prometheus query per 0.2 s
 
 
 @pytest.fixture(scope="module")

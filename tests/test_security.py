@@ -59,7 +59,8 @@ import tritonclient.grpc.aio as aiogrpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from server_process import CONFORMANCE_REPO, ServerProcess
+from fpgaserve.server.frontends import access
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,14 +101,6 @@ def stream_once(client, headers=None):
         return results.get(timeout=RPC_TIMEOUT)
     finally:
         client.stop_stream()
-
-
-def serve(proc: ServerProcess):
-    """Fixture body: start, yield, and require a clean exit."""
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
 
 
 def exit_output(*args: str, timeout: float = 60.0) -> tuple[int, str]:
@@ -280,17 +273,7 @@ RPCS = {
     "LogSettings": ("logging", _unary("LogSettings", service_pb2.LogSettingsRequest), OK),
 }
 
-PROTOCOLS = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
+PROTOCOLS = access.CATEGORIES  # the groups the server knows; HOME and RPCS must cover each
 
 # Two servers split the nine groups between them: each group is restricted on exactly one of
 # them (under the key/value below) and unrestricted on the other.
@@ -313,7 +296,7 @@ PROBE_HEADER, PROBE_VALUE = "X-Probe-Token", "pr0be"
 
 
 def grpc_header(key: str) -> str:
-    return f"triton-grpc-protocol-{key}"
+    return access.GRPC_HEADER_PREFIX + key
 
 
 def md(key_value) -> list[tuple[str, str]]:
@@ -368,6 +351,11 @@ def test_every_method_and_group_is_covered():
     assert set(HOME) == set(PROTOCOLS)
     assert {protocol for protocol, _, _ in RPCS.values()} == set(PROTOCOLS)
     assert len(RPCS) == 22
+
+
+def test_grpc_header_is_tritons():
+    """The tests build headers from the server's prefix: it must be Triton's (kRestrictedProtocolHeaderTemplate)."""
+    assert access.GRPC_HEADER_PREFIX == "triton-grpc-protocol-"
 
 
 @pytest.mark.parametrize("method", list(RPCS))

@@ -34,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from server_process import CONFORMANCE_REPO, ServerProcess
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
+from waiting import settled
 
 INVALID = "StatusCode.INVALID_ARGUMENT"
 SIMPLE_VALUES = [0, 11, 7, 5, 3, 2, 0, 1]
@@ -156,19 +157,15 @@ def seq_server(tmp_path_factory):
         (repo / name / "config.pbtxt").write_text(config)
         (repo / name / "1" / "model.py").write_text(CTL_MODEL_PY)
     log = tmp_path_factory.mktemp("seq_server") / "fpgaserve.log"
-    with ServerProcess([CONFORMANCE_REPO, repo], log_path=log) as srv:
-        yield srv
-        rc = srv.stop()
-        assert rc == 0, f"server exited with {rc}: {srv.log()}"
+    yield from serve(ServerProcess([CONFORMANCE_REPO, repo], log_path=log))
 
 
 @pytest.fixture
 def client(seq_server):
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(seq_server.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(seq_server.url) as c:
+        yield c
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -275,15 +272,8 @@ def model_stats(client, model: str) -> dict:
     }
 
 
-def settled_stats(client, model: str, timeout: float = 15.0) -> dict:
-    last, same = model_stats(client, model), 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and same < 3:
-        time.sleep(0.1)
-        now = model_stats(client, model)
-        same = same + 1 if now == last else 0
-        last = now
-    return last
+def settled_stats(client, model: str) -> dict:
+    return settled(lambda: model_stats(client, model))
 
 
 # ----------------------------------------------------------------------------- expected values

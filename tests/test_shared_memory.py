@@ -11,7 +11,6 @@ here must not disturb other test modules that share the session server.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import numpy as np
@@ -20,7 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
-from server_process import CONFORMANCE_REPO, ServerProcess
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
+from shm_regions import shm_regions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,37 +30,22 @@ TENSOR_BYTES = 64  # simple: INT32 [1,16]
 @pytest.fixture(scope="module")
 def shm_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("shm") / "fpgaserve.log"
-    proc = ServerProcess([CONFORMANCE_REPO], log_path=log)
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+    yield from serve(ServerProcess([CONFORMANCE_REPO], log_path=log))
 
 
 @pytest.fixture
 def client(shm_server):
-    c = grpcclient.InferenceServerClient(shm_server.url)
-    c.unregister_system_shared_memory()
-    yield c
-    c.unregister_system_shared_memory()
-    c.close()
+    with grpcclient.InferenceServerClient(shm_server.url) as c:
+        c.unregister_system_shared_memory()
+        yield c
+        c.unregister_system_shared_memory()
 
 
 @pytest.fixture
 def regions():
     """Create POSIX shm segments with unique keys; destroyed after the test."""
-    created = []
-
-    def make(byte_size: int, name: str | None = None):
-        name = name or f"r_{uuid.uuid4().hex[:8]}"
-        key = f"/fpgaserve_test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
-        handle = shm.create_shared_memory_region(name, key, byte_size)
-        created.append(handle)
-        return name, key, handle
-
-    yield make
-    for handle in created:
-        shm.destroy_shared_memory_region(handle)
+    with shm_regions("r_", "fpgaserve_test_") as make:
+        yield make
 
 
 def error_of(fn, *args, **kwargs) -> InferenceServerException:

@@ -27,6 +27,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from server_process import CONFORMANCE_REPO, ServerProcess
+from shm_regions import shm_regions
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,27 +46,16 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def client(server):
-    c = grpcclient.InferenceServerClient(server.url)
-    c.unregister_system_shared_memory()
-    yield c
-    c.unregister_system_shared_memory()
-    c.close()
+    with grpcclient.InferenceServerClient(server.url) as c:
+        c.unregister_system_shared_memory()
+        yield c
+        c.unregister_system_shared_memory()
 
 
 @pytest.fixture
 def segment():
-    created = []
-
-    def make(size: int):
-        name = f"abuse_{uuid.uuid4().hex[:8]}"
-        key = f"/fpgaserve_abuse_{os.getpid()}_{uuid.uuid4().hex[:12]}"
-        handle = shm.create_shared_memory_region(name, key, size)
-        created.append(handle)
-        return name, key, handle
-
-    yield make
-    for handle in created:
-        shm.destroy_shared_memory_region(handle)
+    with shm_regions("abuse_", "fpgaserve_abuse_") as make:
+        yield make
 
 
 def error_of(fn) -> InferenceServerException:

@@ -30,7 +30,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpcclient
 from tritonclient.utils import InferenceServerException
 
-from server_process import CONFORMANCE_REPO, ServerProcess
+from server_process import CONFORMANCE_REPO, ServerProcess, serve
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -195,18 +195,13 @@ def slow_log(tmp_path_factory) -> Path:
 def tserver(tmp_path_factory, slow_log):
     root = tmp_path_factory.mktemp("transport")
     repo = make_repo(root, slow_log)
-    proc = ServerProcess([repo], log_path=root / "fpgaserve.log")
-    proc.start()
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"server exited with {rc}: {proc.log()}"
+    yield from serve(ServerProcess([repo], log_path=root / "fpgaserve.log"))
 
 
 @pytest.fixture
 def tclient(tserver):
-    c = grpcclient.InferenceServerClient(tserver.url)
-    yield c
-    c.close()
+    with grpcclient.InferenceServerClient(tserver.url) as c:
+        yield c
 
 
 def assert_healthy(client):

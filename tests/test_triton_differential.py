@@ -80,125 +80,26 @@ def _tensor(req, name, datatype, shape, raw=None):
     return t
 
 
-def _simple(request_id="", version="", **over):
-    """A valid `simple` request, then modified by the case."""
-    req = pb.ModelInferRequest(model_name="simple", model_version=version, id=request_id)
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUT1", "INT32", [1, 16], bytes(64))
+def _t(name, datatype="INT32", shape=(1, 16), raw=bytes(64), **contents):
+    """One input of a case: ``raw`` bytes (None: no raw entry) and typed ``contents`` (field=values)."""
+    return name, datatype, list(shape), raw, contents
+
+
+def _request(*inputs, model="simple", version="", request_id="", outputs=()):
+    """A request with these inputs (made by ``_t``) and requested outputs."""
+    req = pb.ModelInferRequest(model_name=model, model_version=version, id=request_id)
+    for name, datatype, shape, raw, contents in inputs:
+        t = _tensor(req, name, datatype, shape, raw)
+        for field, values in contents.items():
+            getattr(t.contents, field).extend(values)
+    for name in outputs:
+        req.outputs.add().name = name
     return req
 
 
-def _case_unknown_input():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUTX", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_extra_input():
-    req = _simple()
-    _tensor(req, "INPUT2", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_missing_input():
-    req = pb.ModelInferRequest(model_name="simple", id="abc")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_unknown_output():
-    req = _simple()
-    req.outputs.add().name = "OUTPUTX"
-    return req
-
-
-def _case_duplicate_input():
-    req = _simple()
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_batch_too_large():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [9, 16], bytes(9 * 64))
-    _tensor(req, "INPUT1", "INT32", [9, 16], bytes(9 * 64))
-    return req
-
-
-def _case_batch_mismatch():
-    req = pb.ModelInferRequest(model_name="simple", id="7")
-    _tensor(req, "INPUT0", "INT32", [2, 16], bytes(128))
-    _tensor(req, "INPUT1", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_wrong_dtype():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUT1", "FP32", [1, 16], bytes(64))
-    return req
-
-
-def _case_unknown_dtype():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUT1", "FLOAT", [1, 16], bytes(64))
-    return req
-
-
-def _case_wrong_shape():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUT1", "INT32", [1, 15], bytes(60))
-    return req
-
-
-def _case_negative_dim():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUT1", "INT32", [1, -1], bytes(64))
-    return req
-
-
-def _case_byte_size():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(60))
-    _tensor(req, "INPUT1", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_fewer_raw():
-    req = pb.ModelInferRequest(model_name="simple")
-    _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    _tensor(req, "INPUT1", "INT32", [1, 16])
-    return req
-
-
-def _case_raw_and_typed():
-    req = pb.ModelInferRequest(model_name="simple")
-    t = _tensor(req, "INPUT0", "INT32", [1, 16], bytes(64))
-    t.contents.int_contents.extend(range(16))
-    _tensor(req, "INPUT1", "INT32", [1, 16], bytes(64))
-    return req
-
-
-def _case_typed_wrong_field():
-    req = pb.ModelInferRequest(model_name="simple")
-    t = _tensor(req, "INPUT0", "INT32", [1, 16])
-    t.contents.fp32_contents.extend([1.0] * 16)
-    t = _tensor(req, "INPUT1", "INT32", [1, 16])
-    t.contents.int_contents.extend(range(16))
-    return req
-
-
-def _case_typed_wrong_count():
-    req = pb.ModelInferRequest(model_name="simple")
-    t = _tensor(req, "INPUT0", "INT32", [1, 16])
-    t.contents.int_contents.extend(range(15))
-    t = _tensor(req, "INPUT1", "INT32", [1, 16])
-    t.contents.int_contents.extend(range(16))
-    return req
+def _simple(version=""):
+    """A valid `simple` request."""
+    return _request(_t("INPUT0"), _t("INPUT1"), version=version)
 
 
 def _with_param(key, kind, value):
@@ -214,10 +115,7 @@ def _string_request(payload0: bytes):
     import struct
 
     good = b"".join(struct.pack("<I", 1) + b"1" for _ in range(16))
-    req = pb.ModelInferRequest(model_name="simple_string")
-    _tensor(req, "INPUT0", "BYTES", [1, 16], payload0)
-    _tensor(req, "INPUT1", "BYTES", [1, 16], good)
-    return req
+    return _request(_t("INPUT0", "BYTES", raw=payload0), _t("INPUT1", "BYTES", raw=good), model="simple_string")
 
 
 def _bytes_elements(n):
@@ -232,22 +130,28 @@ INFER_CASES = {
     "version zero": lambda: _simple(version="0"),
     "non-integer version": lambda: _simple(version="abc"),
     "negative version": lambda: _simple(version="-1"),
-    "unknown input": _case_unknown_input,
-    "extra input": _case_extra_input,
-    "missing input": _case_missing_input,
-    "unknown output": _case_unknown_output,
-    "duplicate input": _case_duplicate_input,
-    "batch too large": _case_batch_too_large,
-    "batch mismatch": _case_batch_mismatch,
-    "wrong dtype": _case_wrong_dtype,
-    "unknown dtype": _case_unknown_dtype,
-    "wrong shape": _case_wrong_shape,
-    "-1 in shape": _case_negative_dim,
-    "raw byte size": _case_byte_size,
-    "fewer raw entries": _case_fewer_raw,
-    "raw and typed": _case_raw_and_typed,
-    "typed wrong field": _case_typed_wrong_field,
-    "typed wrong count": _case_typed_wrong_count,
+    "unknown input": lambda: _request(_t("INPUT0"), _t("INPUTX")),
+    "extra input": lambda: _request(_t("INPUT0"), _t("INPUT1"), _t("INPUT2")),
+    "missing input": lambda: _request(_t("INPUT0"), request_id="abc"),
+    "unknown output": lambda: _request(_t("INPUT0"), _t("INPUT1"), outputs=["OUTPUTX"]),
+    "duplicate input": lambda: _request(_t("INPUT0"), _t("INPUT1"), _t("INPUT0")),
+    "batch too large": lambda: _request(
+        _t("INPUT0", shape=(9, 16), raw=bytes(9 * 64)), _t("INPUT1", shape=(9, 16), raw=bytes(9 * 64))
+    ),
+    "batch mismatch": lambda: _request(_t("INPUT0", shape=(2, 16), raw=bytes(128)), _t("INPUT1"), request_id="7"),
+    "wrong dtype": lambda: _request(_t("INPUT0"), _t("INPUT1", "FP32")),
+    "unknown dtype": lambda: _request(_t("INPUT0"), _t("INPUT1", "FLOAT")),
+    "wrong shape": lambda: _request(_t("INPUT0"), _t("INPUT1", shape=(1, 15), raw=bytes(60))),
+    "-1 in shape": lambda: _request(_t("INPUT0"), _t("INPUT1", shape=(1, -1))),
+    "raw byte size": lambda: _request(_t("INPUT0", raw=bytes(60)), _t("INPUT1")),
+    "fewer raw entries": lambda: _request(_t("INPUT0"), _t("INPUT1", raw=None)),
+    "raw and typed": lambda: _request(_t("INPUT0", int_contents=range(16)), _t("INPUT1")),
+    "typed wrong field": lambda: _request(
+        _t("INPUT0", raw=None, fp32_contents=[1.0] * 16), _t("INPUT1", raw=None, int_contents=range(16))
+    ),
+    "typed wrong count": lambda: _request(
+        _t("INPUT0", raw=None, int_contents=range(15)), _t("INPUT1", raw=None, int_contents=range(16))
+    ),
     "reserved parameter": _with_param("triton_foo", "bool_param", True),
     "sequence_id bool": _with_param("sequence_id", "bool_param", True),
     "sequence_start int": _with_param("sequence_start", "int64_param", 1),
@@ -272,72 +176,33 @@ def test_infer_errors_match_triton(servers, case):
     assert got == expected
 
 
+# case -> (method, its request's fields); the request and response types are <method>Request/Response
 OTHER_CASES = {
-    "metadata unknown model": (
-        "ModelMetadata",
-        lambda: pb.ModelMetadataRequest(name="nonexistent"),
-        pb.ModelMetadataResponse,
-    ),
-    "metadata unknown version": (
-        "ModelMetadata",
-        lambda: pb.ModelMetadataRequest(name="simple", version="3"),
-        pb.ModelMetadataResponse,
-    ),
-    "config unknown model": ("ModelConfig", lambda: pb.ModelConfigRequest(name="nonexistent"), pb.ModelConfigResponse),
-    "config bad version": (
-        "ModelConfig",
-        lambda: pb.ModelConfigRequest(name="simple", version="abc"),
-        pb.ModelConfigResponse,
-    ),
-    "statistics unknown model": (
-        "ModelStatistics",
-        lambda: pb.ModelStatisticsRequest(name="nonexistent"),
-        pb.ModelStatisticsResponse,
-    ),
-    "statistics unknown version": (
-        "ModelStatistics",
-        lambda: pb.ModelStatisticsRequest(name="simple", version="3"),
-        pb.ModelStatisticsResponse,
-    ),
-    "ready unknown model": ("ModelReady", lambda: pb.ModelReadyRequest(name="nonexistent"), pb.ModelReadyResponse),
-    "load in none mode": (
-        "RepositoryModelLoad",
-        lambda: pb.RepositoryModelLoadRequest(model_name="simple"),
-        pb.RepositoryModelLoadResponse,
-    ),
-    "unload in none mode": (
-        "RepositoryModelUnload",
-        lambda: pb.RepositoryModelUnloadRequest(model_name="simple"),
-        pb.RepositoryModelUnloadResponse,
-    ),
-    "index with repository name": (
-        "RepositoryIndex",
-        lambda: pb.RepositoryIndexRequest(repository_name="x"),
-        pb.RepositoryIndexResponse,
-    ),
+    "metadata unknown model": ("ModelMetadata", {"name": "nonexistent"}),
+    "metadata unknown version": ("ModelMetadata", {"name": "simple", "version": "3"}),
+    "config unknown model": ("ModelConfig", {"name": "nonexistent"}),
+    "config bad version": ("ModelConfig", {"name": "simple", "version": "abc"}),
+    "statistics unknown model": ("ModelStatistics", {"name": "nonexistent"}),
+    "statistics unknown version": ("ModelStatistics", {"name": "simple", "version": "3"}),
+    "ready unknown model": ("ModelReady", {"name": "nonexistent"}),
+    "load in none mode": ("RepositoryModelLoad", {"model_name": "simple"}),
+    "unload in none mode": ("RepositoryModelUnload", {"model_name": "simple"}),
+    "index with repository name": ("RepositoryIndex", {"repository_name": "x"}),
     "shm register bad key": (
         "SystemSharedMemoryRegister",
-        lambda: pb.SystemSharedMemoryRegisterRequest(name="r", key="/fpgaserve_no_such_key", byte_size=64),
-        pb.SystemSharedMemoryRegisterResponse,
+        {"name": "r", "key": "/fpgaserve_no_such_key", "byte_size": 64},
     ),
-    "shm status unknown": (
-        "SystemSharedMemoryStatus",
-        lambda: pb.SystemSharedMemoryStatusRequest(name="nope"),
-        pb.SystemSharedMemoryStatusResponse,
-    ),
-    "shm unregister unknown": (
-        "SystemSharedMemoryUnregister",
-        lambda: pb.SystemSharedMemoryUnregisterRequest(name="nope"),
-        pb.SystemSharedMemoryUnregisterResponse,
-    ),
+    "shm status unknown": ("SystemSharedMemoryStatus", {"name": "nope"}),
+    "shm unregister unknown": ("SystemSharedMemoryUnregister", {"name": "nope"}),
 }
 
 
 @pytest.mark.parametrize("case", list(OTHER_CASES))
 def test_other_errors_match_triton(servers, case):
     triton, ours = servers
-    method, build, response_cls = OTHER_CASES[case]
-    assert _call(ours, method, build(), response_cls) == _call(triton, method, build(), response_cls)
+    method, fields = OTHER_CASES[case]
+    request, response_cls = getattr(pb, f"{method}Request")(**fields), getattr(pb, f"{method}Response")
+    assert _call(ours, method, request, response_cls) == _call(triton, method, request, response_cls)
 
 
 def test_unregistered_shm_region_in_infer_matches_triton(servers):

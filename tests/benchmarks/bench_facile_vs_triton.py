@@ -406,17 +406,67 @@ class Result:
         return (int(m.group(1)), int(m.group(2))) if m else None
 
     def col(self, name: str) -> float | None:
-        if not self.row or name not in self.row:
-            return None
-        try:
-            return float(self.row[name])
-        except ValueError:
-            return None
+        return col(self.row, name)
+
+
+def pa_command(
+    model: str, url: str, batch: int, concurrency: int, *, exe: str | Path = PA_EXE, version: str | None = None
+) -> list[str]:
+    """The start every benchmark's perf_analyzer command shares: one model over gRPC, one batch
+    size and concurrency (``version``: ``-x``, right after the model)."""
+    pinned = ["-x", version] if version else []
+    return [
+        str(exe),
+        "-m",
+        model,
+        *pinned,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        str(batch),
+        "--concurrency-range",
+        str(concurrency),
+    ]
+
+
+def pa_windows(window_ms: int, stability_pct: int = 25, max_trials: int = 10) -> list[str]:
+    """Time windows of ``window_ms`` until the last 3 agree within ``stability_pct`` (at most ``max_trials``)."""
+    return ["-p", str(window_ms), "-s", str(stability_pct), "-r", str(max_trials)]
+
+
+def pa_tries(window_ms: int) -> tuple[tuple[list[str], str], ...]:
+    """(arguments, note) to try in turn: stable windows, else the mean of FALLBACK_WINDOWS whatever their spread."""
+    return (
+        (pa_windows(window_ms), ""),
+        (
+            pa_windows(window_ms, FALLBACK_STABILITY, FALLBACK_WINDOWS),
+            f"unstable: mean of {FALLBACK_WINDOWS} windows",
+        ),
+    )
+
+
+def col(row: dict | None, name: str) -> float | None:
+    """A perf_analyzer CSV column as a number (None when absent, empty or not a number)."""
+    if not row or name not in row:
+        return None
+    try:
+        return float(row[name])
+    except ValueError:
+        return None
 
 
 def _run_pa(cmd: list[str], timeout: float, server_pid: int) -> Attempt:
+    """run_pa with one server process tree."""
+    return run_pa(cmd, timeout, [server_pid])[0]
+
+
+def run_pa(cmd: list[str], timeout: float, pids: list[int]) -> tuple[Attempt, dict[int, float]]:
+    """Run one perf_analyzer (killed after ``timeout`` s). The attempt counts the CPU of the process
+    trees ``pids`` as the server's; also returns each tree's CPU seconds."""
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    srv0, sys0, t0 = tree_cpu_seconds(server_pid), system_busy_seconds(), time.monotonic()
+    cpu0, sys0, t0 = {p: tree_cpu_seconds(p) for p in pids}, system_busy_seconds(), time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -427,11 +477,12 @@ def _run_pa(cmd: list[str], timeout: float, server_pid: int) -> Attempt:
         out += f"\n[benchmark] perf_analyzer killed after {timeout:.0f} s timeout\n"
         rc = None
     wall = time.monotonic() - t0
-    srv = tree_cpu_seconds(server_pid) - srv0
+    used = {p: tree_cpu_seconds(p) - cpu0[p] for p in pids}
+    srv = sum(used.values())
     busy = system_busy_seconds() - sys0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     pa_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    return Attempt(cmd, rc, wall, out, pa_cpu, srv, max(0.0, busy - srv - pa_cpu))
+    return Attempt(cmd, rc, wall, out, pa_cpu, srv, max(0.0, busy - srv - pa_cpu)), used
 
 
 def _read_csv(path: Path) -> dict | None:
@@ -501,30 +552,8 @@ def measure(
     res = Result(load, server_name, round_, quiet=quiet)
     stem = f"pa-{load.key}-{server_name.lower()}-r{round_}"
     csv_path = workdir / f"{stem}.csv"
-    base = [
-        str(PA_EXE),
-        "-m",
-        MODEL,
-        "-u",
-        url,
-        "-i",
-        "grpc",
-        "-b",
-        str(load.batch),
-        "--concurrency-range",
-        str(load.concurrency),
-    ]
-    cmd = base + [
-        "-p",
-        str(s.window_ms),
-        "-s",
-        str(s.stability_pct),
-        "-r",
-        str(s.max_trials),
-        "-v",
-        "-f",
-        str(csv_path),
-    ]
+    base = pa_command(MODEL, url, load.batch, load.concurrency)
+    cmd = base + pa_windows(s.window_ms, s.stability_pct, s.max_trials) + ["-v", "-f", str(csv_path)]
     csv_path.unlink(missing_ok=True)
     log(f"{load.label} {server_name}: {shlex.join(cmd)}")
     att = _run_pa(cmd, s.max_trials * s.window_ms / 1000 * 2 + 60, server_pid)
@@ -542,17 +571,7 @@ def measure(
             f"average of {FALLBACK_WINDOWS} windows without a stability requirement"
         )
         csv_path.unlink(missing_ok=True)
-        cmd = base + [
-            "-p",
-            str(s.window_ms),
-            "-s",
-            str(FALLBACK_STABILITY),
-            "-r",
-            str(FALLBACK_WINDOWS),
-            "-v",
-            "-f",
-            str(csv_path),
-        ]
+        cmd = base + pa_windows(s.window_ms, FALLBACK_STABILITY, FALLBACK_WINDOWS) + ["-v", "-f", str(csv_path)]
         log(f"{load.label} {server_name}: unstable, fallback {shlex.join(cmd)}")
         att = _run_pa(cmd, FALLBACK_WINDOWS * s.window_ms / 1000 * 2 + 60, server_pid)
         res.attempts.append(att)
@@ -640,12 +659,8 @@ def machine_info() -> list[tuple[str, str]]:
     ]
 
 
-def _fmt(v: float | None, digits: int = 0) -> str:
-    if v is None:
-        return "n/a"
-    if digits == 0:
-        return f"{v:,.0f}"
-    return f"{v:,.{digits}f}"
+def fmt(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -723,8 +738,8 @@ def build_report(ctx: dict, results: list[Result]) -> str:
     L.append("|---|---|---:|---:|---:|---:|---:|")
     for r in chosen:
         L.append(
-            f"| {r.load.label} | {r.server} | {_fmt(r.col('Inferences/Second'))} | {_fmt(r.col('p50 latency'))} | "
-            f"{_fmt(r.col('p99 latency'))} | {_fmt(r.col('Server Queue'))} | {_fmt(_compute(r))} |"
+            f"| {r.load.label} | {r.server} | {fmt(r.col('Inferences/Second'))} | {fmt(r.col('p50 latency'))} | "
+            f"{fmt(r.col('p99 latency'))} | {fmt(r.col('Server Queue'))} | {fmt(_compute(r))} |"
         )
     L.append("")
     L.append(
@@ -767,14 +782,14 @@ def build_report(ctx: dict, results: list[Result]) -> str:
             continue
         w = max(a.wall_s, 1e-9)
         ci = " / ".join(
-            _fmt(r.col(k)) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
+            fmt(r.col(k)) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
         )
         sl = r.server_latency()
         sl_s = f"{sl[0]:,} ({sl[1]:,})" if sl else "n/a"
         mark = " *" if repeats > 1 and best.get((r.load.key, r.server)) is r else ""
         L.append(
-            f"| {r.load.label} | {r.server} | {r.round}{mark} | {r.method} | {_fmt(r.col('Inferences/Second'))} | "
-            f"{r.window_spread()} | {_fmt(r.col('Network+Server Send/Recv'))} | {sl_s} | {ci} | "
+            f"| {r.load.label} | {r.server} | {r.round}{mark} | {r.method} | {fmt(r.col('Inferences/Second'))} | "
+            f"{r.window_spread()} | {fmt(r.col('Network+Server Send/Recv'))} | {sl_s} | {ci} | "
             f"{a.server_cpu_s / w:.2f} | {a.pa_cpu_s / w:.2f} | {a.other_cpu_s / w:.2f} | "
             f"{r.quiet[0]:.0f} ({r.quiet[1]:.2f}) | {sum(x.wall_s for x in r.attempts):.0f} |"
         )
@@ -902,8 +917,8 @@ def main(argv: list[str] | None = None) -> int:
             r = measure(load, name, url, pid, settings, workdir, round_, quiet)
             results.append(r)
             log(
-                f"  -> {r.method}: {_fmt(r.col('Inferences/Second'))} infer/s, p50 {_fmt(r.col('p50 latency'))} µs, "
-                f"p99 {_fmt(r.col('p99 latency'))} µs" + (f"; notes: {r.notes}" if r.notes else "")
+                f"  -> {r.method}: {fmt(r.col('Inferences/Second'))} infer/s, p50 {fmt(r.col('p50 latency'))} µs, "
+                f"p99 {fmt(r.col('p99 latency'))} µs" + (f"; notes: {r.notes}" if r.notes else "")
             )
         ctx["measure_time"] = time.monotonic() - t_meas
     finally:

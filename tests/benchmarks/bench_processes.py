@@ -517,10 +517,6 @@ def run_pa(server: Server, load: Load, s: Settings, workdir: Path, round_: int, 
 # ----------------------------------------------------------------------------- report
 
 
-def _fmt(v: float | None, digits: int = 0) -> str:
-    return "n/a" if v is None else f"{v:,.{digits}f}"
-
-
 def _ratio(a: float | None, b: float | None) -> str:
     return "n/a" if not a or not b else f"{a / b:.2f}x"
 
@@ -579,8 +575,8 @@ def report(ctx: dict, runs: list[Run]) -> str:
             if r.other_cpu_s / max(r.wall_s, 1e-9) > common.BUSY_THRESHOLD:
                 note.append(f"other processes: {r.other_cpu_s / r.wall_s:.2f} cores")
             L.append(
-                f"| {load.label} | {name} | {_fmt(r.infer_s)} | {_fmt(r.col('p50 latency'))} | "
-                f"{_fmt(r.col('p99 latency'))} | {r.connections} | {_fmt(total)} | {per_s or 'n/a'} | {vs_ceiling} | "
+                f"| {load.label} | {name} | {common.fmt(r.infer_s)} | {common.fmt(r.col('p50 latency'))} | "
+                f"{common.fmt(r.col('p99 latency'))} | {r.connections} | {common.fmt(total)} | {per_s or 'n/a'} | {vs_ceiling} | "
                 f"{'' if r.kind == 'triton' else _ratio(r.infer_s, triton.infer_s if triton else None)} | "
                 f"{'; '.join(note)} |"
             )
@@ -609,7 +605,7 @@ def report(ctx: dict, runs: list[Run]) -> str:
         w = max(r.wall_s, 1e-9)
         srv = sum(v for _, v in r.cpu.values())
         L.append(
-            f"| {r.load.label} | {r.server} | {r.round} | {r.method} | {_fmt(r.infer_s)} | {r.requests:,} | "
+            f"| {r.load.label} | {r.server} | {r.round} | {r.method} | {common.fmt(r.infer_s)} | {r.requests:,} | "
             f"{r.connections} | "
             f"{r.wall_s:.1f} | {srv / w:.2f} | {r.pa_cpu_s / w:.2f} | {r.other_cpu_s / w:.2f} |"
         )
@@ -656,7 +652,7 @@ def _projection(ctx: dict, best: dict, servers: list[str]) -> list[str]:
                 by_engine, by_frontends = 1e6 / engine, (cores - 1) * 1e6 / frontends
                 rate = min(by_engine, by_frontends) * load.batch
                 unit = "rows/s" if load.batch > 1 else "req/s"
-                cells.append(f"{_fmt(rate)} {unit} ({'engine' if by_engine <= by_frontends else 'frontends'})")
+                cells.append(f"{common.fmt(rate)} {unit} ({'engine' if by_engine <= by_frontends else 'frontends'})")
             L.append(f"| {load.label} | {name} | {engine:,.0f} | {frontends:,.0f} | " + " | ".join(cells) + " |")
             rows += 1
     if not rows:

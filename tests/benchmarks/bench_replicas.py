@@ -29,8 +29,6 @@ Exit code 0 when every configuration was measured, 1 otherwise; nothing is asser
 from __future__ import annotations
 
 import argparse
-import csv
-import resource
 import shlex
 import shutil
 import subprocess
@@ -53,6 +51,7 @@ from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess  # noqa
 from tools import _locate_perf_analyzer  # noqa: E402
 
 log = common.log
+fmt = common.fmt
 
 
 @dataclass(frozen=True)
@@ -138,14 +137,6 @@ def settled_successes(servers: list[ServerProcess], model: str) -> list[int]:
     return last
 
 
-def _csv_row(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return rows[-1] if rows else None
-
-
 def measure(
     pa: str,
     target: Target,
@@ -165,82 +156,38 @@ def measure(
     csv_path = workdir / f"{stem}.csv"
     # -x 1: behind a balancer PA's statistics snapshots come from either replica, and without
     # an explicit version it may exit 99 ("failed to find the requested model version").
-    base = [
-        pa,
-        "-m",
-        load.model,
-        "-x",
-        "1",
-        "-u",
-        target.url,
-        "-i",
-        "grpc",
-        "-b",
-        str(load.batch),
-        "--concurrency-range",
-        str(load.concurrency),
-        "-f",
-        str(csv_path),
-    ]
+    base = common.pa_command(load.model, target.url, load.batch, load.concurrency, exe=pa, version="1")
+    base += ["-f", str(csv_path)]
     row = None
-    for extra, note in (
-        (["-p", str(window_ms), "-s", "25", "-r", "10"], ""),
-        (["-p", str(window_ms), "-s", "1000", "-r", "3"], "unstable: mean of 3 windows"),
-    ):
+    for extra, note in common.pa_tries(window_ms):
         cmd = base + extra
         run.cmd = shlex.join(cmd)
         csv_path.unlink(missing_ok=True)
         log(f"round {round_}: {load.label} via {target.name}")
-        cpu0 = {p: common.tree_cpu_seconds(p) for p in target.pids}
-        busy0, t0 = common.system_busy_seconds(), time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            out, _ = proc.communicate(timeout=10 * window_ms / 1000 * 2 + 120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-            out += "\n[benchmark] perf_analyzer killed after its timeout\n"
-        wall = time.monotonic() - t0
-        (workdir / f"{stem}.txt").write_text(out)
-        used = {p: common.tree_cpu_seconds(p) - cpu0[p] for p in target.pids}
-        busy = common.system_busy_seconds() - busy0
+        att, used = common.run_pa(cmd, 10 * window_ms / 1000 * 2 + 120, target.pids)
+        wall = att.wall_s
+        (workdir / f"{stem}.txt").write_text(att.output)
         replicas_cpu = sum(used[r.proc.pid] for r in target.replicas)
         proxy_cpu = used[target.proxy.proc.pid] if target.proxy else 0.0
-        pa_cpu = _children_cpu_delta()  # perf_analyzer, reaped by communicate()
         run.cpu = {
             "replicas": replicas_cpu / wall,
             "proxy": proxy_cpu / wall,
-            "pa": pa_cpu / wall,
-            "other": max(0.0, busy - replicas_cpu - proxy_cpu - pa_cpu) / wall,
+            "pa": att.pa_cpu_s / wall,
+            "other": att.other_cpu_s / wall,
         }
-        row = _csv_row(csv_path) if proc.returncode == 0 else None
+        row = common._read_csv(csv_path) if att.rc == 0 else None
         if row is not None:
             run.note += note
             break
     if row is None:
-        tail = " | ".join(out.strip().splitlines()[-3:])
-        run.note += f"FAILED (rc {proc.returncode}): {tail}"
+        tail = " | ".join(att.output.strip().splitlines()[-3:])
+        run.note += f"FAILED (rc {att.rc}): {tail}"
         return run
-    run.infer_s = float(row["Inferences/Second"])
-    run.p50_us, run.p99_us = float(row["p50 latency"]), float(row["p99 latency"])
+    run.infer_s = common.col(row, "Inferences/Second")
+    run.p50_us, run.p99_us = common.col(row, "p50 latency"), common.col(row, "p99 latency")
     after = settled_successes(all_replicas, load.model)
     run.split = [a - b for a, b in zip(after, before)]
     return run
-
-
-_last_children_cpu = [0.0]
-
-
-def _children_cpu_delta() -> float:
-    """CPU seconds of reaped children (perf_analyzer) since the previous call."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = ru.ru_utime + ru.ru_stime
-    delta, _last_children_cpu[0] = total - _last_children_cpu[0], total
-    return delta
-
-
-def fmt(v, d=0) -> str:
-    return "n/a" if v is None else f"{v:,.{d}f}"
 
 
 def ratio(a, b) -> str:
@@ -352,7 +299,6 @@ def main(argv=None) -> int:
         for t in targets:
             check_results(t.url)
         log(f"targets: {', '.join(f'{t.name} {t.url}' for t in targets)}; work dir {workdir}")
-        _children_cpu_delta()
         for rnd in range(1, rounds + 1):
             for load in LOADS:
                 for t in targets:

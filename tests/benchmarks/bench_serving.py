@@ -36,6 +36,7 @@ import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the proje
 from server_process import ServerProcess, free_port  # noqa: E402
 
 rt = common.rt
+fmt = common.fmt
 FACILE_WEIGHTS = common.FACILE_DIR / "1" / "weights.npz"
 
 FACILE_IO = """max_batch_size: 16384
@@ -138,27 +139,9 @@ _SERVER_BLOCK = re.compile(
 def perf(url: str, server: str, model: str, load: Load, workdir: Path, window_ms: int) -> Run:
     csv_path = workdir / f"{server}-{model}-{load.label.replace(' ', '_')}.csv"
     csv_path.unlink(missing_ok=True)
-    base = [
-        str(common.PA_EXE),
-        "-m",
-        model,
-        "-u",
-        url,
-        "-i",
-        "grpc",
-        "-b",
-        str(load.batch),
-        "--concurrency-range",
-        str(load.concurrency),
-        *load.flags(),
-        "-f",
-        str(csv_path),
-    ]
+    base = [*common.pa_command(model, url, load.batch, load.concurrency), *load.flags(), "-f", str(csv_path)]
     run = Run(server, model, load)
-    for extra, note in (
-        (["-p", str(window_ms), "-s", "25", "-r", "10"], ""),
-        (["-p", str(window_ms), "-s", "1000", "-r", "3"], "unstable: mean of 3 windows"),
-    ):
+    for extra, note in common.pa_tries(window_ms):
         cmd = base + extra
         run.cmd = shlex.join(cmd)
         common.log(f"{server} {model} {load.label}")
@@ -170,11 +153,10 @@ def perf(url: str, server: str, model: str, load: Load, workdir: Path, window_ms
     else:
         run.note = f"FAILED rc {p.returncode}: {p.stdout.strip().splitlines()[-1:] if p.stdout else p.stderr[-200:]}"
         return run
-    f = lambda k: float(row[k]) if row.get(k) not in (None, "") else None  # noqa: E731
-    run.infer_s = f("Inferences/Second")
-    run.p50, run.p99 = f("p50 latency"), f("p99 latency")
-    run.queue = f("Server Queue")
-    parts = [f(k) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output")]
+    run.infer_s = common.col(row, "Inferences/Second")
+    run.p50, run.p99 = common.col(row, "p50 latency"), common.col(row, "p99 latency")
+    run.queue = common.col(row, "Server Queue")
+    parts = [common.col(row, k) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output")]
     run.compute = sum(parts) if all(v is not None for v in parts) else None
     m = _SERVER_BLOCK.search(p.stdout)
     if m:
@@ -184,10 +166,6 @@ def perf(url: str, server: str, model: str, load: Load, workdir: Path, window_ms
     if inf and exe and int(exe.group(1)):
         run.rows_per_exec = int(inf.group(1)) / int(exe.group(1))
     return run
-
-
-def fmt(v, d=0):
-    return "n/a" if v is None else f"{v:,.{d}f}"
 
 
 def ratio(a, b):
