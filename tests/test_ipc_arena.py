@@ -196,6 +196,8 @@ def test_response_arena_blocks_go_to_the_frontend_or_back_to_the_free_list():
     assert engine_side.used >= 2 * big.nbytes
     engine_side.discard(2)
     assert engine_side.used == 0
+    # request 2 was cancelled while executing: what it encodes afterwards stays out
+    assert engine_side.put(2, big) is None and engine_side.used == 0
     # full: the caller sends the bytes inline
     huge = np.zeros((1 << 20) // 4 + 1, np.float32)
     assert engine_side.put(3, huge) is None and engine_side.used == 0

@@ -160,21 +160,29 @@ class ResponseArena:
         self._blocks = FreeList(size)
         self._lock = threading.Lock()
         self._by_token: dict[int, list[ArenaSlice]] = {}
+        # requests discarded while they may still be encoding (cancelled mid-execution):
+        # their later outputs go inline, into nothing; the oldest are forgotten
+        self._discarded: dict[int, None] = {}
 
     def put(self, token: int, array: np.ndarray) -> ArenaSlice | None:
         """Copy a C-contiguous array into a block held for request ``token``; None if it is
-        small or the arena is full (the caller sends the bytes inline)."""
+        small, the arena is full or the request was discarded (the bytes then go inline).
+
+        The copy is made under the lock: a ``discard`` on the event loop can then never free
+        a block (and let another request reuse it) while this thread still writes into it."""
         n = array.nbytes
         if n < self.MIN_BYTES:
             return None
         with self._lock:
+            if token in self._discarded:
+                return None
             try:
                 offset = self._blocks.allocate(n)
             except ArenaFull:
                 return None
             piece = ArenaSlice(offset, n)
             self._by_token.setdefault(token, []).append(piece)
-        self.view[offset : offset + n] = array.reshape(-1).view(np.uint8).data
+            self.view[offset : offset + n] = array.reshape(-1).view(np.uint8).data
         return piece
 
     def hand_over(self, token: int) -> None:
@@ -183,10 +191,15 @@ class ResponseArena:
             self._by_token.pop(token, None)
 
     def discard(self, token: int) -> None:
-        """The request failed or was cancelled: its blocks are nobody's."""
+        """The request failed or was cancelled: its blocks are nobody's (it may still be
+        encoding, if it was cancelled while executing: whatever it encodes later stays out)."""
         with self._lock:
             for piece in self._by_token.pop(token, ()):
                 self._blocks.free(*piece)
+            self._discarded[token] = None
+            if len(self._discarded) > 4096:
+                for old in list(self._discarded)[:2048]:
+                    del self._discarded[old]
 
     def free(self, pieces) -> None:
         with self._lock:

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import os
+import threading
 import weakref
 from typing import Any, NamedTuple, cast
 
@@ -84,12 +85,20 @@ class ArenaShmMirror(SystemSharedMemoryManager):
         super().__init__(max_regions=1 << 30)  # limits and permissions are the engine's
         self.arena = arena
         self._owners: dict[int, tuple[weakref.ref, int]] = {}  # id(owner) -> (owner, offset)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     def _buffer(self, byte_size: int) -> memoryview:
         try:
             offset = self.arena.allocate(byte_size)
         except ArenaFull:
             return super()._buffer(byte_size)
+        if not self._loop_thread:  # the thread (and loop, if any) that owns the arena
+            self._loop_thread = threading.get_ident()
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._loop = None
         owner = np.frombuffer(self.arena.view, dtype=np.uint8, count=byte_size, offset=offset)
         key = id(owner)
         self._owners[key] = (weakref.ref(owner), offset)
@@ -97,7 +106,17 @@ class ArenaShmMirror(SystemSharedMemoryManager):
         return owner.data
 
     def _free_block(self, key: int, offset: int, byte_size: int) -> None:
-        self._owners.pop(key, None)
+        # the last view may die anywhere the garbage collector runs (a traceback cycle, say,
+        # collected on grpc's poller thread); the arena is the event loop's alone
+        if threading.get_ident() != self._loop_thread and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._free_block, key, offset, byte_size)
+            except RuntimeError:  # the loop is closed: the process is ending
+                pass
+            return
+        entry = self._owners.get(key)
+        if entry is not None and entry[0]() is None:  # not a newer array at the same id
+            del self._owners[key]
         self.arena.free(offset, byte_size)
 
     def arena_offset(self, array: np.ndarray) -> int | None:
