@@ -142,7 +142,6 @@ IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {
     "--grpc-header-forward-pattern": (True, "request headers are not forwarded to models"),
     "--http-header-forward-pattern": (True, "request headers are not forwarded to models"),
     "--http-thread-count": (True, "the HTTP frontend runs on one event loop"),
-    "--http-max-input-size": (True, "the HTTP port serves health and metrics only"),
     "--allow-sagemaker": (True, "no SageMaker endpoint"),
     "--sagemaker-port": (True, "no SageMaker endpoint"),
     "--sagemaker-safe-port-range": (True, "no SageMaker endpoint"),
@@ -243,12 +242,12 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     g.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL", help="serve the metrics port.")
     g.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC service binds.")
     g.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (KServe v2 + Triton extensions, health).")
-    g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP health endpoints bind.")
+    g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP/REST endpoints bind.")
     g.add_argument(
         "--http-port",
         type=int,
         default=8000,
-        help="HTTP port for /v2/health/live, /v2/health/ready and /v2/models/<m>/ready; -1 disables.",
+        help="HTTP/REST port (KServe v2 + Triton extensions: health, metadata, inference, ...); -1 disables.",
     )
     g.add_argument(
         "--metrics-port",
@@ -362,6 +361,14 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         default=60.0,
         metavar="SECONDS",
         help="an idle keep-alive HTTP connection is closed after this time.",
+    )
+    g.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest HTTP request body accepted for inference and model load (after decompression); "
+        "larger ones are answered 413. Other HTTP routes take at most 64 KiB.",
     )
     g = p.add_argument_group("security (see README: Security)")
     g.add_argument(
@@ -554,6 +561,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_max_concurrent_streams=args.grpc_max_concurrent_streams,
         http_header_timeout_secs=args.http_header_timeout_secs,
         http_idle_timeout_secs=args.http_idle_timeout_secs,
+        http_max_input_size=args.http_max_input_size,
         grpc_restricted_protocols=args.grpc_restricted_protocol,
         http_restricted_apis=args.http_restricted_api,
         grpc_use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,

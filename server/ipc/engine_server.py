@@ -72,7 +72,7 @@ class EngineServer:
         self._server: asyncio.AbstractServer | None = None
         self._acks: dict[int, asyncio.Future] = {}
         self._tokens = itertools.count(1)
-        self.on_bound = lambda pid, port: None  # set by the supervisor
+        self.on_bound = lambda pid, ports: None  # set by the supervisor: (gRPC port, HTTP port)
         self._repository_changed = False
         self._background: set[asyncio.Task] = set()
         dataplane.repository.listeners.append(self._on_repository_change)
@@ -129,7 +129,7 @@ class EngineServer:
             if future is not None and not future.done():
                 future.set_result(None)
         elif kind == "bound":
-            self.on_bound(fe.pid, message[1])
+            self.on_bound(fe.pid, tuple(message[1:]))
         else:
             log.error("unknown message from frontend %d: %s", fe.pid, kind)
 
