@@ -160,6 +160,7 @@ class InferenceServer:
 
     async def start(self) -> None:
         o = self.options
+        self.dataplane.started = False  # not ready until every listener is up
         await self.repository.start()
         try:
             if o.exit_on_error and not self.repository.all_ready():
@@ -186,6 +187,7 @@ class InferenceServer:
                     self.metrics_http, "metrics", o.metrics_address, o.metrics_port, False
                 )
                 log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
+            self.dataplane.started = True
         except BaseException:
             if self._grpc is not None:
                 await self._grpc.stop(grace=0)
