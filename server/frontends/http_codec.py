@@ -284,6 +284,11 @@ def collect(header, binary: memoryview, model, shm) -> tuple[InferenceRequest, d
             shm.check(*target)
             data = target
         else:
+            if datatype in ("FP16", "BF16"):  # refused by the frontend, before the core's checks
+                raise invalid_argument(
+                    f"receiving {datatype} data via JSON is not supported. Please use the binary data format "
+                    f"for input '{in_name}'"
+                )
             data = JsonTypedValues(tensor["data"], in_name)
         received[in_name] = WireInput(datatype, list(shape), data)
     if offset != available:
