@@ -586,13 +586,12 @@ class HttpFrontend:
         return value
 
     async def _index(self, request, body, repo: str) -> web.Response:
-        if repo:
-            raise unimplemented("'repository_name' specification is not supported")
+        # (a repository name in the path is ignored by the index, as in Triton 2.51)
         req = self._json_body(body, "registry index")
         ready = False
         if "ready" in req:
             if not isinstance(req["ready"], bool):
-                raise invalid_argument("Invalid value for 'ready': expected a boolean")
+                raise invalid_argument(codec._NOT_BOOL)
             ready = req["ready"]
         rows = []
         for name, version, state, reason in await self.dataplane.repository_index(ready):

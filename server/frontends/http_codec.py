@@ -67,8 +67,21 @@ def as_string(value, what: str) -> str:
 
 def _member(obj: dict, key: str, what: str | None = None):
     if key not in obj:
-        raise _unable(what or key, f"attempt to access non-existent member '{key}'")
+        raise _unable(what or key, f"attempt to access non-existing object member '{key}'")
     return obj[key]
+
+
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
+def _count(data) -> int:
+    """Elements in (nested) JSON ``data``: the lengths of the innermost lists, summed (work
+    proportional to the number of lists, not of elements)."""
+    if not isinstance(data, list):
+        return 1
+    if data and isinstance(data[0], list):
+        return sum(_count(x) for x in data)
+    return len(data)
 
 
 def parse_json(data, what: str = "request") -> Any:
@@ -96,7 +109,7 @@ class JsonTypedValues:
         if dt.wire in ("FP16", "BF16"):
             raise invalid_argument(
                 f"receiving {dt.wire} data via JSON is not supported. Please use the binary data format for input "
-                f"'{self.name}'"
+                f"{self.name}"
             )
         if dt.wire == "BYTES":
             flat = _flatten(data, self.name)
@@ -111,7 +124,7 @@ class JsonTypedValues:
         try:
             inferred = np.asarray(data)
         except (ValueError, TypeError):  # ragged nesting
-            raise invalid_argument("Unable to parse 'data': Shape does not match true shape of 'data' field") from None
+            raise invalid_argument(_SHAPE_MISMATCH) from None
         kind = inferred.dtype.kind
         if inferred.size == 0:
             return np.empty(0, dtype=dt.dtype)
@@ -137,7 +150,7 @@ def _flatten(data, name: str) -> list:
         return data
     arr = np.array(data, dtype=object)
     if arr.ndim and any(isinstance(x, list) for x in arr.reshape(-1)[:1]):
-        raise invalid_argument("Unable to parse 'data': Shape does not match true shape of 'data' field")
+        raise invalid_argument(_SHAPE_MISMATCH)
     return arr.reshape(-1).tolist()
 
 
@@ -287,9 +300,17 @@ def collect(header, binary: memoryview, model, shm) -> tuple[InferenceRequest, d
             if datatype in ("FP16", "BF16"):  # refused by the frontend, before the core's checks
                 raise invalid_argument(
                     f"receiving {datatype} data via JSON is not supported. Please use the binary data format "
-                    f"for input '{in_name}'"
+                    f"for input {in_name}"
                 )
             data = JsonTypedValues(tensor["data"], in_name)
+            # the element count the shape declares must be what 'data' holds (Triton checks it
+            # here, in the frontend, before the core's checks; BYTES are counted by the core)
+            if datatype != "BYTES":
+                declared = 1
+                for d in shape:
+                    declared *= d
+                if _count(tensor["data"]) != declared:
+                    raise invalid_argument(_SHAPE_MISMATCH)
         received[in_name] = WireInput(datatype, list(shape), data)
     if offset != available:
         raise invalid_argument(f"unexpected additional input data for model '{name}'")
@@ -347,7 +368,7 @@ def collect_raw(body: memoryview, model) -> tuple[InferenceRequest, dict[str, Wi
     ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1)
     if len(model.inputs) != 1:
         raise invalid_argument(
-            f"Raw request must only have 1 input (found {len(model.inputs)}) to be deduced but got "
+            f"{id_prefix('')}Raw request must only have 1 input (found 1) to be deduced but got "
             f"{len(model.inputs)} inputs in '{model.name}' model configuration"
         )
     spec = next(iter(model.inputs.values()))
