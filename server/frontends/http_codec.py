@@ -76,12 +76,20 @@ _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'd
 
 def _count(data) -> int:
     """Elements in (nested) JSON ``data``: the lengths of the innermost lists, summed (work
-    proportional to the number of lists, not of elements)."""
+    proportional to the number of lists, not of elements; no recursion, whatever the depth)."""
     if not isinstance(data, list):
         return 1
-    if data and isinstance(data[0], list):
-        return sum(_count(x) for x in data)
-    return len(data)
+    total = 0
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if not isinstance(x, list):
+            total += 1
+        elif x and isinstance(x[0], list):
+            stack.extend(x)
+        else:
+            total += len(x)
+    return total
 
 
 def parse_json(data, what: str = "request") -> Any:
