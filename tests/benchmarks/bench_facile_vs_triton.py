@@ -497,9 +497,10 @@ def measure(
     workdir: Path,
     round_: int = 1,
     quiet: tuple[float, float] = (0.0, 0.0),
+    protocol: str = "grpc",
 ) -> Result:
     res = Result(load, server_name, round_, quiet=quiet)
-    stem = f"pa-{load.key}-{server_name.lower()}-r{round_}"
+    stem = f"pa-{load.key}-{server_name.lower().replace(' ', '-')}-r{round_}"
     csv_path = workdir / f"{stem}.csv"
     base = [
         str(PA_EXE),
@@ -508,7 +509,7 @@ def measure(
         "-u",
         url,
         "-i",
-        "grpc",
+        protocol,
         "-b",
         str(load.batch),
         "--concurrency-range",
