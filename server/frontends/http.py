@@ -162,8 +162,18 @@ class _Server(web.Server):
         return conn
 
 
-# aiohttp logs every malformed request with a traceback at ERROR: a client could fill the log
+class _ParserLog(logging.Filter):
+    """aiohttp logs every request its parser refuses at ERROR with a traceback: any client could
+    fill the log. Kept only with verbose logging, as one line without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return log.isEnabledFor(logging.DEBUG)
+
+
 _quiet = logging.getLogger("fpgaserve.http.parser")
+_quiet.addFilter(_ParserLog())
 
 
 class _Listener:
