@@ -9,8 +9,11 @@ Run from the repository root (the project venv is used automatically if it exist
 
 The same setup as bench_facile_vs_triton.py (whose helpers it uses): fpgaserve serves
 ``bitstreams/facile`` with the float ONNX network (``--fpga-mode onnx``), Triton the same
-weights through its Python backend, both without dynamic batching and with one instance; a
-batch-1 and a batch-16000 request must agree to 1e-5 first. Then ``perf_analyzer`` runs
+weights through its Python backend, each with one instance; a batch-1 and a batch-16000
+request must agree to 1e-5 first. The bundled FACILE config has ``dynamic_batching`` (Triton's
+has not): it cannot merge 16000-row requests (max_batch_size 16384), and the batch-1 target
+compares fpgaserve's two protocols on the same server, so both comparisons are like for like
+(perf_analyzer's execution counts then differ from its request counts at batch 1, noted). Then ``perf_analyzer`` runs
 against one server and protocol at a time (binary tensors, synchronous API) for:
 
 * batch 1 @ concurrency 64 -- target: fpgaserve HTTP >= 0.8 x fpgaserve gRPC;
@@ -99,6 +102,10 @@ def report(ctx: dict, best: dict) -> str:
         if r.final:
             lines.append(f"* {key} {label}: `{shlex.join(r.final.cmd[1:])}`")
     notes = [f"{k} {label}: {n}" for (k, label), r in sorted(best.items()) for n in r.notes] + ctx["notes"]
+    notes.append(
+        "fpgaserve's bundled facile has dynamic_batching (Triton's has not): batch-1 requests may be "
+        "batched together, so 'inference count != execution count' notes are expected there"
+    )
     if notes:
         lines += ["", "Notes:", ""] + [f"* {n}" for n in notes]
     lines += ["", "Machine:", ""] + [f"* {k}: {v}" for k, v in ctx["machine"]]
