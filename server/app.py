@@ -19,7 +19,7 @@ from .engine.repository import ModelRepository
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener
-from .frontends.http import DEFAULT_MAX_BODY_BYTES, HttpFrontend, MetricsFrontend
+from .frontends.http import DEFAULT_MAX_BODY_BYTES, HttpFrontend, MetricsFrontend, http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager
@@ -76,6 +76,10 @@ class ServerOptions:
     grpc_server_cert: str = ""
     grpc_server_key: str = ""
     grpc_root_cert: str = ""
+    # HTTPS on --http-port (fpgaserve's flags; tritonserver has none)
+    http_use_ssl: bool = False
+    http_server_cert: str = ""
+    http_server_key: str = ""
     allow_log_file_update: bool = False
     allow_model_code_upload: bool = False
     max_shm_regions: int = 1024
@@ -144,6 +148,7 @@ class InferenceServer:
             idle_timeout_s=idle_s,
             max_body_bytes=options.http_max_input_size,
             shutdown_timeout_s=options.exit_timeout_secs,
+            ssl_context=http_ssl_context(options) if options.allow_http and options.http_port >= 0 else None,
         )
         self.metrics = Metrics(
             self.repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=options.allow_cpu_metrics

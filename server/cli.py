@@ -404,6 +404,16 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     g.add_argument("--grpc-server-cert", default="", metavar="PEM", help="the server's certificate chain (PEM file).")
     g.add_argument("--grpc-server-key", default="", metavar="PEM", help="the server's private key (PEM file).")
     g.add_argument(
+        "--http-use-ssl",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve HTTP/REST over TLS (HTTPS) with --http-server-cert and --http-server-key "
+        "(fpgaserve's; tritonserver has no HTTPS).",
+    )
+    g.add_argument("--http-server-cert", default="", metavar="PEM", help="HTTPS certificate chain (PEM file).")
+    g.add_argument("--http-server-key", default="", metavar="PEM", help="HTTPS private key (PEM file).")
+    g.add_argument(
         "--grpc-root-cert",
         default="",
         metavar="PEM",
@@ -567,6 +577,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
         grpc_use_ssl_mutual=args.grpc_use_ssl_mutual,
         grpc_server_cert=args.grpc_server_cert,
+        http_use_ssl=args.http_use_ssl,
+        http_server_cert=args.http_server_cert,
+        http_server_key=args.http_server_key,
         grpc_server_key=args.grpc_server_key,
         grpc_root_cert=args.grpc_root_cert,
         allow_log_file_update=args.allow_log_file_update,

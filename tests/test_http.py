@@ -391,6 +391,8 @@ SHORT_BINARY_HEADER = json.dumps(
         "bad-json",
         "not-object",
         "header-length-nan",
+        "header-length-signs",
+        "header-length-huge",
         "header-length-large",
         "no-data",
         "short-binary",
@@ -403,6 +405,38 @@ def test_malformed_inference_bodies(server, headers, body, text):
     assert status in (400, 501), raw
     assert h["content-type"] == "application/json"
     assert text in json.loads(raw)["error"]
+
+
+def test_expect_100_continue(server):
+    """curl sends Expect: 100-continue before a body over 1 KiB: the server invites the body."""
+    import socket
+
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+                for n in ("INPUT0", "INPUT1")
+            ]
+        }
+    ).encode()
+    head = (
+        f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        sock.sendall(head)
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            chunk = sock.recv(4096)
+            assert chunk, interim
+            interim += chunk
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n"), interim
+        sock.sendall(body)
+        rest = interim.split(b"\r\n\r\n", 1)[1]
+        while chunk := sock.recv(65536):
+            rest += chunk
+    assert rest.startswith(b"HTTP/1.1 200 OK"), rest[:200]
+    assert b'"data":[0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30]' in rest
 
 
 def test_routes_and_methods(server):

@@ -172,7 +172,9 @@ def mutate(rng: random.Random, model: str, header: dict, parts: list[bytes]):
         length = len(text)
         choice = rng.random()
         if choice < 0.15:
-            headers["Inference-Header-Content-Length"] = rng.choice(["-1", "abc", "", str(2**40), "0", " 5", "1e3"])
+            headers["Inference-Header-Content-Length"] = rng.choice(
+                ["-1", "abc", "", str(2**40), "0", " 5", "1e3", "+-5", "9" * 50]
+            )
         elif choice < 0.3:
             headers["Inference-Header-Content-Length"] = str(rng.randrange(len(body) + 2))
         else:

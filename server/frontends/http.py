@@ -27,13 +27,15 @@ import asyncio
 import base64
 import binascii
 import logging
+import re
+import ssl
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 from google.protobuf.descriptor import FieldDescriptor
 from grpc import StatusCode
@@ -66,6 +68,27 @@ _HTTP_STATUS = {
 _JSON = "application/json"
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _NOT_FOUND = b'{"error":"Not Found"}'
+
+
+def http_ssl_context(o) -> ssl.SSLContext | None:
+    """HTTPS from --http-use-ssl, --http-server-cert, --http-server-key; None = plain HTTP.
+    Unusable files end the server at start with a line that names them."""
+    if not o.http_use_ssl:
+        return None
+    for flag, path in (("--http-server-cert", o.http_server_cert), ("--http-server-key", o.http_server_key)):
+        if not path:
+            raise SystemExit(f"error: --http-use-ssl needs {flag}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(o.http_server_cert, o.http_server_key)
+    except (ssl.SSLError, OSError) as e:
+        why = e.reason if isinstance(e, ssl.SSLError) else (e.strerror or e)
+        raise SystemExit(
+            f"error: --http-server-cert {o.http_server_cert} and --http-server-key {o.http_server_key} "
+            f"are not a usable PEM certificate chain and private key ({why})"
+        ) from None
+    return context
 
 
 def http_status(code: StatusCode) -> int:
@@ -187,8 +210,10 @@ class _Listener:
         idle_timeout_s: float,
         max_connections: int,
         shutdown_timeout_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
     ):
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.ssl_context = ssl_context
         self.handler = handler
         self.settings: dict[str, Any] = {
             "header_timeout_s": header_timeout_s,
@@ -214,7 +239,9 @@ class _Listener:
             server, handle_signals=False, access_log=None, shutdown_timeout=self.shutdown_timeout_s
         )
         await self.runner.setup()
-        site = web.TCPSite(self.runner, address, port, reuse_port=reuse_port or None, backlog=1024)
+        site = web.TCPSite(
+            self.runner, address, port, reuse_port=reuse_port or None, backlog=1024, ssl_context=self.ssl_context
+        )
         try:
             await site.start()
         except BaseException:
@@ -241,6 +268,10 @@ async def read_body(request: web.BaseRequest, limit: int, timeout_s: float) -> b
     content = request.content
     if content.is_eof():  # all of it arrived with the head (the usual small request)
         return await content.read()
+    if request.headers.get("Expect", "").lower() == "100-continue" and request.version == HttpVersion11:
+        # curl asks before sending a body over 1 KiB (and otherwise waits a second)
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the real response is still to be sent
     if length is not None:
         # one deadline for the whole body: no per-chunk timer (a 3 MB body comes in ~50 reads)
         try:
@@ -361,6 +392,7 @@ class HttpFrontend:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         shutdown_timeout_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
     ):
         self.dataplane = dataplane
         self.restrictions = restrictions or {}
@@ -372,6 +404,7 @@ class HttpFrontend:
             idle_timeout_s=idle_timeout_s,
             max_connections=max_connections,
             shutdown_timeout_s=shutdown_timeout_s,
+            ssl_context=ssl_context,
         )
 
     async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
@@ -401,7 +434,7 @@ class HttpFrontend:
         return response
 
     async def _body(self, request: web.BaseRequest, limit: int = SMALL_BODY_BYTES) -> bytes:
-        if request.content_length == 0 and not request.body_exists:
+        if not request.body_exists:
             return b""
         return await read_body(request, limit, self.header_timeout_s)
 
@@ -769,14 +802,19 @@ class HttpFrontend:
         return response
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _header_length(value: str | None, content_length: int) -> int | None:
     """``Inference-Header-Content-Length`` (None: the whole body is JSON), checked as Triton does."""
     if value is None:
         return content_length
     text = value.strip()
-    if not (text.lstrip("+-").isascii() and text.lstrip("+-").isdigit()):
+    if _INTEGER.fullmatch(text) is None:
         raise invalid_argument(f"Unable to parse {codec.HEADER_LENGTH}, got: {value}")
-    parsed = int(text)
+    # more than 10 significant digits is out of int32's range whatever they are (and int() of
+    # a client's thousands of digits would cost quadratic time)
+    parsed = int(text) if len(text.lstrip("+-").lstrip("0")) <= 10 else 2**31
     if not -(2**31) <= parsed < 2**31:
         raise invalid_argument(
             f"Unable to parse {codec.HEADER_LENGTH}, value is out of range [ {-(2**31)}, {2**31 - 1} ], got: {value}"

@@ -19,7 +19,7 @@ from ..app import ServerOptions
 from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
 from ..frontends.grpc_listener import GrpcListener
-from ..frontends.http import HttpFrontend
+from ..frontends.http import HttpFrontend, http_ssl_context
 from ..log_settings import LogSettings
 from .remote import RemoteDataPlane
 
@@ -50,6 +50,7 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
                 idle_timeout_s=options.http_idle_timeout_secs,
                 max_body_bytes=options.http_max_input_size,
                 shutdown_timeout_s=options.exit_timeout_secs,
+                ssl_context=http_ssl_context(options),
             )
             http_port = await http.start(options.http_address, options.http_port, reuse_port=True)
     except SystemExit as e:
