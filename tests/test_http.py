@@ -377,6 +377,12 @@ SHORT_BINARY_HEADER = json.dumps(
             b"{}",
             "Unable to parse Inference-Header-Content-Length, got: abc",
         ),
+        (
+            {"Inference-Header-Content-Length": "+-5"},
+            b"{}",
+            "Unable to parse Inference-Header-Content-Length, got: +-5",
+        ),
+        ({"Inference-Header-Content-Length": "9" * 40}, b"{}", "value is out of range [ -2147483648, 2147483647 ]"),
         ({"Inference-Header-Content-Length": "99"}, b"{}", "inference header size should be in range (0, 2), got: 99"),
         ({}, b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16]}]}', "But no field is set"),
         (
