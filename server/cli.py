@@ -459,9 +459,9 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         type=_processes,
         default="auto",
         metavar="N|auto",
-        help="gRPC frontend processes sharing the gRPC port (SO_REUSEPORT), each decoding and "
+        help="frontend processes sharing the gRPC and HTTP ports (SO_REUSEPORT), each decoding and "
         "validating requests and feeding the one engine (models, queues, devices) over shared "
-        "memory. 1 = gRPC in the engine's process, no IPC. auto = " + "see README: Processes.",
+        "memory. 1 = gRPC and HTTP in the engine's process, no IPC. auto = " + "see README: Processes.",
     )
     g.add_argument(
         "--frontend-arena-bytes",
