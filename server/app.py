@@ -19,7 +19,7 @@ from .engine.repository import ModelRepository
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener
-from .frontends.http import HealthRoutes, TinyHttpServer, metrics_route
+from .frontends.http import DEFAULT_MAX_BODY_BYTES, HttpFrontend, MetricsFrontend, http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager
@@ -66,6 +66,8 @@ class ServerOptions:
     grpc_max_concurrent_streams: int = 1024
     http_header_timeout_secs: float = 10.0
     http_idle_timeout_secs: float = 60.0
+    # request body limit (inference, model load), tritonserver's --http-max-input-size
+    http_max_input_size: int = DEFAULT_MAX_BODY_BYTES
     # tritonserver's --grpc-restricted-protocol / --http-restricted-api option strings
     grpc_restricted_protocols: list[str] = field(default_factory=list)
     http_restricted_apis: list[str] = field(default_factory=list)
@@ -74,6 +76,10 @@ class ServerOptions:
     grpc_server_cert: str = ""
     grpc_server_key: str = ""
     grpc_root_cert: str = ""
+    # HTTPS on --http-port (fpgaserve's flags; tritonserver has none)
+    http_use_ssl: bool = False
+    http_server_cert: str = ""
+    http_server_key: str = ""
     allow_log_file_update: bool = False
     allow_model_code_upload: bool = False
     max_shm_regions: int = 1024
@@ -133,15 +139,21 @@ class InferenceServer:
         self.dataplane = DataPlane(self.repository, self.shm, self.log_settings, server_id=options.server_id)
         self.servicer = InferenceServicer(self.dataplane)
         header_s, idle_s = options.http_header_timeout_secs, options.http_idle_timeout_secs
-        self.http = TinyHttpServer(
-            HealthRoutes(self.dataplane, self.http_restrictions), header_timeout_s=header_s, idle_timeout_s=idle_s
+        # HTTP/REST in this process (with --frontend-processes N > 1 each frontend process
+        # serves it instead, sharing the port)
+        self.http = HttpFrontend(
+            self.dataplane,
+            self.http_restrictions,
+            header_timeout_s=header_s,
+            idle_timeout_s=idle_s,
+            max_body_bytes=options.http_max_input_size,
+            shutdown_timeout_s=options.exit_timeout_secs,
+            ssl_context=http_ssl_context(options) if options.allow_http and options.http_port >= 0 else None,
         )
         self.metrics = Metrics(
             self.repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=options.allow_cpu_metrics
         )
-        self.metrics_http = TinyHttpServer(
-            metrics_route(self.metrics.render), header_timeout_s=header_s, idle_timeout_s=idle_s
-        )
+        self.metrics_http = MetricsFrontend(self.metrics.render, header_timeout_s=header_s, idle_timeout_s=idle_s)
         self._grpc: GrpcListener | None = None
         # --frontend-processes N > 1: gRPC is served by N frontend processes fed over IPC
         self.frontends: FrontendSupervisor | None = None
@@ -153,28 +165,34 @@ class InferenceServer:
 
     async def start(self) -> None:
         o = self.options
+        self.dataplane.started = False  # not ready until every listener is up
         await self.repository.start()
         try:
             if o.exit_on_error and not self.repository.all_ready():
                 raise SystemExit("error: some models failed to load and --exit-on-error is set")
-            if o.allow_grpc and o.frontend_processes > 1:
+            serve_http = o.allow_http and o.http_port >= 0
+            if o.frontend_processes > 1 and (o.allow_grpc or serve_http):
                 from .ipc.supervisor import FrontendSupervisor
 
+                # the frontend processes serve gRPC and HTTP, each sharing its port
                 self.frontends = FrontendSupervisor(o, self.dataplane)
-                self.grpc_port = await self.frontends.start()
+                grpc_port, http_port = await self.frontends.start()
+                self.grpc_port = grpc_port if grpc_port >= 0 else None
+                self.http_port = http_port if http_port >= 0 else None
             elif o.allow_grpc:
                 self._grpc = GrpcListener(o, self.servicer, self.grpc_restrictions)
                 self.grpc_port = await self._grpc.start()
-            if o.allow_http and o.http_port >= 0:
+            if serve_http and self.frontends is None:
                 self.http_port = await self._start_listener(
                     self.http, "HTTP", o.http_address, o.http_port, o.reuse_http_port
                 )
-                log.info("Started HTTPService at %s:%d (health endpoints)", o.http_address, self.http_port)
+                log.info("Started HTTPService at %s:%d", o.http_address, self.http_port)
             if o.allow_metrics and o.metrics_port >= 0:
                 self.metrics_port = await self._start_listener(
                     self.metrics_http, "metrics", o.metrics_address, o.metrics_port, False
                 )
                 log.info("Started Metrics Service at %s:%d", o.metrics_address, self.metrics_port)
+            self.dataplane.started = True
         except BaseException:
             if self._grpc is not None:
                 await self._grpc.stop(grace=0)
@@ -186,7 +204,9 @@ class InferenceServer:
             raise
 
     @staticmethod
-    async def _start_listener(server: TinyHttpServer, what: str, address: str, port: int, reuse: bool) -> int:
+    async def _start_listener(
+        server: HttpFrontend | MetricsFrontend, what: str, address: str, port: int, reuse: bool
+    ) -> int:
         try:
             return await server.start(address, port, reuse_port=reuse)
         except OSError as e:

@@ -145,7 +145,6 @@ IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {
     "--grpc-header-forward-pattern": (True, "request headers are not forwarded to models"),
     "--http-header-forward-pattern": (True, "request headers are not forwarded to models"),
     "--http-thread-count": (True, "the HTTP frontend runs on one event loop"),
-    "--http-max-input-size": (True, "the HTTP port serves health and metrics only"),
     "--allow-sagemaker": (True, "no SageMaker endpoint"),
     "--sagemaker-port": (True, "no SageMaker endpoint"),
     "--sagemaker-safe-port-range": (True, "no SageMaker endpoint"),
@@ -246,12 +245,12 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     g.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL", help="serve the metrics port.")
     g.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC service binds.")
     g.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (KServe v2 + Triton extensions, health).")
-    g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP health endpoints bind.")
+    g.add_argument("--http-address", default="0.0.0.0", help="address the HTTP/REST endpoints bind.")
     g.add_argument(
         "--http-port",
         type=int,
         default=8000,
-        help="HTTP port for /v2/health/live, /v2/health/ready and /v2/models/<m>/ready; -1 disables.",
+        help="HTTP/REST port (KServe v2 + Triton extensions: health, metadata, inference, ...); -1 disables.",
     )
     g.add_argument(
         "--metrics-port",
@@ -366,6 +365,14 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="an idle keep-alive HTTP connection is closed after this time.",
     )
+    g.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest HTTP request body accepted for inference and model load (after decompression); "
+        "larger ones are answered 413. Other HTTP routes take at most 64 KiB.",
+    )
     g = p.add_argument_group("security (see README: Security)")
     g.add_argument(
         "--grpc-restricted-protocol",
@@ -399,6 +406,16 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     )
     g.add_argument("--grpc-server-cert", default="", metavar="PEM", help="the server's certificate chain (PEM file).")
     g.add_argument("--grpc-server-key", default="", metavar="PEM", help="the server's private key (PEM file).")
+    g.add_argument(
+        "--http-use-ssl",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve HTTP/REST over TLS (HTTPS) with --http-server-cert and --http-server-key "
+        "(fpgaserve's; tritonserver has no HTTPS).",
+    )
+    g.add_argument("--http-server-cert", default="", metavar="PEM", help="HTTPS certificate chain (PEM file).")
+    g.add_argument("--http-server-key", default="", metavar="PEM", help="HTTPS private key (PEM file).")
     g.add_argument(
         "--grpc-root-cert",
         default="",
@@ -445,9 +462,9 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         type=_processes,
         default="auto",
         metavar="N|auto",
-        help="gRPC frontend processes sharing the gRPC port (SO_REUSEPORT), each decoding and "
+        help="frontend processes sharing the gRPC and HTTP ports (SO_REUSEPORT), each decoding and "
         "validating requests and feeding the one engine (models, queues, devices) over shared "
-        "memory. 1 = gRPC in the engine's process, no IPC. auto = " + "see README: Processes.",
+        "memory. 1 = gRPC and HTTP in the engine's process, no IPC. auto = " + "see README: Processes.",
     )
     g.add_argument(
         "--frontend-arena-bytes",
@@ -557,11 +574,15 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_max_concurrent_streams=args.grpc_max_concurrent_streams,
         http_header_timeout_secs=args.http_header_timeout_secs,
         http_idle_timeout_secs=args.http_idle_timeout_secs,
+        http_max_input_size=args.http_max_input_size,
         grpc_restricted_protocols=args.grpc_restricted_protocol,
         http_restricted_apis=args.http_restricted_api,
         grpc_use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
         grpc_use_ssl_mutual=args.grpc_use_ssl_mutual,
         grpc_server_cert=args.grpc_server_cert,
+        http_use_ssl=args.http_use_ssl,
+        http_server_cert=args.http_server_cert,
+        http_server_key=args.http_server_key,
         grpc_server_key=args.grpc_server_key,
         grpc_root_cert=args.grpc_root_cert,
         allow_log_file_update=args.allow_log_file_update,

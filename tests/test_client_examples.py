@@ -171,3 +171,37 @@ def test_sync_example_requires_named_model(server):
 def test_perf_analyzer_script_syntax():
     proc = subprocess.run(["bash", "-n", str(EXAMPLES / "perf_analyzer.sh")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ----------------------------------------------------------------------------- HTTP variants
+
+
+@pytest.mark.parametrize(
+    "script, args, expected",
+    [
+        ("http_infer.py", ["-v"], ["facile: outputs match the reference", "one input binary and one JSON"]),
+        ("http_infer.py", ["--json", "-n", "512"], ["512 channels (JSON tensors)", "facile: outputs match"]),
+        ("http_infer.py", ["--compression", "gzip", "-n", "16000"], ["16000 channels (binary tensors)"]),
+        ("http_infer.py", ["--compression", "deflate"], ["facile: outputs match the reference"]),
+        ("http_async_infer.py", ["--requests", "48"], ["48 concurrent HTTP requests"]),
+    ],
+    ids=["http-sync", "http-json", "http-gzip-16000", "http-deflate", "http-async"],
+)
+def test_http_example_passes(server, script, args, expected):
+    stdout = assert_pass(run_example(script, f"localhost:{server.http_port}", *args), script.removesuffix(".py"))
+    for line in expected:
+        assert line in stdout, stdout
+
+
+def test_http_curl_example(server):
+    if shutil.which("curl") is None or shutil.which("gzip") is None:
+        pytest.skip("curl or gzip is not installed")
+    proc = subprocess.run(
+        ["bash", str(EXAMPLES / "http_curl.sh"), "-u", f"localhost:{server.http_port}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS: http_curl" in proc.stdout, proc.stdout
+    assert "\"error\":\"[request id: <id_unknown>] inference input 'INPUT0' data-type is 'FP32'" in proc.stdout

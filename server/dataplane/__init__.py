@@ -57,6 +57,9 @@ class DataPlane:
         self.log_settings = log_settings
         self.server_id = server_id
         self.exiting = False  # set at shutdown: not ready, new inference refused
+        # False while the server is still starting its listeners: a frontend process already
+        # serving HTTP must not report the server ready before the others are up
+        self.started = True
         self._trace: dict[str, list[str]] = {
             "trace_file": [""],
             "trace_level": ["OFF"],
@@ -68,14 +71,16 @@ class DataPlane:
 
     # ------------------------------------------------------------------ health
     async def live(self) -> bool:
-        return True
+        # live once every listener is up (before, with frontend processes, one process may
+        # already answer while the others are starting)
+        return self.started
 
     async def ready(self) -> bool:
         return self.ready_now()
 
     def ready_now(self) -> bool:
         """``ready`` for callers in the engine's process that cannot await (HTTP probes)."""
-        return not self.exiting and self.repository.all_ready()
+        return self.started and not self.exiting and self.repository.all_ready()
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         return self.model_ready_now(name, version)

@@ -1,244 +1,870 @@
-"""The HTTP side: KServe v2 health probes on --http-port and Prometheus /metrics on --metrics-port.
+"""HTTP/REST: the KServe v2 protocol with Triton's extensions, on aiohttp's HTTP server.
 
-Probe routes: ``GET /v2/health/live``, ``/v2/health/ready``,
-``/v2/models/<name>[/versions/<v>]/ready`` -> 200, or 400 like Triton. A small asyncio
-HTTP/1.1 responder serves probes and scrapes (the HTTP inference frontend will replace it
-with a library); running on the event loop means /metrics reads the statistics on the
-thread that writes them.
+``HttpFrontend`` is the gRPC frontend's sibling over the same data plane (``DataPlane`` in the
+engine's process, ``RemoteDataPlane`` in a frontend process): validation, errors, scheduling,
+statistics and shared memory are the data plane's and ``tensors.normalize``'s; this module
+only speaks the wire (routes as Triton's ``http_server.cc`` matches them, JSON and binary
+bodies, compression, status codes). ``MetricsFrontend`` serves Prometheus ``/metrics`` on the
+same server machinery.
 
-It faces any client that can reach the port, so every connection is bounded:
+aiohttp's low-level server (``web.Server``) parses HTTP/1.1 (llhttp, in C), keeps connections
+alive, reads chunked bodies; routing is a handful of string comparisons here, not a router.
+The port faces any client that can reach it, so every connection is bounded:
 
-* a request line and headers must arrive within ``header_timeout_s`` and fit in
-  ``MAX_LINE_BYTES`` per line and ``MAX_HEADERS`` lines (else 408/414/431, then close);
+* a request's head must arrive within ``header_timeout_s`` (the connection is answered 408
+  and closed otherwise, however slowly its bytes trickle in); its body must keep arriving
+  (no ``header_timeout_s`` without progress);
+* lines over 8 KiB or more than 100 header lines are refused by the parser (400, close);
 * an idle keep-alive connection is closed after ``idle_timeout_s``;
 * at most ``max_connections`` connections are open at once (more are closed at accept);
-* a body is read and discarded only up to ``MAX_BODY_BYTES`` (these routes take none);
-  chunked bodies are refused, so a body can never be mistaken for the next request.
+* a body is limited to ``max_body_bytes`` (inference and model load, ``--http-max-input-size``)
+  or 64 KiB (every other route); a compressed body is inflated only up to that limit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import base64
+import binascii
 import logging
+import re
+import ssl
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ..errors import InferenceError
+import orjson
+from aiohttp import HttpVersion11, web
+from aiohttp.web_protocol import RequestHandler
+from google.protobuf.descriptor import FieldDescriptor
+from grpc import StatusCode
+
+from ..dataplane.tensors import normalize
+from ..errors import InferenceError, bound_message, escape_control, internal, invalid_argument, unimplemented
+from . import http_codec as codec
 from .access import Restriction
+
+if TYPE_CHECKING:
+    from ..dataplane import DataPlane
+    from ..ipc.remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.http")
 
 MAX_LINE_BYTES = 8192
 MAX_HEADERS = 100
-MAX_BODY_BYTES = 64 * 1024
+SMALL_BODY_BYTES = 64 * 1024  # routes other than inference and model load
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # tritonserver's --http-max-input-size default
 DEFAULT_MAX_CONNECTIONS = 1024
-_SINGLE_HEADERS = ("content-length", "transfer-encoding", "host")
+_OFFLOAD_BYTES = 256 * 1024  # (de)compressing more than this runs off the event loop
 
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    413: "Payload Too Large",
-    414: "URI Too Long",
-    431: "Request Header Fields Too Large",
-    501: "Not Implemented",
-    505: "HTTP Version Not Supported",
-}
+_HTTP_STATUS = {
+    StatusCode.INTERNAL: 500,
+    StatusCode.NOT_FOUND: 404,
+    StatusCode.UNAVAILABLE: 503,
+    StatusCode.UNIMPLEMENTED: 501,
+}  # anything else is 400, as Triton's HttpCodeFromError has it
+
+_JSON = "application/json"
+_NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
+_NOT_FOUND = b'{"error":"Not Found"}'
 
 
-class _Reject(Exception):
-    """A request the responder answers with ``status`` and then closes the connection."""
+def http_ssl_context(o) -> ssl.SSLContext | None:
+    """HTTPS from --http-use-ssl, --http-server-cert, --http-server-key; None = plain HTTP.
+    Unusable files end the server at start with a line that names them."""
+    if not o.http_use_ssl:
+        return None
+    for flag, path in (("--http-server-cert", o.http_server_cert), ("--http-server-key", o.http_server_key)):
+        if not path:
+            raise SystemExit(f"error: --http-use-ssl needs {flag}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(o.http_server_cert, o.http_server_key)
+    except (ssl.SSLError, OSError) as e:
+        why = e.reason if isinstance(e, ssl.SSLError) else (e.strerror or e)
+        raise SystemExit(
+            f"error: --http-server-cert {o.http_server_cert} and --http-server-key {o.http_server_key} "
+            f"are not a usable PEM certificate chain and private key ({why})"
+        ) from None
+    return context
 
-    def __init__(self, status: int):
+
+def http_status(code: StatusCode) -> int:
+    return _HTTP_STATUS.get(code, 400)
+
+
+class HttpReject(Exception):
+    """Answer ``status`` (with an optional JSON error text) and close the connection."""
+
+    def __init__(self, status: int, text: str = ""):
         super().__init__(status)
         self.status = status
+        self.text = text
 
 
-class TinyHttpServer:
-    """GET/HEAD only; ``route(method, path, headers) -> (status, content type, body)``
-    (``headers``: lower-cased names)."""
+def json_response(obj, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(obj), content_type=_JSON)
+
+
+def error_response(status: int, text: str) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps({"error": bound_message(text)}), content_type=_JSON)
+
+
+def _failure(where: str, e: Exception) -> web.Response:
+    if isinstance(e, InferenceError):
+        return error_response(http_status(e.code), e.message)
+    if isinstance(e, MemoryError):
+        log.error("%s: out of memory", where)
+        return error_response(503, "the server ran out of memory handling the request")
+    log.error("%s failed unexpectedly", where, exc_info=e)
+    err = internal(f"internal error in {where} ({type(e).__name__}); the server log has the details")
+    return error_response(500, err.message)
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
+
+
+class _Connection(RequestHandler):
+    """aiohttp's per-connection protocol plus a deadline for each request's head (aiohttp
+    itself only times out idle keep-alive connections)."""
+
+    header_timeout_s = 10.0
+    max_connections = DEFAULT_MAX_CONNECTIONS
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        manager = self._manager
+        if manager is not None and len(manager.connections) >= self.max_connections:
+            transport.abort()
+            return
+        super().connection_made(transport)
+        self._head_timer = self._loop.call_later(self.header_timeout_s, self._head_expired)
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and not self._request_in_progress and not self._messages and data:
+            # the first bytes of the next request's head on a kept-alive connection
+            self._head_timer = self._loop.call_later(self.header_timeout_s, self._head_expired)
+        parsed = self._request_count
+        super().data_received(data)
+        if self._request_count != parsed and self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._request_in_progress or self._messages:
+            return
+        transport.write(_TIMEOUT_RESPONSE)
+        self.force_close()
+
+
+class _Server(web.Server):
+    def __init__(self, handler, *, header_timeout_s: float, max_connections: int, **kwargs):
+        super().__init__(handler, **kwargs)
+        self._header_timeout_s = header_timeout_s
+        self._max_connections = max_connections
+
+    def __call__(self) -> RequestHandler:
+        conn = _Connection(self, loop=self._loop, **self._kwargs)
+        conn.header_timeout_s = self._header_timeout_s
+        conn.max_connections = self._max_connections
+        return conn
+
+
+class _ParserLog(logging.Filter):
+    """aiohttp logs every request its parser refuses at ERROR with a traceback: any client could
+    fill the log. Kept only with verbose logging, as one line without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return log.isEnabledFor(logging.DEBUG)
+
+
+_quiet = logging.getLogger("fpgaserve.http.parser")
+_quiet.addFilter(_ParserLog())
+
+
+class _Listener:
+    """One aiohttp low-level server bound to one address and port."""
 
     def __init__(
         self,
-        route,
+        handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+        *,
+        header_timeout_s: float,
+        idle_timeout_s: float,
+        max_connections: int,
+        shutdown_timeout_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.ssl_context = ssl_context
+        self.handler = handler
+        self.settings: dict[str, Any] = {
+            "header_timeout_s": header_timeout_s,
+            "max_connections": max_connections,
+            "keepalive_timeout": idle_timeout_s,
+            "max_line_size": MAX_LINE_BYTES,
+            "max_field_size": MAX_LINE_BYTES,
+            "max_headers": MAX_HEADERS,
+            "auto_decompress": False,  # inflated here, within the body limit
+            "logger": _quiet,
+            "access_log": None,
+            "lingering_time": header_timeout_s,
+            # flow control: reading pauses when this much of a body is buffered and unread
+            # (aiohttp's 64 KiB default pauses and resumes the socket ~50 times per 3 MB body)
+            "read_bufsize": 1 << 21,
+        }
+        self.runner: web.ServerRunner | None = None
+
+    async def start(self, address: str, port: int, reuse_port: bool) -> int:
+        # at stop: no new connections, in-flight requests get up to shutdown_timeout_s
+        server = _Server(self.handler, **self.settings)  # needs the running loop
+        self.runner = web.ServerRunner(
+            server, handle_signals=False, access_log=None, shutdown_timeout=self.shutdown_timeout_s
+        )
+        await self.runner.setup()
+        site = web.TCPSite(
+            self.runner, address, port, reuse_port=reuse_port or None, backlog=1024, ssl_context=self.ssl_context
+        )
+        try:
+            await site.start()
+        except BaseException:
+            await self.runner.cleanup()
+            self.runner = None
+            raise
+        bound = site._server
+        assert isinstance(bound, asyncio.Server) and bound.sockets
+        return bound.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+async def read_body(request: web.BaseRequest, limit: int, timeout_s: float) -> bytes:
+    """The whole body (one buffer: binary inputs become views of it), refused with 413 past
+    ``limit``. It must arrive within ``timeout_s`` plus a second per MiB (a client that stalls
+    is answered 408); a chunked body must keep arriving, ``timeout_s`` at most between chunks."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise HttpReject(413, f"request body of {length} bytes exceeds the limit of {limit} bytes")
+    content = request.content
+    if content.is_eof():  # all of it arrived with the head (the usual small request)
+        return await content.read()
+    if request.headers.get("Expect", "").lower() == "100-continue" and request.version == HttpVersion11:
+        # curl asks before sending a body over 1 KiB (and otherwise waits a second)
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the real response is still to be sent
+    if length is not None:
+        # one deadline for the whole body: no per-chunk timer (a 3 MB body comes in ~50 reads)
+        try:
+            return await asyncio.wait_for(content.readexactly(length), timeout_s + length / (1 << 20))
+        except asyncio.TimeoutError:
+            raise HttpReject(408) from None
+        except asyncio.IncompleteReadError:
+            raise HttpReject(400, "the request body ended before its Content-Length") from None
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            chunk = await asyncio.wait_for(content.readany(), timeout_s)
+        except asyncio.TimeoutError:
+            raise HttpReject(408) from None
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            raise HttpReject(413, f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def inflate(data: bytes, encoding: str, limit: int) -> bytes:
+    """A gzip or deflate (zlib) body, inflated to at most ``limit`` bytes."""
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise invalid_argument(f"failed to decompress the request body ({encoding}): {e}") from None
+    if len(out) > limit:
+        raise HttpReject(413, f"decompressed request body exceeds the limit of {limit} bytes")
+    if not d.eof:
+        raise invalid_argument(f"failed to decompress the request body ({encoding}): truncated data")
+    return out
+
+
+def accepted_encoding(header: str | None) -> str:
+    """The response coding a weighted ``Accept-Encoding`` prefers among gzip and deflate
+    ("identity" when neither is acceptable); the first listed wins a tie, as in Triton."""
+    if not header:
+        return "identity"
+    best, best_q = "identity", 0.0
+    for item in header.split(","):
+        coding, _, params = item.strip().partition(";")
+        coding = coding.strip().lower()
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if coding in ("gzip", "deflate") and q > best_q:
+            best, best_q = coding, q
+    return best
+
+
+def compress(data: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    else:
+        c = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS)
+    return c.compress(data) + c.flush()
+
+
+# ----------------------------------------------------------------------------- JSON of messages
+
+
+def message_json(msg) -> dict:
+    """A protobuf message as Triton writes it in JSON: proto field names, every field
+    present, int64 as numbers, enums by name."""
+    out: dict[str, Any] = {}
+    for fd in msg.DESCRIPTOR.fields:
+        value = getattr(msg, fd.name)
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            vfd = fd.message_type.fields_by_name["value"]
+            out[fd.name] = {k: _field_value(vfd, v) for k, v in value.items()}
+        elif fd.label == FieldDescriptor.LABEL_REPEATED:
+            out[fd.name] = [_field_value(fd, v) for v in value]
+        elif fd.message_type is not None and not msg.HasField(fd.name):
+            continue
+        else:
+            out[fd.name] = _field_value(fd, value)
+    return out
+
+
+def _field_value(fd, value):
+    if fd.message_type is not None:
+        return message_json(value)
+    if fd.enum_type is not None:
+        ev = fd.enum_type.values_by_number.get(value)
+        return ev.name if ev is not None else value
+    if fd.type == FieldDescriptor.TYPE_BYTES:
+        return base64.b64encode(value).decode()
+    return value
+
+
+# ----------------------------------------------------------------------------- the API
+
+
+def _stat(d) -> dict:
+    return {"count": d.count, "ns": d.ns}
+
+
+class HttpFrontend:
+    """Routes, as tritonserver's HTTPAPIServer::Handle matches them, onto the data plane."""
+
+    def __init__(
+        self,
+        dataplane: DataPlane | RemoteDataPlane,
+        restrictions: dict[str, Restriction] | None = None,
         *,
         header_timeout_s: float = 10.0,
         idle_timeout_s: float = 60.0,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        shutdown_timeout_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
     ):
-        self.route = route
+        self.dataplane = dataplane
+        self.restrictions = restrictions or {}
         self.header_timeout_s = header_timeout_s
-        self.idle_timeout_s = idle_timeout_s
-        self.max_connections = max_connections
-        self._connections: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.AbstractServer | None = None
-
-    async def _read_line(self, reader: asyncio.StreamReader, deadline: float, status: int) -> bytes:
-        loop = asyncio.get_running_loop()
-        try:
-            return await asyncio.wait_for(reader.readline(), max(0.0, deadline - loop.time()))
-        except asyncio.TimeoutError:
-            raise _Reject(408) from None
-        except ValueError:  # the line exceeds the reader's limit (LimitOverrunError)
-            raise _Reject(status) from None
-
-    async def _read_request(self, reader: asyncio.StreamReader, first: bool):
-        """(method, path, headers), or None when the client closed or idled out between requests."""
-        loop = asyncio.get_running_loop()
-        try:
-            line = await asyncio.wait_for(reader.readline(), self.header_timeout_s if first else self.idle_timeout_s)
-        except asyncio.TimeoutError:
-            if first:
-                raise _Reject(408) from None
-            return None  # idle keep-alive connection: close quietly
-        except ValueError:
-            raise _Reject(414) from None
-        if not line:
-            return None
-        deadline = loop.time() + self.header_timeout_s
-        try:
-            method, target, version = line.decode("latin-1").rstrip("\r\n").split(" ")
-        except ValueError:
-            raise _Reject(400) from None
-        if not version.startswith("HTTP/1."):
-            raise _Reject(505 if version.startswith("HTTP/") else 400)
-        headers: dict[str, str] = {}
-        for _ in range(MAX_HEADERS + 1):
-            h = await self._read_line(reader, deadline, 431)
-            if h in (b"\r\n", b"\n"):
-                break
-            if not h:
-                return None
-            name, colon, value = h.decode("latin-1").partition(":")
-            if not colon or not name or name != name.strip():
-                raise _Reject(400)
-            name = name.lower()
-            if name in headers and name in _SINGLE_HEADERS:
-                # two framings of one message: a proxy in front may have used the other one
-                raise _Reject(400)
-            headers[name] = value.strip()
-        else:
-            raise _Reject(431)
-        if "transfer-encoding" in headers:
-            raise _Reject(501)
-        length = headers.get("content-length", "0")
-        if not (length.isascii() and length.isdigit()):
-            raise _Reject(400)
-        if int(length) > MAX_BODY_BYTES:
-            raise _Reject(413)
-        if int(length):
-            try:
-                await asyncio.wait_for(reader.readexactly(int(length)), max(0.0, deadline - loop.time()))
-            except asyncio.TimeoutError:
-                raise _Reject(408) from None
-        return method, target, headers
-
-    def _respond(self, writer, method: str, code: int, ctype: str, body: bytes, keep_alive: bool) -> None:
-        writer.write(
-            f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n".encode()
-            + (body if method != "HEAD" else b"")
+        self.max_body_bytes = max_body_bytes
+        self.listener = _Listener(
+            self.handle,
+            header_timeout_s=header_timeout_s,
+            idle_timeout_s=idle_timeout_s,
+            max_connections=max_connections,
+            shutdown_timeout_s=shutdown_timeout_s,
+            ssl_context=ssl_context,
         )
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._connections) >= self.max_connections:
-            writer.close()
-            return
-        self._connections.add(writer)
-        try:
-            first = True
-            while True:
-                try:
-                    request = await self._read_request(reader, first)
-                except _Reject as r:
-                    self._respond(writer, "GET", r.status, "text/plain", b"", keep_alive=False)
-                    await writer.drain()
-                    break
-                if request is None:
-                    break
-                first = False
-                method, path, headers = request
-                keep_alive = "close" not in headers.get("connection", "").lower()
-                if method not in ("GET", "HEAD"):
-                    code, ctype, body = 405, "application/json", b'{"error":"Method Not Allowed"}'
-                else:
-                    code, ctype, body = self.route(method, path, headers)
-                self._respond(writer, method, code, ctype, body, keep_alive)
-                await writer.drain()
-                if not keep_alive:
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self._connections.discard(writer)
-            writer.close()
 
     async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
-        self._server = await asyncio.start_server(
-            self._handle, address, port, limit=MAX_LINE_BYTES, reuse_port=reuse_port or None
-        )
-        return self._server.sockets[0].getsockname()[1]
+        return await self.listener.start(address, port, reuse_port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for writer in list(self._connections):
-                writer.close()
-            await self._server.wait_closed()
+        """Stop accepting; in-flight requests finish (up to ``shutdown_timeout_s``)."""
+        await self.listener.stop()
+
+    # ------------------------------------------------------------------ dispatch
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            if request.version.major != 1:
+                raise HttpReject(505)
+            response = await self._route(request)
+        except HttpReject as r:
+            if r.text:
+                response = error_response(r.status, r.text)
+            else:
+                response = web.Response(status=r.status, content_type="text/plain")
+            response.force_close()
+            return response
+        except Exception as e:
+            return _failure(f"{request.method} {escape_control(request.path[:200])}", e)
+        if request.method == "CONNECT":  # the parser now treats the connection as a tunnel
+            response.force_close()
+        return response
+
+    async def _body(self, request: web.BaseRequest, limit: int = SMALL_BODY_BYTES) -> bytes:
+        if not request.body_exists:
+            return b""
+        return await read_body(request, limit, self.header_timeout_s)
+
+    def _refused(self, request: web.BaseRequest, category: str) -> web.Response | None:
+        restriction = self.restrictions.get(category)
+        if restriction is None or restriction.allows(request.headers.get(restriction.header)):
+            return None
+        return error_response(403, restriction.http_refusal())
+
+    async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
+        path = request.raw_path.split("?", 1)[0]
+        parts = [unquote(p) for p in path.split("/")]
+        n = len(parts)
+        if n < 2 or parts[0] != "" or parts[1] != "v2":
+            return self._not_found()
+        if n >= 4 and parts[2] == "models" and path not in ("/v2/models/stats",):
+            response = await self._model_route(request, parts[3], parts[4:])
+            if response is not None:
+                return response
+        if path == "/v2/models/stats":
+            return await self._guarded(request, "statistics", ("GET",), self._stats, "", "")
+        if path == "/v2/logging":
+            return await self._guarded(request, "logging", ("GET", "POST"), self._logging)
+        if n == 2:
+            return await self._guarded(request, "metadata", ("GET",), self._server_metadata)
+        if n == 4 and parts[2] == "health" and parts[3] in ("live", "ready"):
+            return await self._health(request, parts[3])
+        if parts[2] in ("systemsharedmemory", "cudasharedmemory"):
+            region = ""
+            rest = parts[3:]
+            if len(rest) == 3 and rest[0] == "region" and rest[1]:
+                region, rest = rest[1], rest[2:]
+            if len(rest) == 1 and rest[0] in ("status", "register", "unregister"):
+                cuda = parts[2] == "cudasharedmemory"
+                return await self._guarded(request, "shared-memory", ("GET", "POST"), self._shm, cuda, region, rest[0])
+        if parts[2] == "repository":
+            rest = parts[3:]
+            repo = ""
+            if rest and rest[0] not in ("index", "models"):
+                repo, rest = rest[0], rest[1:]
+            if rest == ["index"]:
+                return await self._guarded(request, "model-repository", ("POST",), self._index, repo)
+            if len(rest) == 3 and rest[0] == "models" and rest[1] and rest[2] in ("load", "unload"):
+                return await self._guarded(
+                    request,
+                    "model-repository",
+                    ("POST",),
+                    self._control,
+                    repo,
+                    rest[1],
+                    rest[2],
+                    limit=self.max_body_bytes if rest[2] == "load" else SMALL_BODY_BYTES,
+                )
+        if path == "/v2/trace/setting":
+            return await self._guarded(request, "trace", ("GET", "POST"), self._trace, "")
+        return self._not_found()
+
+    async def _model_route(self, request, name: str, rest: list[str]) -> web.StreamResponse | None:
+        if not name:
+            return None
+        version = ""
+        if len(rest) >= 2 and rest[0] == "versions":
+            if not rest[1].isascii() or not rest[1].isdigit():
+                return None
+            version, rest = rest[1], rest[2:]
+        kind = "/".join(rest)
+        if kind == "":
+            return await self._guarded(request, "metadata", ("GET",), self._model_metadata, name, version)
+        if kind == "infer":
+            refused = self._refused(request, "inference")
+            if refused is not None:
+                return refused
+            if request.method != "POST":
+                return self._not_allowed()
+            return await self._infer(request, name, version)
+        if kind == "ready":
+            return await self._model_ready(request, name, version)
+        if kind == "config":
+            return await self._guarded(request, "model-config", ("GET",), self._model_config, name, version)
+        if kind == "stats":
+            return await self._guarded(request, "statistics", ("GET",), self._stats, name, version)
+        if kind == "trace/setting" and not version:
+            return await self._guarded(request, "trace", ("GET", "POST"), self._trace, name)
+        return None
+
+    @staticmethod
+    def _not_found() -> web.Response:
+        return web.Response(status=404, body=_NOT_FOUND, content_type=_JSON)
+
+    @staticmethod
+    def _not_allowed() -> web.Response:
+        return web.Response(status=405, body=_NOT_ALLOWED, content_type=_JSON)
+
+    async def _guarded(
+        self, request, category: str, methods: tuple[str, ...], fn, *args, limit: int = SMALL_BODY_BYTES
+    ) -> web.StreamResponse:
+        """Triton's prologue for every API: the restriction, then the method; then the
+        handler, whose InferenceError becomes its status and ``{"error": text}``."""
+        refused = self._refused(request, category)
+        if refused is not None:
+            return refused
+        if request.method not in methods:
+            return self._not_allowed()
+        body = await self._body(request, limit)
+        try:
+            return await fn(request, body, *args)
+        except InferenceError as e:
+            return error_response(http_status(e.code), e.message)
+
+    # ------------------------------------------------------------------ health
+    async def _health(self, request, kind: str) -> web.StreamResponse:
+        refused = self._refused(request, "health")
+        if refused is not None:
+            return refused
+        if request.method not in ("GET", "HEAD"):
+            return self._not_allowed()
+        await self._body(request)
+        dp = self.dataplane
+        ok = await (dp.live() if kind == "live" else dp.ready())
+        return web.Response(status=200 if ok else 400, content_type="text/plain")
+
+    async def _model_ready(self, request, name: str, version: str) -> web.StreamResponse:
+        refused = self._refused(request, "health")
+        if refused is not None:
+            return refused
+        if request.method not in ("GET", "HEAD"):
+            return self._not_allowed()
+        await self._body(request)
+        try:
+            ready = await self.dataplane.model_ready(name, version)
+        except InferenceError as e:
+            return error_response(http_status(e.code), e.message)
+        if not ready:
+            return error_response(400, "Model version not ready")
+        return web.Response(status=200, content_type="text/plain")
+
+    # ------------------------------------------------------------------ metadata, config, stats
+    async def _server_metadata(self, request, body) -> web.Response:
+        info = await self.dataplane.server_metadata()
+        extensions = [*info.extensions, "binary_tensor_data"]
+        return json_response({"name": info.name, "version": info.version, "extensions": extensions})
+
+    async def _model_metadata(self, request, body, name: str, version: str) -> web.Response:
+        model = await self.dataplane.model(name, version)
+        batch = [-1] if model.max_batch_size > 0 else []
+
+        def tensors(specs):
+            return [
+                {"name": s.name, "datatype": s.datatype.wire, "shape": batch + list(s.dims)} for s in specs.values()
+            ]
+
+        return json_response(
+            {
+                "name": model.name,
+                "versions": [str(v) for v in await self.dataplane.ready_versions(model.name)],
+                "platform": model.platform,
+                "inputs": tensors(model.inputs),
+                "outputs": tensors(model.outputs),
+            }
+        )
+
+    async def _model_config(self, request, body, name: str, version: str) -> web.Response:
+        model = await self.dataplane.model(name, version)
+        return json_response(message_json(model.config))
+
+    async def _stats(self, request, body, name: str, version: str) -> web.Response:
+        stats = []
+        for mv in await self.dataplane.statistics(name, version):
+            s = mv.stats
+            stats.append(
+                {
+                    "name": mv.name,
+                    "version": mv.version_str,
+                    "last_inference": s.last_inference_ms,
+                    "inference_count": s.inference_count,
+                    "execution_count": s.execution_count,
+                    "inference_stats": {
+                        f: _stat(getattr(s, f))
+                        for f in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+                    }
+                    | {"cache_hit": {"count": 0, "ns": 0}, "cache_miss": {"count": 0, "ns": 0}},
+                    "batch_stats": [
+                        {
+                            "batch_size": size,
+                            "compute_input": _stat(s.batch_stats[size].compute_input),
+                            "compute_infer": _stat(s.batch_stats[size].compute_infer),
+                            "compute_output": _stat(s.batch_stats[size].compute_output),
+                        }
+                        for size in sorted(s.batch_stats)
+                    ],
+                    "memory_usage": [],
+                }
+            )
+        return json_response({"model_stats": stats})
+
+    # ------------------------------------------------------------------ repository
+    @staticmethod
+    def _json_body(body: bytes, what: str) -> dict:
+        if not body:
+            return {}
+        value = codec.parse_json(body, what)
+        if not isinstance(value, dict):
+            raise invalid_argument(f"failed to parse the {what} JSON buffer: the document is not an object")
+        return value
+
+    async def _index(self, request, body, repo: str) -> web.Response:
+        # (a repository name in the path is ignored by the index, as in Triton 2.51)
+        req = self._json_body(body, "registry index")
+        ready = False
+        if "ready" in req:
+            if not isinstance(req["ready"], bool):
+                raise invalid_argument(codec._NOT_BOOL)
+            ready = req["ready"]
+        rows = []
+        for name, version, state, reason in await self.dataplane.repository_index(ready):
+            row = {"name": name}
+            if version:
+                row["version"] = version
+            if state:
+                row["state"] = state
+            if reason:
+                row["reason"] = reason
+            rows.append(row)
+        return json_response(rows)
+
+    async def _control(self, request, body, repo: str, name: str, action: str) -> web.Response:
+        if repo:
+            raise unimplemented("'repository_name' specification is not supported")
+        if action == "unload":
+            req = self._json_body(body, "unload model")
+            params = req.get("parameters") or {}
+            if isinstance(params, dict) and "unload_dependents" in params:
+                codec.as_bool(params["unload_dependents"], "unload_dependents")
+            await self.dataplane.unload(name)
+            return web.Response(status=200, content_type=_JSON)
+        req = self._json_body(body, "load model")
+        config_json = None
+        files: dict[str, bytes] = {}
+        params = req.get("parameters", {})
+        if not isinstance(params, dict):
+            raise invalid_argument(f"Unable to parse 'parameters': {codec._NOT_OBJECT}")
+        for key, value in params.items():
+            if not isinstance(value, str):
+                raise invalid_argument(f"Unable to parse '{key}': {codec._NOT_STRING}")
+            if key == "config":
+                config_json = value
+            elif key.startswith("file:"):
+                try:
+                    files[key[len("file:") :]] = base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    raise invalid_argument(f"unable to decode base64 content of '{key}'") from None
+            else:
+                raise invalid_argument(f"unrecognized load parameter '{key}'.")
+        await self.dataplane.load(name, config_json, files or None)
+        return web.Response(status=200, content_type=_JSON)
+
+    # ------------------------------------------------------------------ shared memory
+    async def _shm(self, request, body, cuda: bool, region: str, action: str) -> web.Response:
+        dp = self.dataplane
+        if action == "status":
+            if request.method != "GET":
+                return self._not_allowed()
+            if cuda:
+                await dp.cuda_shm_status(region)
+                return json_response([])
+            regions = await dp.shm_status(region)
+            return json_response(
+                [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in regions]
+            )
+        if request.method != "POST":
+            return self._not_allowed()
+        if action == "unregister":
+            await (dp.cuda_shm_unregister(region) if cuda else dp.shm_unregister(region))
+            return web.Response(status=200, content_type=_JSON)
+        if cuda:
+            await dp.cuda_shm_register()
+            return web.Response(status=200, content_type=_JSON)
+        req = self._json_body(body, "shared memory register")
+        if "key" not in req:
+            raise invalid_argument("Shared memory register request has no 'key' field")
+        key = codec.as_string(req["key"], "key")
+        offset = codec.as_uint(req.get("offset", 0), "offset")
+        if "byte_size" not in req:
+            raise invalid_argument("Shared memory register request has no 'byte_size' field")
+        size = codec.as_uint(req["byte_size"], "byte_size")
+        await dp.shm_register(region, key, offset, size)
+        return web.Response(status=200, content_type=_JSON)
+
+    # ------------------------------------------------------------------ settings
+    async def _logging(self, request, body) -> web.Response:
+        settings = self._json_body(body, "log settings") if request.method == "POST" else {}
+        return json_response(await self.dataplane.update_log_settings(settings))
+
+    async def _trace(self, request, body, model: str) -> web.Response:
+        settings: dict[str, list[str]] = {}
+        if request.method == "POST":
+            for key, value in self._json_body(body, "trace setting").items():
+                if value is None:
+                    settings[key] = []
+                elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                    settings[key] = value
+                elif isinstance(value, str):
+                    settings[key] = [value]
+                else:
+                    raise invalid_argument(f"expect an array or a string for trace setting '{key}'")
+        current = await self.dataplane.trace_settings(model, settings)
+        return json_response({k: (v if k == "trace_level" else (v[0] if v else "")) for k, v in current.items()})
+
+    # ------------------------------------------------------------------ inference
+    async def _infer(self, request: web.BaseRequest, name: str, version: str) -> web.StreamResponse:
+        dp = self.dataplane
+        try:
+            dp.check_accepting()
+            model = await dp.model(name, version)
+            if model.decoupled:
+                raise unimplemented("HTTP end point doesn't support models with decoupled transaction policy")
+            body = await read_body(request, self.max_body_bytes, self.header_timeout_s)
+            encoding = request.headers.get("Content-Encoding", "identity")
+            if encoding in ("gzip", "deflate"):
+                if len(body) > _OFFLOAD_BYTES:
+                    loop = asyncio.get_running_loop()
+                    body = await loop.run_in_executor(None, inflate, body, encoding, self.max_body_bytes)
+                else:
+                    body = inflate(body, encoding, self.max_body_bytes)
+            elif encoding not in ("identity", ""):
+                raise unimplemented("Unsupported compression type")
+            mv = memoryview(body)
+            header_length = _header_length(request.headers.get(codec.HEADER_LENGTH), len(body))
+            if header_length == 0:
+                ireq, received, plan = codec.collect_raw(mv, model)
+            else:
+                header = codec.parse_json(mv[:header_length])
+                ireq, received, plan = codec.collect(header, mv[header_length:], model, dp.shm)
+            ireq = normalize(ireq, received, model, dp.shm)
+            encoded = await dp.infer(ireq)
+            shm_outputs = {o.spec.name for o in ireq.outputs if o.shm is not None}
+            head, binaries = codec.build_response(model, ireq.id, encoded, plan, shm_outputs)
+        except InferenceError as e:
+            return error_response(http_status(e.code), e.message)
+        headers = {}
+        if binaries:
+            headers[codec.HEADER_LENGTH] = str(len(head))
+            body_out = head + b"".join(binaries) if len(binaries) > 1 or len(binaries[0]) < 65536 else None
+        else:
+            body_out = head
+        coding = accepted_encoding(request.headers.get("Accept-Encoding"))
+        if coding != "identity":
+            whole = body_out if body_out is not None else head + b"".join(binaries)
+            if len(whole) > _OFFLOAD_BYTES:
+                whole = await asyncio.get_running_loop().run_in_executor(None, compress, whole, coding)
+            else:
+                whole = compress(whole, coding)
+            headers["Content-Encoding"] = coding
+            return web.Response(body=whole, headers=headers, content_type=_JSON if not binaries else None)
+        if body_out is not None:
+            return web.Response(body=body_out, headers=headers, content_type=_JSON if not binaries else None)
+        # one large binary output: written after the header without joining them (one copy out)
+        response = web.StreamResponse(headers=headers)
+        response.content_length = len(head) + len(binaries[0])
+        response.content_type = "application/octet-stream"
+        await response.prepare(request)
+        await response.write(head)
+        await response.write(binaries[0])
+        await response.write_eof()
+        return response
 
 
-class HealthRoutes:
-    def __init__(self, dataplane, restrictions: dict[str, Restriction] | None = None):
-        self.dataplane = dataplane
-        # probes are Triton's "health" API group (--http-restricted-api=health:<key>=<value>)
-        self.restriction = (restrictions or {}).get("health")
-
-    def status_for(self, method: str, path: str) -> int:
-        if method not in ("GET", "HEAD"):
-            return 405
-        parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
-        if parts == ["v2", "health", "live"]:
-            return 200
-        if parts == ["v2", "health", "ready"]:
-            return 200 if self.dataplane.ready_now() else 400
-        if len(parts) >= 4 and parts[:2] == ["v2", "models"] and parts[-1] == "ready":
-            name = parts[2]
-            version = ""
-            if len(parts) == 6 and parts[3] == "versions":
-                version = parts[4]
-            elif len(parts) != 4:
-                return 404
-            try:
-                ready = self.dataplane.model_ready_now(name, version)
-            except InferenceError:  # a malformed version: not ready, as any unknown one
-                ready = False
-            return 200 if ready else 400
-        return 404
-
-    def __call__(self, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
-        code = self.status_for(method, path)
-        restriction = self.restriction
-        if (
-            code != 404
-            and restriction is not None
-            and not restriction.allows((headers or {}).get(restriction.header.lower()))
-        ):
-            body = json.dumps({"error": restriction.http_refusal()}).encode()
-            return 403, "application/json", body
-        if code == 400 and "/v2/models/" in path:
-            return code, "application/json", b'{"error":"Model version not ready"}'  # Triton's body
-        return code, "text/plain", b""
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-def metrics_route(render):
-    """``render() -> bytes`` in Prometheus text format, served on /metrics."""
+def _header_length(value: str | None, content_length: int) -> int | None:
+    """``Inference-Header-Content-Length`` (None: the whole body is JSON), checked as Triton does."""
+    if value is None:
+        return content_length
+    text = value.strip()
+    if _INTEGER.fullmatch(text) is None:
+        raise invalid_argument(f"Unable to parse {codec.HEADER_LENGTH}, got: {value}")
+    # more than 10 significant digits is out of int32's range whatever they are (and int() of
+    # a client's thousands of digits would cost quadratic time)
+    parsed = int(text) if len(text.lstrip("+-").lstrip("0")) <= 10 else 2**31
+    if not -(2**31) <= parsed < 2**31:
+        raise invalid_argument(
+            f"Unable to parse {codec.HEADER_LENGTH}, value is out of range [ {-(2**31)}, {2**31 - 1} ], got: {value}"
+        )
+    if parsed < 0 or parsed > content_length:
+        raise invalid_argument(f"inference header size should be in range (0, {content_length}), got: {value}")
+    return parsed
 
-    def route(method: str, path: str, headers: dict[str, str] | None = None):
-        if path.split("?", 1)[0].rstrip("/") != "/metrics":
-            return 404, "text/plain", b""
-        return 200, "text/plain; version=0.0.4; charset=utf-8", render()
 
-    return route
+# ----------------------------------------------------------------------------- /metrics
+
+
+class MetricsFrontend:
+    """Prometheus text on ``GET /metrics`` (``render() -> bytes``), in the engine's process:
+    it reads the statistics on the event loop thread that writes them."""
+
+    def __init__(self, render, *, header_timeout_s: float = 10.0, idle_timeout_s: float = 60.0):
+        self.render = render
+        self.header_timeout_s = header_timeout_s
+        self.listener = _Listener(
+            self.handle,
+            header_timeout_s=header_timeout_s,
+            idle_timeout_s=idle_timeout_s,
+            max_connections=DEFAULT_MAX_CONNECTIONS,
+        )
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            if request.version.major != 1:
+                raise HttpReject(505)
+            if request.method not in ("GET", "HEAD"):
+                response = web.Response(status=405, body=_NOT_ALLOWED, content_type=_JSON)
+                if request.method == "CONNECT":
+                    response.force_close()
+                return response
+            if request.body_exists:
+                await read_body(request, SMALL_BODY_BYTES, self.header_timeout_s)
+        except HttpReject as r:
+            response = web.Response(status=r.status, content_type="text/plain")
+            response.force_close()
+            return response
+        if request.raw_path.split("?", 1)[0].rstrip("/") != "/metrics":
+            return web.Response(status=404, content_type="text/plain")
+        return web.Response(body=self.render(), headers={"Content-Type": _METRICS_TYPE})
+
+    async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
+        return await self.listener.start(address, port, reuse_port)
+
+    async def stop(self) -> None:
+        await self.listener.stop()
+
+
+_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -73,7 +73,7 @@ class EngineServer:
         self._server: asyncio.AbstractServer | None = None
         self._acks: dict[int, asyncio.Future] = {}
         self._tokens = itertools.count(1)
-        self.on_bound = lambda pid, port: None  # set by the supervisor
+        self.on_bound = lambda pid, ports: None  # set by the supervisor: (gRPC port, HTTP port)
         # repository changes so far, and load/unload calls in progress: a call broadcasts the
         # change itself (awaited, before its client hears back); changes with no call in
         # progress (poll mode) are broadcast from the listener
@@ -140,7 +140,7 @@ class EngineServer:
             if future is not None and not future.done():
                 future.set_result(None)
         elif kind == "bound":
-            self.on_bound(fe.pid, message[1])
+            self.on_bound(fe.pid, tuple(message[1:]))
         else:
             log.error("unknown message from frontend %d: %s", fe.pid, kind)
 

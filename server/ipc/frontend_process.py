@@ -1,9 +1,9 @@
-"""A gRPC frontend process: transport, decoding and validation, fed to the engine over IPC.
+"""A frontend process: gRPC and HTTP transports, decoding and validation, fed to the engine over IPC.
 
-    python -m fpgaserve.server.ipc.frontend_process CONFIG SOCKET INDEX PORT
+    python -m fpgaserve.server.ipc.frontend_process CONFIG SOCKET INDEX GRPC_PORT HTTP_PORT
 
 Started by the engine's ``FrontendSupervisor`` (never by hand): CONFIG is the server's
-options as JSON, SOCKET the engine's Unix socket. Exit status: 0 after a SIGTERM drain, 1 if
+options as JSON, SOCKET the engine's Unix socket; a port of -1 is not served. Exit status: 0 after a SIGTERM drain, 1 if
 the port cannot be bound, 2 if the engine went away.
 """
 
@@ -16,9 +16,10 @@ import signal
 import sys
 
 from ..app import ServerOptions
-from ..frontends.access import RestrictionError, grpc_restrictions
+from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
 from ..frontends.grpc_listener import GrpcListener
+from ..frontends.http import HttpFrontend, http_ssl_context
 from ..log_settings import LogSettings
 from .remote import RemoteDataPlane
 
@@ -30,16 +31,35 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
     await dataplane.connect()
     try:
         restrictions = grpc_restrictions(options.grpc_restricted_protocols)
+        http_restricted = http_restrictions(options.http_restricted_apis)
     except RestrictionError as e:  # the engine checked them already
         log.error("%s", e)
         return 1
-    listener = GrpcListener(options, InferenceServicer(dataplane), restrictions, reuse_port=True)
+    listener: GrpcListener | None = None
+    http: HttpFrontend | None = None
+    grpc_port = http_port = -1
     try:
-        port = await listener.start(announce=False)
+        if options.grpc_port >= 0:
+            listener = GrpcListener(options, InferenceServicer(dataplane), restrictions, reuse_port=True)
+            grpc_port = await listener.start(announce=False)
+        if options.http_port >= 0:
+            http = HttpFrontend(
+                dataplane,
+                http_restricted,
+                header_timeout_s=options.http_header_timeout_secs,
+                idle_timeout_s=options.http_idle_timeout_secs,
+                max_body_bytes=options.http_max_input_size,
+                shutdown_timeout_s=options.exit_timeout_secs,
+                ssl_context=http_ssl_context(options),
+            )
+            http_port = await http.start(options.http_address, options.http_port, reuse_port=True)
     except SystemExit as e:
         log.error("%s", e.code)
         return 1
-    dataplane.send(("bound", port))
+    except OSError as e:
+        log.error("cannot bind HTTP to %s:%d: %s", options.http_address, options.http_port, e.strerror or e)
+        return 1
+    dataplane.send(("bound", grpc_port, http_port))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -49,20 +69,27 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
     lost_wait = loop.create_task(dataplane.engine_lost.wait())
     await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
     if not stop.is_set():
-        log.error("gRPC frontend %d: the engine process is gone; exiting", index)
-        await listener.stop(grace=0)
+        log.error("frontend %d: the engine process is gone; exiting", index)
+        if listener is not None:
+            await listener.stop(grace=0)
+        if http is not None:
+            await http.stop()
         return 2
     dataplane.exiting = True  # new requests: UNAVAILABLE; in-flight ones finish
-    await listener.stop(grace=options.exit_timeout_secs)
+    if http is not None:
+        await http.stop()
+    if listener is not None:
+        await listener.stop(grace=options.exit_timeout_secs)
     await dataplane.close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    config_path, socket_path, index, port = sys.argv[1:] if argv is None else argv
+    config_path, socket_path, index, grpc_port, http_port = sys.argv[1:] if argv is None else argv
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))
-    options.grpc_port = int(port)
+    options.grpc_port = int(grpc_port)
+    options.http_port = int(http_port)
     LogSettings(
         options.log_verbose,
         options.log_file,

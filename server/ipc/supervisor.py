@@ -1,7 +1,7 @@
-"""Starts, watches and stops the gRPC frontend processes of one engine.
+"""Starts, watches and stops the frontend processes (gRPC and HTTP) of one engine.
 
 The frontends are ``python -m fpgaserve.server.ipc.frontend_process`` children, all bound to
-the gRPC port with SO_REUSEPORT (the kernel spreads new connections over them) and connected
+the gRPC port and to the HTTP port with SO_REUSEPORT (the kernel spreads new connections over them) and connected
 to the engine over a Unix socket in a private directory (mode 0700). A frontend that dies is
 started again; the others keep serving meanwhile. Each one ends with the engine (the
 kernel's parent-death signal, SIGHUP, and the channel's end of file), logging that the
@@ -50,16 +50,17 @@ class FrontendSupervisor:
         self._bound: dict[int, asyncio.Future] = {}
         self._watchers: list[asyncio.Task] = []
         self.stopping = False
-        self.port = 0
+        self.ports: tuple[int, int] = (-1, -1)
         self.restarts = 0
 
-    def _on_bound(self, pid: int, port: int) -> None:
+    def _on_bound(self, pid: int, ports: tuple[int, int]) -> None:
         future = self._bound.get(pid)
         if future is not None and not future.done():
-            future.set_result(port)
+            future.set_result(ports)
 
-    async def _spawn(self, index: int, port: int) -> int:
-        """Start frontend ``index`` on ``port``; its bound port, or SystemExit if it failed."""
+    async def _spawn(self, index: int, ports: tuple[int, int]) -> tuple[int, int]:
+        """Start frontend ``index`` on ``ports`` (gRPC, HTTP; -1 = not served); the ports it
+        bound, or SystemExit if it failed."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -67,7 +68,8 @@ class FrontendSupervisor:
             self.config_path,
             self.server.socket_path,
             str(index),
-            str(port),
+            str(ports[0]),
+            str(ports[1]),
             preexec_fn=_die_with_parent,
         )
         self.procs[index] = proc
@@ -81,26 +83,31 @@ class FrontendSupervisor:
         if future in done:
             exited.cancel()
             return future.result()
-        raise SystemExit(f"error: gRPC frontend process {index} exited with {proc.returncode} while starting")
+        raise SystemExit(f"error: frontend process {index} exited with {proc.returncode} while starting")
 
-    async def start(self) -> int:
+    async def start(self) -> tuple[int, int]:
+        """(gRPC port, HTTP port) the frontends serve; -1 for a protocol not served."""
         o = self.options
         # unusable TLS files are named here, once, as the single-process server does, rather
         # than by every frontend that then fails to start
         from ..frontends.grpc_listener import grpc_credentials
 
-        grpc_credentials(o)
+        if o.allow_grpc:
+            grpc_credentials(o)
         with open(self.config_path, "w") as f:  # noqa: ASYNC230 -- once, a few hundred bytes, at start
             json.dump(dataclasses.asdict(o), f)
         await self.server.start()
-        port = o.grpc_port
-        for index in range(self.count):  # the first one fixes the port (0 = any)
-            port = await self._spawn(index, port)
-        self.port = port
+        ports = (o.grpc_port if o.allow_grpc else -1, o.http_port if o.allow_http else -1)
+        for index in range(self.count):  # the first one fixes the ports (0 = any)
+            ports = await self._spawn(index, ports)
+        self.ports = ports
         self._watchers = [asyncio.ensure_future(self._watch(i)) for i in range(self.count)]
-        log.info("Started GRPCInferenceService at %s:%d", o.grpc_address, port)
-        log.info("%d gRPC frontend processes share port %d", self.count, port)
-        return port
+        if ports[0] >= 0:
+            log.info("Started GRPCInferenceService at %s:%d", o.grpc_address, ports[0])
+        if ports[1] >= 0:
+            log.info("Started HTTPService at %s:%d", o.http_address, ports[1])
+        log.info("%d frontend processes share the ports %s", self.count, " and ".join(str(p) for p in ports if p >= 0))
+        return ports
 
     async def _watch(self, index: int) -> None:
         while not self.stopping:
@@ -110,10 +117,10 @@ class FrontendSupervisor:
             if self.stopping:
                 return
             self.restarts += 1
-            log.error("gRPC frontend process %d (pid %d) exited with %s; starting it again", index, proc.pid, rc)
+            log.error("frontend process %d (pid %d) exited with %s; starting it again", index, proc.pid, rc)
             await asyncio.sleep(_RESTART_DELAY_S)
             try:
-                await self._spawn(index, self.port)
+                await self._spawn(index, self.ports)
             except SystemExit as e:
                 log.error("%s", e.code)
 

@@ -410,10 +410,17 @@ class Result:
 
 
 def pa_command(
-    model: str, url: str, batch: int, concurrency: int, *, exe: str | Path = PA_EXE, version: str | None = None
+    model: str,
+    url: str,
+    batch: int,
+    concurrency: int,
+    *,
+    exe: str | Path = PA_EXE,
+    version: str | None = None,
+    protocol: str = "grpc",
 ) -> list[str]:
-    """The start every benchmark's perf_analyzer command shares: one model over gRPC, one batch
-    size and concurrency (``version``: ``-x``, right after the model)."""
+    """The start every benchmark's perf_analyzer command shares: one model over ``protocol``
+    (grpc or http), one batch size and concurrency (``version``: ``-x``, right after the model)."""
     pinned = ["-x", version] if version else []
     return [
         str(exe),
@@ -423,7 +430,7 @@ def pa_command(
         "-u",
         url,
         "-i",
-        "grpc",
+        protocol,
         "-b",
         str(batch),
         "--concurrency-range",
@@ -548,11 +555,12 @@ def measure(
     workdir: Path,
     round_: int = 1,
     quiet: tuple[float, float] = (0.0, 0.0),
+    protocol: str = "grpc",
 ) -> Result:
     res = Result(load, server_name, round_, quiet=quiet)
-    stem = f"pa-{load.key}-{server_name.lower()}-r{round_}"
+    stem = f"pa-{load.key}-{server_name.lower().replace(' ', '-')}-r{round_}"
     csv_path = workdir / f"{stem}.csv"
-    base = pa_command(MODEL, url, load.batch, load.concurrency)
+    base = pa_command(MODEL, url, load.batch, load.concurrency, protocol=protocol)
     cmd = base + pa_windows(s.window_ms, s.stability_pct, s.max_trials) + ["-v", "-f", str(csv_path)]
     csv_path.unlink(missing_ok=True)
     log(f"{load.label} {server_name}: {shlex.join(cmd)}")
