@@ -28,13 +28,14 @@ import ctypes
 import ctypes.util
 import math
 import re
+import threading
 from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
 from .firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, const_int, read_firmware_graph
-from .fixed_point import FixedType
+from .fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, from_float_f64, overflow_f64
 from .project import Hls4mlProject, ProjectError
 
 __all__ = ["FixedPointModel", "UnsupportedLayerError"]
@@ -89,6 +90,11 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
 Op = Callable[[np.ndarray], np.ndarray]
 
 
+def _int64_adapter(op: Op) -> Op:
+    """Run an int64-raw op inside the float64 chain (layers without a float64 form)."""
+    return lambda v: op(v.astype(np.int64)).astype(np.float64)
+
+
 class FixedPointModel:
     """The firmware of an hls4ml io_parallel project as a chain of vectorised int64 ops."""
 
@@ -96,10 +102,15 @@ class FixedPointModel:
         self.project = project
         self.graph: FirmwareGraph = read_firmware_graph(project)
         self._ops: list[Op] = []
+        # the same chain on float64 raws (exact integers below 2**52): BLAS products and
+        # in-place quantization; None when some type of the model is too wide for it
+        fops: list[Op] | None = []
+        self._ws = threading.local()  # per-thread preallocated buffers, see _buffer
         in_type = self._type(project.input.ctype, None)
         self.input_type = in_type
         current = in_type
-        for layer in self.graph.layers:
+        types = [in_type]
+        for index, layer in enumerate(self.graph.layers):
             builder = getattr(self, f"_build_{layer.kind}", None)
             if builder is None:
                 raise UnsupportedLayerError(
@@ -110,12 +121,35 @@ class FixedPointModel:
                 raise UnsupportedLayerError(
                     f"{layer.describe()}: input type {declared_in} differs from the previous output {current}"
                 )
-            op, current = builder(layer, current)
+            self._layer_key = index
+            built = builder(layer, current)
+            op, current = built[0], built[1]
             self._ops.append(op)
+            types.append(current)
+            if fops is not None:
+                fop = built[2] if len(built) > 2 else None
+                fops.append(fop if fop is not None else _int64_adapter(op))
         self.output_type = current
         self.n_in = project.input.size
         self.n_out = project.output.size
         self._io_in, self._io_out = self._accelerator_io()
+        types += [t for t in (self._io_in, self._io_out) if isinstance(t, FixedType)]
+        if not all(f64_capable(t) for t in types):
+            fops = None
+        self._fops = fops
+
+    def _buffer(self, key, shape: tuple[int, ...], fill: np.ndarray | None = None) -> np.ndarray:
+        """A float64 array owned by this model and thread, reused across calls of the same
+        batch size: scratch space, or (``fill``) a constant broadcast to ``shape`` once."""
+        bufs = getattr(self._ws, "bufs", None)
+        if bufs is None:
+            bufs = self._ws.bufs = {}
+        buf = bufs.get(key)
+        if buf is None or buf.shape != shape:
+            buf = bufs[key] = np.empty(shape, np.float64)
+            if fill is not None:
+                buf[...] = fill
+        return buf
 
     # ------------------------------------------------------------------ types
     def _type(self, name: str, layer: Layer | None) -> FixedType:
@@ -263,7 +297,7 @@ class FixedPointModel:
                     acc = acc_t._wrap(acc)
                 return out_t.cast(acc, acc_t)
 
-            return dense_linear, out_t
+            return dense_linear, out_t, self._dense_f64(wmat, bias_acc, in_t, acc_t, out_t, fa - fp, modular)
         if modular:
             # each product is quantized into accum_t on its own, the sum is modular: group by input
             rows = [(i, wmat[i], used[i] > 0) for i in range(n_in)]
@@ -288,6 +322,41 @@ class FixedPointModel:
             return out_t.cast(acc, acc_t)
 
         return dense_sequential, out_t
+
+    def _dense_f64(self, wmat, bias_acc, in_t: FixedType, acc_t: FixedType, out_t: FixedType, shift: int, modular):
+        """The linear dense on float64 raws: one BLAS product with the weights pre-scaled to
+        accum_t's grid, the bias added in place, then accum_t's wrap and the cast to the
+        result type, skipped where the bounds of the sums show they cannot change anything."""
+        if not (f64_capable(in_t) and f64_capable(acc_t) and f64_capable(out_t)):
+            return None
+        wf = wmat.astype(np.float64) * 2.0**shift
+        bf = bias_acc.astype(np.float64)
+        # bounds of every partial sum (products of in_t's extreme raws), per output
+        lo_x, hi_x = float(in_t.raw_min), float(in_t.raw_max)
+        hi_p = np.maximum(wf * lo_x, wf * hi_x).sum(axis=0)
+        lo_p = np.minimum(wf * lo_x, wf * hi_x).sum(axis=0)
+        peak = float(np.abs(wf).sum(axis=0).max(initial=0.0)) * max(-lo_x, hi_x) + float(np.abs(bf).max(initial=0.0))
+        if peak * (1 + 1e-9) + 2 >= F64_EXACT:
+            return None  # partial sums would not be exact in float64: the int64 path runs
+        margin = 1e-9 * peak + 2
+        lo, hi = float((lo_p + bf).min(initial=0.0)) - margin, float((hi_p + bf).max(initial=0.0)) + margin
+        if modular and not (acc_t.raw_min <= lo and hi <= acc_t.raw_max):
+            acc_lo, acc_hi = float(acc_t.raw_min), float(acc_t.raw_max)
+        else:
+            modular, acc_lo, acc_hi = False, lo, hi
+        key = self._layer_key
+        n_out = wf.shape[1]
+
+        def dense_f64(x):
+            rows = x.shape[0]
+            acc = np.matmul(x, wf, out=self._buffer(key, (rows, n_out)))
+            # a bias row broadcast over a short inner axis is slow in numpy: add a full-size copy
+            acc += self._buffer((key, "bias"), (rows, n_out), fill=bf)
+            if modular:
+                acc = overflow_f64(acc_t, acc)
+            return cast_f64(out_t, acc, acc_t.frac, acc_lo, acc_hi)
+
+        return dense_f64
 
     @staticmethod
     def _exact_matmul(wmat: np.ndarray, xmax: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -319,11 +388,17 @@ class FixedPointModel:
     # ------------------------------------------------------------------ activations
     def _build_relu(self, layer: Layer, in_t: FixedType):
         out_t = self._type(layer.template[1], layer)
-        return (lambda x: out_t.cast(np.where(x > 0, x, 0), in_t)), out_t
+
+        def relu_f64(x):
+            np.maximum(x, 0.0, out=x)
+            return cast_f64(out_t, x, in_t.frac, 0.0, float(in_t.raw_max))
+
+        return (lambda x: out_t.cast(np.where(x > 0, x, 0), in_t)), out_t, relu_f64
 
     def _build_linear(self, layer: Layer, in_t: FixedType):
         out_t = self._type(layer.template[1], layer)
-        return (lambda x: out_t.cast(x, in_t)), out_t
+        lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+        return (lambda x: out_t.cast(x, in_t)), out_t, (lambda x: cast_f64(out_t, x, in_t.frac, lo, hi))
 
     def _build_leaky_relu(self, layer: Layer, in_t: FixedType):
         param_t = self._type(layer.template[1], layer)
@@ -465,7 +540,39 @@ class FixedPointModel:
             inv = inv_table[self._idx_from_raw(total, inv_inp_t, bits_inv)]
             return out_t.from_raw(e * inv[:, None], fres)
 
-        return softmax, out_t
+        if not all(f64_capable(t) for t in (in_t, norm_t, acc_t, inv_inp_t, out_t)) or acc_t.width + inv_t.width > 52:
+            return softmax, out_t
+        exp_f, inv_f = exp_table.astype(np.float64), inv_table.astype(np.float64)
+        span = float(in_t.raw_max) - float(in_t.raw_min)
+
+        def index_f64(v: np.ndarray, t: FixedType, n_bits: int) -> np.ndarray:
+            # the top n_bits of the W-bit two's complement pattern of v (integers in t's range)
+            if t.signed:
+                v = np.where(v < 0, v + float(1 << t.width), v)
+            return (v * 2.0 ** (n_bits - t.width)).astype(np.intp)  # exact, non-negative: truncation = floor
+
+        def add_f64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return cast_f64(acc_t, a + b, acc_t.frac)
+
+        def reduce_f64(cols: list[np.ndarray]) -> np.ndarray:
+            if len(cols) == 1:
+                return cols[0]
+            if len(cols) == 2:
+                return add_f64(cols[0], cols[1])
+            left = 1 << ((len(cols) - 1).bit_length() - 1)
+            return add_f64(reduce_f64(cols[:left]), reduce_f64(cols[left:]))
+
+        def softmax_f64(x):
+            d = x
+            if impl == "stable":
+                d = cast_f64(norm_t, x.max(axis=1, keepdims=True) - x, in_t.frac, 0.0, span)
+            e = exp_f[index_f64(d, norm_t, bits_exp)]
+            total = cast_f64(inv_inp_t, reduce_f64([e[:, j] for j in range(n)]), acc_t.frac)
+            inv = inv_f[index_f64(total, inv_inp_t, bits_inv)]
+            e *= inv[:, None]
+            return cast_f64(out_t, e, fres)
+
+        return softmax, out_t, softmax_f64
 
     def _softmax_legacy(self, layer: Layer, in_t: FixedType, out_t: FixedType, n: int):
         table_t = self._cfg_type(layer, "table_t")
@@ -530,6 +637,33 @@ class FixedPointModel:
         x = x.reshape(x.shape[0], -1)
         if x.shape[1] != self.n_in:
             raise ValueError(f"expected {self.n_in} input values per sample, got {x.shape[1]}")
+        if self._fops is not None:
+            return self._predict_f64(x)
+        return self._predict_int64(x)
+
+    def _predict_f64(self, x: np.ndarray) -> np.ndarray:
+        if self._io_in is None:
+            v = from_float_f64(self.input_type, x)
+        elif self._io_in == "float":
+            v = from_float_f64(self.input_type, x.astype(np.float32, copy=False))
+        else:
+            io_in = self._io_in
+            v = from_float_f64(io_in, x)
+            v = cast_f64(self.input_type, v, io_in.frac, float(io_in.raw_min), float(io_in.raw_max))
+        for fop in self._fops or ():
+            v = fop(v)
+        out_t = self.output_type
+        if isinstance(self._io_out, FixedType):
+            io_out = self._io_out
+            v = cast_f64(io_out, v, out_t.frac, float(out_t.raw_min), float(out_t.raw_max))
+            out_t = io_out
+        y = v * 2.0**-out_t.frac  # a new array: the chain's buffers are reused by the next call
+        if self._io_out == "float":
+            y = y.astype(np.float32).astype(np.float64)
+        y += 0.0  # -0.0 (floor of a negative fraction) reads as +0.0, as the firmware's zero does
+        return y
+
+    def _predict_int64(self, x: np.ndarray) -> np.ndarray:
         if self._io_in is None:
             raw = self.input_type.from_float(x.astype(np.float64))
         elif self._io_in == "float":

@@ -15,6 +15,7 @@ Widths above 63 bits are refused: the int64 maths could not hold them.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -320,3 +321,114 @@ class FixedType:
 
 def parse_type(text: str) -> FixedType:
     return FixedType.parse(text)
+
+
+# ---------------------------------------------------------------------- float64 raws
+#: every raw and every exact intermediate of the float64 path stays below this magnitude, so
+#: adding 0.5 or multiplying by a power of two never rounds
+F64_EXACT = 2.0**52
+
+
+def f64_capable(t: FixedType) -> bool:
+    """Whether raws of ``t`` can be held exactly as float64 (the fast path)."""
+    return t.width <= 52 and not t.integer_type
+
+
+def _quantize_f64(t: FixedType, v: np.ndarray) -> np.ndarray:
+    """In place: v (exact multiples of 2**-s, |v| < 2**52) -> integers by t's quantization mode."""
+    mode = t.quant
+    if mode == "AP_TRN":
+        return np.floor(v, out=v)
+    if mode == "AP_TRN_ZERO":
+        return np.trunc(v, out=v)
+    if mode == "AP_RND":  # half up: floor(v + 1/2), exact for these magnitudes
+        v += 0.5
+        return np.floor(v, out=v)
+    if mode == "AP_RND_CONV":  # half to even
+        return np.rint(v, out=v)
+    if mode == "AP_RND_MIN_INF":  # half down
+        v -= 0.5
+        return np.ceil(v, out=v)
+    mag = np.abs(v)
+    if mode == "AP_RND_INF":  # half away from zero
+        mag += 0.5
+        np.floor(mag, out=mag)
+    elif mode == "AP_RND_ZERO":  # half toward zero
+        mag -= 0.5
+        np.ceil(mag, out=mag)
+        np.maximum(mag, 0.0, out=mag)
+    else:
+        raise ValueError(mode)
+    return np.copysign(mag, v, out=v)
+
+
+def overflow_f64(t: FixedType, q: np.ndarray, lo: float | None = None, hi: float | None = None) -> np.ndarray:
+    """In place: integers q (|q| < 2**52) -> t's W-bit range by its overflow mode. ``lo``/``hi``
+    bound q when known; if they lie inside the range nothing is done."""
+    rmin, rmax = float(t.raw_min), float(t.raw_max)
+    if lo is not None and hi is not None and rmin <= lo and hi <= rmax:
+        return q
+    if t.overflow == "AP_WRAP":
+        if t.sat_bits:
+            return t._finish_int(q.astype(np.int64)).astype(np.float64)
+        # two reductions are cheaper than the wrap's five passes, and real data rarely wraps
+        if q.size == 0 or (rmin <= float(q.min()) and float(q.max()) <= rmax):
+            return q
+        modulus = float(1 << t.width)
+        k = q - rmin
+        k *= 1.0 / modulus
+        np.floor(k, out=k)
+        k *= modulus
+        q -= k
+        return q
+    if t.overflow == "AP_SAT":
+        return np.clip(q, rmin, rmax, out=q)
+    if t.overflow == "AP_SAT_SYM":
+        return np.clip(q, -rmax if t.signed else 0.0, rmax, out=q)
+    # AP_SAT_ZERO
+    q[(q > rmax) | (q < rmin)] = 0.0
+    return q
+
+
+def cast_f64(
+    t: FixedType, v: np.ndarray, src_frac: int, lo: float | None = None, hi: float | None = None
+) -> np.ndarray:
+    """In place when possible: ``t = value`` for float64 raws ``v`` with ``src_frac`` fractional
+    bits (the float64 twin of :meth:`FixedType.from_raw`). ``lo``/``hi`` bound ``v`` (raws)."""
+    s = src_frac - t.frac
+    if s > 0:
+        scale = 2.0**-s
+        v *= scale
+        v = _quantize_f64(t, v)
+        if lo is not None and hi is not None:
+            lo, hi = math.floor(lo * scale) - 1, math.ceil(hi * scale) + 1
+    elif s < 0:
+        if lo is None or hi is None:
+            peak = float(np.abs(v).max(initial=0.0))
+            lo, hi = -peak, peak
+        scale = 2.0**-s
+        lo, hi = lo * scale, hi * scale
+        if max(abs(lo), abs(hi)) >= F64_EXACT:
+            # the shifted value may be too large for a float64 integer: use the exact int64 rules
+            return t.from_raw(v.astype(np.int64), src_frac).astype(np.float64)
+        v *= scale
+    return overflow_f64(t, v, lo, hi)
+
+
+def from_float_f64(t: FixedType, x: np.ndarray) -> np.ndarray:
+    """``t(double x)`` as float64 raws; a new array. Unusual inputs (NaN, infinities, values
+    beyond 2**52 lsb, ap_int's constructor) take the exact int64 route of :meth:`from_float`."""
+    x = np.asarray(x)
+    m = x.astype(np.float64)  # always a copy, so the caller's array is never written
+    if t.frac >= 0 and not t.integer_type and m.size:
+        m *= 2.0**t.frac
+        peak = max(-float(m.min()), float(m.max()))  # NaN makes the comparison false
+        if peak < F64_EXACT:
+            if t.quant == "AP_TRN":
+                np.floor(m, out=m)
+            else:
+                q = np.floor(m)
+                q += t._float_increment(m, q, x.astype(np.float64))
+                m = q
+            return overflow_f64(t, m, -peak - 1, peak + 1)
+    return t.from_float(x.astype(np.float64)).astype(np.float64)
