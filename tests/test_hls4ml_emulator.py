@@ -231,13 +231,13 @@ class SmallSoftmax(torch.nn.Module):
         return self.softmax(self.fc1(x))
 
 
-class WithElu(torch.nn.Module):
+class WithPrelu(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1, self.elu = torch.nn.Linear(4, 3), torch.nn.ELU()
+        self.fc1, self.prelu = torch.nn.Linear(4, 3), torch.nn.PReLU(3)
 
     def forward(self, x):
-        return self.elu(self.fc1(x))
+        return self.prelu(self.fc1(x))
 
 
 def _init(model: torch.nn.Module, seed: int, scale: float = 0.3) -> torch.nn.Module:
@@ -387,9 +387,9 @@ def test_layers_recognised(built):
 
 
 def test_unsupported_layer_is_a_load_error(tmp_path):
-    _convert(_init(WithElu(), 3), 4, tmp_path / "elu", compile=False)
-    with pytest.raises(UnsupportedLayerError, match=r"elu.*nnet::elu"):
-        FixedPointModel(Hls4mlProject.load(tmp_path / "elu"))
+    _convert(_init(WithPrelu(), 3), 4, tmp_path / "prelu", compile=False)
+    with pytest.raises(UnsupportedLayerError, match=r"layer 'prelu' \(nnet::prelu.*not supported"):
+        FixedPointModel(Hls4mlProject.load(tmp_path / "prelu"))
     assert issubclass(UnsupportedLayerError, ProjectError)
 
 
@@ -399,14 +399,21 @@ def test_io_stream_is_refused(tmp_path):
         FixedPointModel(Hls4mlProject.load(tmp_path / "stream"))
 
 
-def test_branches_are_refused(built, tmp_path):
+def test_inconsistent_graphs_are_refused(built, tmp_path):
     _hm, outdir, _ = built("facile")
-    copy = tmp_path / "branch"
-    shutil.copytree(outdir, copy, ignore=shutil.ignore_patterns("*.so", "nnet_utils", "ap_types"))
-    top = copy / "firmware" / "myproject.cpp"
-    # feed the second dense from the first dense's output instead of the relu: a skip around relu1
-    text = top.read_text().replace("config4>(layer3_out", "config4>(layer2_out")
-    assert text != top.read_text()
-    top.write_text(text)
-    with pytest.raises(UnsupportedLayerError, match="simple chain"):
-        FixedPointModel(Hls4mlProject.load(copy))
+
+    def edited(name, old, new):
+        copy = tmp_path / name
+        shutil.copytree(outdir, copy, ignore=shutil.ignore_patterns("*.so", "nnet_utils", "ap_types"))
+        top = copy / "firmware" / "myproject.cpp"
+        text = top.read_text().replace(old, new)
+        assert text != top.read_text()
+        top.write_text(text)
+        return Hls4mlProject.load(copy)
+
+    # the second dense reads an array no earlier layer wrote
+    with pytest.raises(UnsupportedLayerError, match="reads 'layer5_out', which no earlier layer wrote"):
+        FixedPointModel(edited("order", "config4>(layer3_out", "config4>(layer5_out"))
+    # the second dense reads the first dense's output, whose type is not the one it declares
+    with pytest.raises(UnsupportedLayerError, match=r"input type .* differs from the type of 'layer2_out'"):
+        FixedPointModel(edited("types", "config4>(layer3_out", "config4>(layer2_out"))

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from .csim import fix_axi_typedefs
-from .project import CONFIG_FILE, Hls4mlProject, ProjectError
+from .project import CONFIG_FILE, GENERATED_TEMPLATE_FILE, Hls4mlProject, ProjectError, installed_templates_dir
 
 log = logging.getLogger("fpgaserve.pack")
 
@@ -353,6 +353,13 @@ def _keep_model_files(staging: Path, out: Path, vendor_templates: bool) -> None:
         out / "firmware",
         ignore=lambda d, names: [n for n in names if n in _TEMPLATE_PARTS or n.endswith(".so")],
     )
+    # convolutions' buffer fillers are generated into nnet_utils: keep that file when it is not
+    # the installed library's generic one (the C-simulation lays it over the library)
+    generated = staging / "firmware" / GENERATED_TEMPLATE_FILE
+    generic = installed_templates_dir() / GENERATED_TEMPLATE_FILE
+    if generated.is_file() and (not generic.is_file() or generated.read_bytes() != generic.read_bytes()):
+        (out / "firmware" / "nnet_utils").mkdir(exist_ok=True)
+        shutil.copyfile(generated, out / "firmware" / GENERATED_TEMPLATE_FILE)
 
 
 # ---------------------------------------------------------------------- config.pbtxt
