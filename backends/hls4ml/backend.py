@@ -299,6 +299,13 @@ class OnnxReference:
             raise BackendError(f"{path} must have one input (has {len(ins)})")
         self.input_name = ins[0].name
         self.output_name = outs[0].name
+        # an image model's graph takes [batch, C, H, W]; the backend hands over [batch, C*H*W]
+        dims = ins[0].shape[1:]
+        self.item_shape = tuple(dims) if all(isinstance(d, int) for d in dims) and len(dims) > 1 else None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.session.run([self.output_name], {self.input_name: np.ascontiguousarray(x, dtype=np.float32)})[0]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if self.item_shape is not None:
+            x = x.reshape(x.shape[0], *self.item_shape)
+        y = self.session.run([self.output_name], {self.input_name: x})[0]
+        return y.reshape(y.shape[0], -1)
