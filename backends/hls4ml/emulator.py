@@ -454,13 +454,14 @@ class FixedPointModel:
         op, out_t = built[0], built[1]
         fop = built[2] if len(built) > 2 else None
         padded = bool((table < 0).any())
-        index = np.where(table < 0, n_in_total, table)
+        flat_index = np.where(table < 0, n_in_total, table).reshape(-1)
 
         def gather(x, zero):
             rows = x.shape[0]
             if padded:
                 x = np.concatenate([x, np.full((rows, 1), zero, dtype=x.dtype)], axis=1)
-            return x[:, index].reshape(rows * pixels, window)
+            # np.take along axis 1 returns a C-contiguous (rows, pixels * window) array: the reshape is free
+            return np.take(x, flat_index, axis=1).reshape(rows * pixels, window)
 
         def conv(x):
             return op(gather(x, 0)).reshape(x.shape[0], pixels * n_filt)
@@ -546,12 +547,12 @@ class FixedPointModel:
 
             def max_pool(x):
                 xe = np.concatenate([x, np.full((x.shape[0], 1), pad, np.int64)], axis=1) if padded else x
-                y = x[:, :0] if x.shape[1] == 0 else xe[:, index].max(axis=2)  # y = x[i] > y ? x[i] : y
+                y = np.take(xe, index, axis=1).max(axis=2)  # y = x[i] > y ? x[i] : y
                 return out_t.cast(acc_t.cast(y, in_t), acc_t)
 
             def max_pool_f64(x):
                 xe = np.concatenate([x, np.full((x.shape[0], 1), float(pad))], axis=1) if padded else x
-                y = xe[:, index].max(axis=2)
+                y = np.take(xe, index, axis=1).max(axis=2)
                 y = cast_f64(acc_t, y, in_t.frac, float(min(pad, in_t.raw_min)), float(in_t.raw_max))
                 return cast_f64(out_t, y, acc_t.frac, float(acc_t.raw_min), float(acc_t.raw_max))
 
@@ -565,7 +566,7 @@ class FixedPointModel:
 
         def avg_pool(x):
             xe = np.concatenate([x, np.zeros((x.shape[0], 1), np.int64)], axis=1) if padded else x
-            win = xe[:, index]  # (rows, outputs, window)
+            win = np.take(xe, index, axis=1)  # (rows, outputs, window)
             y = np.zeros(win.shape[:2], np.int64)  # accum_t y = 0
             for k in range(win.shape[2]):  # y += x[k]: exact sum, assigned to accum_t
                 y = acc_t.from_raw((y << sh_acc) + (win[:, :, k] << sh_in), f)
