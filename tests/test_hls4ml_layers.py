@@ -7,8 +7,8 @@ ap_fixed range), negative-only, zero and on-grid inputs. Both emulator paths are
 the float64 chain ``predict`` takes when every type fits in 52 bits, and the int64 chain it
 falls back to otherwise.
 
-Covered: Conv1D and Conv2D (latency and resource strategies, valid and same padding),
-Max/AveragePooling 1D and 2D (with padding), Flatten/Reshape (aliases in the top function),
+Covered: Conv1D and Conv2D (latency and resource strategies, valid and same padding, and
+pointwise 1x1), Max/AveragePooling 1D and 2D (with padding) and their global forms, Flatten/Reshape (aliases in the top function),
 Concatenate (1D, 2D, 3D), Add, Subtract, Multiply, Average, Maximum, Minimum, Dropout (which
 hls4ml removes), the channels-last transpose of PyTorch inputs, ELU (with alpha),
 SELU, softplus, hard_sigmoid, and hard_tanh (whose Keras 3 conversion hls4ml 1.3 writes
@@ -144,7 +144,8 @@ def _keras_cnn(keras):
     a, b = layers.Conv2D(4, 3)(x), layers.Conv2D(4, 3)(x)
     x = layers.Concatenate()([layers.Add()([a, b]), layers.Multiply()([a, b])])
     x = layers.AveragePooling2D(2, padding="same")(x)
-    x = layers.Dense(5, activation="softmax")(layers.Flatten()(x))
+    g = layers.GlobalMaxPooling2D()(layers.Conv2D(3, 1)(a))  # a pointwise convolution, pooled globally
+    x = layers.Dense(5, activation="softmax")(layers.Concatenate()([layers.Flatten()(x), g]))
     return keras.Model(i, x), (10, 10, 2)
 
 
@@ -160,15 +161,21 @@ def _keras_branches(keras):
     m = layers.Concatenate(axis=2)([m1, m2])
     x = layers.MaxPooling1D(2, padding="same")(m)
     x = layers.Reshape((x.shape[1] * x.shape[2],))(x)
-    return keras.Model(i, layers.Dense(3)(x)), (16, 3)
+    g = layers.GlobalAveragePooling1D()(layers.Conv1D(4, 1)(i))  # pointwise, then a global average
+    return keras.Model(i, layers.Dense(3)(layers.Concatenate()([x, g]))), (16, 3)
 
 
 KERAS_MODELS = {
     "keras_acts": (_keras_acts, {"hard_sigmoid", "selu", "softplus"}),
-    "keras_cnn": (_keras_cnn, {"conv_2d_cl", "pooling2d_cl", "add", "multiply", "concatenate3d", "softmax"}),
+    "keras_cnn": (
+        _keras_cnn,
+        {"conv_2d_cl", "pooling2d_cl", "add", "multiply", "concatenate3d", "softmax"}
+        | {"pointwise_conv_2d_cl", "global_pooling2d_cl"},
+    ),
     "keras_branches": (
         _keras_branches,
-        {"conv_1d_cl", "pooling1d_cl", "maximum", "minimum", "average", "subtract", "concatenate2d"},
+        {"conv_1d_cl", "pooling1d_cl", "maximum", "minimum", "average", "subtract", "concatenate2d"}
+        | {"pointwise_conv_1d_cl", "global_pooling1d_cl"},
     ),
 }
 
