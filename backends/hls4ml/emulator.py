@@ -2,21 +2,40 @@
 
 ``FixedPointModel(project).predict(x)`` computes what the firmware's top function computes
 (for a VivadoAccelerator project: the ``myproject_axi`` wrapper, i.e. T_in -> input_t ->
-layers -> result_t -> T_out), with every value held as an int64 ``ap_fixed`` raw and every
-cast done with the type's quantization and overflow modes (see ``fixed_point.py``).
+layers -> result_t -> T_out), every cast done with the type's quantization and overflow
+modes (see ``fixed_point.py``). The layers run in the order of the top function's calls; an
+array may feed several layers (branches, merges), and Reshape/Flatten are aliases.
+
+Two representations of the same integers (the ``ap_fixed`` raws):
+
+* float64 (``_predict_f64``, used whenever every type of the model is at most 52 bits wide):
+  exact integers below 2**52, so BLAS products are exact; Dense and convolution windows are
+  one matrix product with the weights pre-scaled to ``accum_t``'s grid, casts are a few
+  in-place vector operations (floor/rint, clip, and a wrap only where min/max show a value
+  left the range), scratch arrays are reused per model and thread;
+* int64 (``_predict_int64``): the reference formulation, used for wider types; layers
+  without a float64 form run it inside the float64 chain.
 
 Layers supported, each checked bit for bit against hls4ml's own C-simulation
-(``HLSModel.predict``) in ``tests/test_hls4ml_emulator.py``:
+(``HLSModel.predict``) in ``tests/test_hls4ml_emulator.py`` and ``tests/test_hls4ml_layers.py``:
 
 * ``nnet::dense``: latency strategy and resource strategy (``DenseResource_rf_leq_nin`` and
   ``DenseResource_rf_gt_nin_rem0``, their loop order replayed), ``product::mult`` only;
-  every product cast to ``accum_t``; float64 BLAS on the raws where that is exact;
-* ``nnet::relu``, ``nnet::linear``, ``nnet::leaky_relu``;
+  every product cast to ``accum_t``;
+* ``nnet::conv_1d_cl``, ``conv_2d_cl`` and their pointwise forms (latency and resource): the
+  windows come from the buffer filler hls4ml generates into ``nnet_code_gen.h``, and the
+  window times the weights is the dense layer the C++ loops form;
+* ``nnet::pooling1d_cl``, ``pooling2d_cl`` (max and average, padding, ``count_pad``) and
+  ``global_pooling1d_cl``/``global_pooling2d_cl``; ``nnet::transpose``;
+* merges: ``add``, ``subtract``, ``multiply``, ``average``, ``maximum``, ``minimum``,
+  ``concatenate1d``/``2d``/``3d``;
+* ``nnet::relu``, ``linear``, ``leaky_relu``, ``elu``, ``selu``, ``softplus``,
+  ``hard_sigmoid``, ``hard_tanh``, ``sigmoid`` and ``tanh`` (lookup tables rebuilt as the
+  C++ builds them, glibc maths);
 * ``nnet::normalize`` (BatchNormalization);
 * ``nnet::softmax`` with the ``latency``, ``stable``, ``legacy`` and ``argmax``
   implementations: the exp/inverse tables are rebuilt as the C++ builds them (float maths,
-  glibc ``expf``) and indexed from the same input bits;
-* ``nnet::sigmoid`` and ``nnet::tanh`` lookup tables.
+  glibc ``expf``) and indexed from the same input bits.
 
 Everything else raises ``UnsupportedLayerError`` when the model is built (never in
 ``predict``), naming the layer and what is unsupported; io_stream projects are refused.
@@ -811,7 +830,7 @@ class FixedPointModel:
         val = _f64_map("log", e).astype(np.float32)
         return self._lut_activation(layer, in_t, table_t.from_float(val.astype(np.float64)), table_t, 16)
 
-    def _negative_lut(self, layer: Layer, in_t: FixedType, table_t: FixedType, table: np.ndarray):
+    def _negative_lut(self, layer: Layer, in_t: FixedType):
         """elu/selu negative branch: index = (int)(x * N / -8), clamped to [0, N-1]."""
         n = const_int(layer, "table_size")
         scaled = _scaled_trunc(layer, in_t.width, n << max(0, -in_t.frac), 8 << max(0, in_t.frac))
@@ -845,7 +864,7 @@ class FixedPointModel:
             out_t, alpha, fa = self._type(layer.template[1], layer), 1, 0  # elu(data, res): alpha = 1.0
         table = table_t.from_float(self._table_neg8(n, lambda v: v).astype(np.float64))
         self._check_width(layer, table_t.width + max(1, abs(alpha).bit_length() + 1), "alpha * table")
-        index = self._negative_lut(layer, in_t, table_t, table)
+        index = self._negative_lut(layer, in_t)
         neg_vals = out_t.from_raw(table * np.int64(alpha), table_t.frac + fa)
 
         def elu(x):
@@ -862,7 +881,7 @@ class FixedPointModel:
         lam_t = FixedType(16, 1, signed=False)  # typedef ap_ufixed<16, 1> selu_const_t
         lam = np.int64(lam_t.from_float(np.array([1.0507009873554805]))[0])
         self._check_width(layer, in_t.width + lam_t.width, "lambda * x")
-        index = self._negative_lut(layer, in_t, table_t, table)
+        index = self._negative_lut(layer, in_t)
         neg_vals = out_t.cast(table, table_t)
         frac = in_t.frac + lam_t.frac
 
