@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 hls4ml = pytest.importorskip("hls4ml")
 
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
-from fpgaserve.backends.hls4ml.fixed_point import FixedType  # noqa: E402
+from fpgaserve.backends.hls4ml.fixed_point import FixedType, cast_f64, f64_capable, from_float_f64  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError  # noqa: E402
 
 AP_TYPES = Path(hls4ml.__file__).parent / "templates" / "vivado" / "ap_types"
@@ -126,6 +126,8 @@ def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
         raw = t.from_float(x)
         if not np.array_equal(raw, _sext([r[0] for r in rows], t)):
             failures.append(f"double -> {text}")
+        if f64_capable(t) and not np.array_equal(from_float_f64(t, x), _sext([r[0] for r in rows], t)):
+            failures.append(f"double -> {text} (float64 path)")
         if not np.array_equal(t.to_float32(raw).astype(np.float64), [float.fromhex(r[1]) for r in rows]):
             failures.append(f"{text} -> float")
         if not np.array_equal(t.to_float(raw), [float.fromhex(r[2]) for r in rows]):
@@ -135,8 +137,14 @@ def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
         sraw = s.from_float(x)
         for text in ref["narrow"]:
             t = FixedType.parse(text)
-            if not np.array_equal(t.cast(sraw, s), _sext(out[pos : pos + n], t)):
+            want = _sext(out[pos : pos + n], t)
+            if not np.array_equal(t.cast(sraw, s), want):
                 failures.append(f"{stext} -> {text}")
+            # the float64 chain's cast, with and without the source type's bounds
+            bounds = (float(s.raw_min), float(s.raw_max))
+            for lo, hi in ((None, None), bounds):
+                if f64_capable(t) and not np.array_equal(cast_f64(t, sraw.astype(np.float64), s.frac, lo, hi), want):
+                    failures.append(f"{stext} -> {text} (float64 path, bounds {lo}, {hi})")
             pos += n
     a = FixedType.parse("ap_fixed<31,15>")
     product = a.from_float(x) * a.from_float(x * 1.37)  # 32 fractional bits, exact
@@ -147,6 +155,11 @@ def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
         raw = t.from_raw(product, 32)
         if not np.array_equal(raw, _sext([r[0] for r in rows], t)):
             failures.append(f"ap_fixed<62,30> -> {text}")
+        small = np.abs(product) < 2**52  # the float64 chain holds exact integers below 2**52
+        if f64_capable(t) and not np.array_equal(
+            cast_f64(t, product[small].astype(np.float64), 32), _sext([r[0] for r in rows], t)[small]
+        ):
+            failures.append(f"ap_fixed<62,30> -> {text} (float64 path)")
         if not np.array_equal(t.to_float32(raw).astype(np.float64), [float.fromhex(r[1]) for r in rows]):
             failures.append(f"{text} (wide) -> float")
         if not np.array_equal(t.to_float(raw), [float.fromhex(r[2]) for r in rows]):

@@ -416,19 +416,55 @@ def cast_f64(
 
 
 def from_float_f64(t: FixedType, x: np.ndarray) -> np.ndarray:
-    """``t(double x)`` as float64 raws; a new array. Unusual inputs (NaN, infinities, values
-    beyond 2**52 lsb, ap_int's constructor) take the exact int64 route of :meth:`from_float`."""
+    """``t(double x)`` as float64 raws; a new array. Magnitudes beyond 2**52 lsb, infinities
+    and NaN (random request bytes hold many) stay on the float64 path: such a double is an
+    integer, so its wrap is an exact ``fmod``; NaN and infinities read as a magnitude beyond
+    2**1023 with their sign, as :meth:`from_float` documents. ap_int's constructor, types with
+    a negative fractional width and saturation bits take the int64 route."""
     x = np.asarray(x)
     m = x.astype(np.float64)  # always a copy, so the caller's array is never written
-    if t.frac >= 0 and not t.integer_type and m.size:
-        m *= 2.0**t.frac
+    if t.frac < 0 or t.integer_type or not m.size:
+        return t.from_float(x.astype(np.float64)).astype(np.float64)
+    m *= 2.0**t.frac
+    with np.errstate(invalid="ignore"):
         peak = max(-float(m.min()), float(m.max()))  # NaN makes the comparison false
-        if peak < F64_EXACT:
-            if t.quant == "AP_TRN":
-                np.floor(m, out=m)
-            else:
-                q = np.floor(m)
-                q += t._float_increment(m, q, x.astype(np.float64))
-                m = q
-            return overflow_f64(t, m, -peak - 1, peak + 1)
-    return t.from_float(x.astype(np.float64)).astype(np.float64)
+    if peak < F64_EXACT:
+        if t.quant == "AP_TRN":
+            np.floor(m, out=m)
+        else:
+            q = np.floor(m)
+            q += t._float_increment(m, q, x.astype(np.float64))
+            m = q
+        return overflow_f64(t, m, -peak - 1, peak + 1)
+    if t.overflow == "AP_WRAP" and t.sat_bits:
+        return t.from_float(x.astype(np.float64)).astype(np.float64)
+    x64 = x.astype(np.float64)
+    special = ~np.isfinite(m)  # NaN, +-inf (also finite inputs whose scaling overflowed)
+    np.copyto(m, 0.0, where=special)
+    q = np.floor(m)  # beyond 2**52 a double is an integer: floor changes nothing there
+    if t.quant != "AP_TRN":
+        q += t._float_increment(m, q, x64)
+    rmin, rmax = float(t.raw_min), float(t.raw_max)
+    if t.overflow == "AP_WRAP":
+        # q mod 2**W for any integer-valued double, exactly (np.fmod is exact too, but slow for
+        # huge magnitudes): k * 2**W is exact, and q - k * 2**W is a multiple of q's ulp below
+        # 2**W, so representable; if q's ulp exceeds 2**W, q * 2**-W is an integer and r = 0
+        modulus = float(1 << t.width)
+        k = q * (1.0 / modulus)
+        np.floor(k, out=k)
+        k *= modulus
+        q -= k  # now in [0, 2**W)
+        if t.signed:
+            q -= modulus * (q > rmax)
+        np.copyto(q, 0.0, where=special)  # 2**1024 and beyond wrap to 0
+        return q
+    neg = np.signbit(x64) & (x64 != 0)
+    over = (q > rmax) | (special & ~neg)
+    under = (q < rmin) | (special & neg)
+    if t.overflow == "AP_SAT_ZERO":
+        q[over | under] = 0.0
+        return q
+    lo = -rmax if (t.overflow == "AP_SAT_SYM" and t.signed) else rmin
+    q[over] = rmax
+    q[under] = lo
+    return np.clip(q, lo, rmax, out=q)
