@@ -481,7 +481,9 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         default=None,
         help="how hls4ml models run: hardware (PYNQ card), csim (hls4ml C-simulation, bit-exact), numpy "
         "(vectorized fixed-point emulation, bit-exact), onnx (float reference, not bit-exact); auto = "
-        "hardware when a card and an xclbin are found, else csim. Same as --backend-config=hls4ml,fpga-mode=MODE.",
+        "hardware when a card and an xclbin are found, else numpy when every layer of the model is emulated "
+        "bit-exactly, else csim (per model; the load log line says which and why). "
+        "Same as --backend-config=hls4ml,fpga-mode=MODE.",
     )
     g.add_argument(
         "--backend-config",

@@ -108,6 +108,7 @@ def test_expected_models_present():
     assert {p.name for p in ALL_MODEL_DIRS} == {
         "facile",
         "jet_tagger",
+        "calo_cnn",
         "simple",
         "simple_int8",
         "simple_string",
@@ -153,24 +154,28 @@ def test_simple_identity_config():
 
 
 @pytest.mark.parametrize(
-    "name, n_in, output, n_out",
+    "name, dims_in, output, n_out",
     [
-        ("facile", 47, "output/BiasAdd", 1),
-        ("jet_tagger", 16, "output", 5),
+        ("facile", [47], "output/BiasAdd", 1),
+        ("jet_tagger", [16], "output", 5),
+        ("calo_cnn", [1, 16, 16], "output", 5),
     ],
 )
-def test_hls4ml_model_config(name, n_in, output, n_out):
+def test_hls4ml_model_config(name, dims_in, output, n_out):
     config = _config(BITSTREAMS / name)
     assert config.backend == "hls4ml" and not config.platform
     assert config.max_batch_size == 16384
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("input", _dt("TYPE_FP32"), [n_in])]
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("input", _dt("TYPE_FP32"), dims_in)]
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [(output, _dt("TYPE_FP32"), [n_out])]
     [group] = config.instance_group
     assert group.count == 1 and group.kind == model_config_pb2.ModelInstanceGroup.KIND_MODEL
-    # the version folder holds the model's hls4ml project and nothing of hls4ml's own library
+    # the version folder holds the model's hls4ml project and nothing of hls4ml's own library but
+    # the file hls4ml generates into it for convolutions (their im2col buffer fillers)
     version = BITSTREAMS / name / "1"
     assert (version / "hls4ml_config.yml").is_file() and (version / "firmware" / "myproject.cpp").is_file()
-    assert not (version / "firmware" / "nnet_utils").exists() and not (version / "firmware" / "ap_types").exists()
+    assert not (version / "firmware" / "ap_types").exists()
+    own = sorted(p.name for p in (version / "firmware" / "nnet_utils").glob("*"))
+    assert own == (["nnet_code_gen.h"] if name == "calo_cnn" else [])
     text = (version / "hls4ml_config.yml").read_text()
     assert "!!python/object" not in text and "OutputDir: ." in text
     assert "typedef ap_fixed<16,6> input_t;" in (version / "firmware" / "defines.h").read_text()

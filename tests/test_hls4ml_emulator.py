@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 hls4ml = pytest.importorskip("hls4ml")
 
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
-from fpgaserve.backends.hls4ml.fixed_point import FixedType  # noqa: E402
+from fpgaserve.backends.hls4ml.fixed_point import FixedType, cast_f64, f64_capable, from_float_f64  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError  # noqa: E402
 
 AP_TYPES = Path(hls4ml.__file__).parent / "templates" / "vivado" / "ap_types"
@@ -126,6 +126,8 @@ def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
         raw = t.from_float(x)
         if not np.array_equal(raw, _sext([r[0] for r in rows], t)):
             failures.append(f"double -> {text}")
+        if f64_capable(t) and not np.array_equal(from_float_f64(t, x), _sext([r[0] for r in rows], t)):
+            failures.append(f"double -> {text} (float64 path)")
         if not np.array_equal(t.to_float32(raw).astype(np.float64), [float.fromhex(r[1]) for r in rows]):
             failures.append(f"{text} -> float")
         if not np.array_equal(t.to_float(raw), [float.fromhex(r[2]) for r in rows]):
@@ -135,8 +137,14 @@ def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
         sraw = s.from_float(x)
         for text in ref["narrow"]:
             t = FixedType.parse(text)
-            if not np.array_equal(t.cast(sraw, s), _sext(out[pos : pos + n], t)):
+            want = _sext(out[pos : pos + n], t)
+            if not np.array_equal(t.cast(sraw, s), want):
                 failures.append(f"{stext} -> {text}")
+            # the float64 chain's cast, with and without the source type's bounds
+            bounds = (float(s.raw_min), float(s.raw_max))
+            for lo, hi in ((None, None), bounds):
+                if f64_capable(t) and not np.array_equal(cast_f64(t, sraw.astype(np.float64), s.frac, lo, hi), want):
+                    failures.append(f"{stext} -> {text} (float64 path, bounds {lo}, {hi})")
             pos += n
     a = FixedType.parse("ap_fixed<31,15>")
     product = a.from_float(x) * a.from_float(x * 1.37)  # 32 fractional bits, exact
@@ -147,6 +155,11 @@ def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
         raw = t.from_raw(product, 32)
         if not np.array_equal(raw, _sext([r[0] for r in rows], t)):
             failures.append(f"ap_fixed<62,30> -> {text}")
+        small = np.abs(product) < 2**52  # the float64 chain holds exact integers below 2**52
+        if f64_capable(t) and not np.array_equal(
+            cast_f64(t, product[small].astype(np.float64), 32), _sext([r[0] for r in rows], t)[small]
+        ):
+            failures.append(f"ap_fixed<62,30> -> {text} (float64 path)")
         if not np.array_equal(t.to_float32(raw).astype(np.float64), [float.fromhex(r[1]) for r in rows]):
             failures.append(f"{text} (wide) -> float")
         if not np.array_equal(t.to_float(raw), [float.fromhex(r[2]) for r in rows]):
@@ -231,13 +244,13 @@ class SmallSoftmax(torch.nn.Module):
         return self.softmax(self.fc1(x))
 
 
-class WithElu(torch.nn.Module):
+class WithPrelu(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1, self.elu = torch.nn.Linear(4, 3), torch.nn.ELU()
+        self.fc1, self.prelu = torch.nn.Linear(4, 3), torch.nn.PReLU(3)
 
     def forward(self, x):
-        return self.elu(self.fc1(x))
+        return self.prelu(self.fc1(x))
 
 
 def _init(model: torch.nn.Module, seed: int, scale: float = 0.3) -> torch.nn.Module:
@@ -387,9 +400,9 @@ def test_layers_recognised(built):
 
 
 def test_unsupported_layer_is_a_load_error(tmp_path):
-    _convert(_init(WithElu(), 3), 4, tmp_path / "elu", compile=False)
-    with pytest.raises(UnsupportedLayerError, match=r"elu.*nnet::elu"):
-        FixedPointModel(Hls4mlProject.load(tmp_path / "elu"))
+    _convert(_init(WithPrelu(), 3), 4, tmp_path / "prelu", compile=False)
+    with pytest.raises(UnsupportedLayerError, match=r"layer 'prelu' \(nnet::prelu.*not supported"):
+        FixedPointModel(Hls4mlProject.load(tmp_path / "prelu"))
     assert issubclass(UnsupportedLayerError, ProjectError)
 
 
@@ -399,14 +412,21 @@ def test_io_stream_is_refused(tmp_path):
         FixedPointModel(Hls4mlProject.load(tmp_path / "stream"))
 
 
-def test_branches_are_refused(built, tmp_path):
+def test_inconsistent_graphs_are_refused(built, tmp_path):
     _hm, outdir, _ = built("facile")
-    copy = tmp_path / "branch"
-    shutil.copytree(outdir, copy, ignore=shutil.ignore_patterns("*.so", "nnet_utils", "ap_types"))
-    top = copy / "firmware" / "myproject.cpp"
-    # feed the second dense from the first dense's output instead of the relu: a skip around relu1
-    text = top.read_text().replace("config4>(layer3_out", "config4>(layer2_out")
-    assert text != top.read_text()
-    top.write_text(text)
-    with pytest.raises(UnsupportedLayerError, match="simple chain"):
-        FixedPointModel(Hls4mlProject.load(copy))
+
+    def edited(name, old, new):
+        copy = tmp_path / name
+        shutil.copytree(outdir, copy, ignore=shutil.ignore_patterns("*.so", "nnet_utils", "ap_types"))
+        top = copy / "firmware" / "myproject.cpp"
+        text = top.read_text().replace(old, new)
+        assert text != top.read_text()
+        top.write_text(text)
+        return Hls4mlProject.load(copy)
+
+    # the second dense reads an array no earlier layer wrote
+    with pytest.raises(UnsupportedLayerError, match="reads 'layer5_out', which no earlier layer wrote"):
+        FixedPointModel(edited("order", "config4>(layer3_out", "config4>(layer5_out"))
+    # the second dense reads the first dense's output, whose type is not the one it declares
+    with pytest.raises(UnsupportedLayerError, match=r"input type .* differs from the type of 'layer2_out'"):
+        FixedPointModel(edited("types", "config4>(layer3_out", "config4>(layer2_out"))

@@ -30,11 +30,13 @@ from server_process import BUNDLED_REPO, ServerProcess
 MODELS = {
     "facile": ("input", "output/BiasAdd", 47, 1),
     "jet_tagger": ("input", "output", 16, 5),
+    "calo_cnn": ("input", "output", 256, 5),  # a 1x16x16 image, sent as [batch, 1, 16, 16]
 }
+ITEM_SHAPES = {"calo_cnn": (1, 16, 16)}
 # |onnx - csim| bounds on unit-scale inputs, as documented in README.md (the hls4ml backend):
 # quantization of ap_fixed<16,6> firmware vs the float network (measured 0.054 and 0.024; the
 # jet tagger's softmax adds hls4ml's lookup-table error on top).
-ONNX_TOLERANCE = {"facile": 0.08, "jet_tagger": 0.04}
+ONNX_TOLERANCE = {"facile": 0.08, "jet_tagger": 0.04, "calo_cnn": 0.04}  # calo_cnn: measured 0.018
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +66,8 @@ def servers(tmp_path_factory, cache_dir):
 
 def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
     inp, out, _, _ = MODELS[model]
+    if model in ITEM_SHAPES:
+        x = x.reshape(len(x), *ITEM_SHAPES[model])
     with grpcclient.InferenceServerClient(url) as client:
         t = grpcclient.InferInput(inp, list(x.shape), "FP32")
         t.set_data_from_numpy(x)
@@ -163,19 +167,62 @@ def test_log_names_the_mode(servers):
         assert re.search(rf"model facile: hls4ml project .* runs in {mode} mode \(--fpga-mode {mode}\)", proc.log())
 
 
-def test_auto_mode_without_card_runs_csim(tmp_path_factory, cache_dir):
+def test_auto_mode_without_card_runs_numpy(tmp_path_factory, cache_dir):
+    """Every layer of the bundled models is emulated bit-exactly, so auto serves them in numpy
+    mode, and the answers are csim's bit for bit."""
     proc = _serve("auto", [BUNDLED_REPO], tmp_path_factory, cache_dir)
     try:
         x = _inputs(47)["edges"]
         auto = _infer(proc.url, "facile", x)
-        assert re.search(r"model facile: .* runs in csim mode \(auto: no xclbin in the version folder\)", proc.log())
+        for model in ("facile", "jet_tagger"):
+            assert re.search(
+                rf"model {model}: .* runs in numpy mode \(auto: no xclbin in the version folder; every layer is "
+                r"emulated bit-exactly by numpy\)",
+                proc.log(),
+            )
     finally:
         proc.stop()
     from fpgaserve.backends.hls4ml.csim import CsimLibrary
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
 
     lib = CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1"), cache_dir=cache_dir)
-    assert np.array_equal(auto, lib.predict(x).astype(np.float32))
+    assert np.array_equal(auto.view(np.uint32), lib.predict(x).astype(np.float32).view(np.uint32))
+
+
+def test_auto_mode_runs_csim_when_a_layer_is_not_emulated(tmp_path, tmp_path_factory, cache_dir):
+    """A firmware with a layer the emulator refuses (nnet::softsign) is served by csim in auto
+    mode, and the log line names the layer; the other model of the repository stays numpy."""
+    repo = _broken_repo(
+        tmp_path,
+        "facile_softsign",
+        lambda d: _edit(d / "1/firmware/myproject.cpp", "nnet::relu<fc1_result_t", "nnet::softsign<fc1_result_t"),
+    )
+    shutil.copytree(BUNDLED_REPO / "jet_tagger", repo / "jet_tagger")
+    proc = _serve("auto", [repo], tmp_path_factory, cache_dir)
+    try:
+        x = _inputs(47)["edges"]
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            t = grpcclient.InferInput("input", list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            got = client.infer("facile_softsign", [t]).as_numpy("output/BiasAdd")
+        log = proc.log()
+        assert re.search(
+            r"model facile_softsign: .* runs in csim mode \(auto: no xclbin in the version folder; not every layer "
+            r"is emulated by numpy: layer 'relu1' \(nnet::softsign, relu_config3\): nnet::softsign is not supported",
+            log,
+        ), log
+        assert re.search(r"model jet_tagger: .* runs in numpy mode \(auto: ", log)
+    finally:
+        proc.stop()
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    lib = CsimLibrary.load(Hls4mlProject.load(repo / "facile_softsign" / "1"), cache_dir=cache_dir)
+    want = lib.predict(x).astype(np.float32)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    # softsign, not relu: the csim really ran the edited firmware
+    relu = CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1"), cache_dir=cache_dir)
+    assert not np.array_equal(want, relu.predict(x).astype(np.float32))
 
 
 # ---------------------------------------------------------------------- bad projects
@@ -421,3 +468,114 @@ def test_inputs_and_outputs_come_from_the_firmware(tmp_path, tmp_path_factory, c
 
     want = FixedPointModel(Hls4mlProject.load(BUNDLED_REPO / "jet_tagger" / "1")).predict(x).astype(np.float32)
     assert np.array_equal(y, want)
+
+
+# ---------------------------------------------------------------------- pack from Keras 3 and QONNX
+def _keras_cnn_file(path: Path) -> None:
+    """A small Keras 3 CNN (channels-last image, conv, pooling, dense), saved as .keras."""
+    import os
+
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras", reason="the keras extra is not installed")
+    layers = keras.layers
+    keras.utils.set_random_seed(11)
+    i = keras.Input((8, 8, 1))
+    x = layers.MaxPooling2D(2)(layers.Conv2D(4, 3, activation="relu")(i))
+    x = layers.Dense(6, activation="relu")(layers.Flatten()(x))
+    keras.Model(i, layers.Dense(3)(x)).save(path)
+
+
+def _qonnx_mlp_file(path: Path) -> None:
+    """A QONNX MLP: Quant nodes (qonnx.custom_op.general) on the input, weights and activations."""
+    pytest.importorskip("qonnx", reason="the qonnx extra is not installed")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "W1": rng.normal(0, 0.4, (10, 12)),
+        "b1": rng.normal(0, 0.1, 12),
+        "W2": rng.normal(0, 0.4, (12, 3)),
+        "b2": rng.normal(0, 0.1, 3),
+        "s_in": 2.0**-4,
+        "s_w": 2.0**-5,
+        "s_act": 2.0**-3,
+        "zero": 0.0,
+        "bits8": 8.0,
+        "bits6": 6.0,
+    }
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in arrays.items()]
+    quant = {"domain": "qonnx.custom_op.general", "narrow": 0, "rounding_mode": "ROUND"}
+    nodes = [
+        helper.make_node("Quant", ["input", "s_in", "zero", "bits8"], ["xq"], name="q_in", signed=1, **quant),
+        helper.make_node("Quant", ["W1", "s_w", "zero", "bits6"], ["W1q"], name="q_w1", signed=1, **quant),
+        helper.make_node("MatMul", ["xq", "W1q"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("Relu", ["hb"], ["r"], name="relu1"),
+        helper.make_node("Quant", ["r", "s_act", "zero", "bits8"], ["rq"], name="q_act", signed=0, **quant),
+        helper.make_node("Quant", ["W2", "s_w", "zero", "bits6"], ["W2q"], name="q_w2", signed=1, **quant),
+        helper.make_node("MatMul", ["rq", "W2q"], ["o"], name="fc2"),
+        helper.make_node("Add", ["o", "b2"], ["output"], name="fc2_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qmlp",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 10])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3])],
+        initializer=inits,
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("qonnx.custom_op.general", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+
+
+def test_pack_keras_and_qonnx_models_and_serve(tmp_path, tmp_path_factory, cache_dir):
+    """fpgaserve pack from a Keras 3 model (torch backend) and from a QONNX model, each
+    converted by hls4ml and served: numpy == csim bit for bit over gRPC, and the float
+    reference (Keras' ONNX export; the QONNX file itself) close to the firmware."""
+    _keras_cnn_file(tmp_path / "cnn.keras")
+    _qonnx_mlp_file(tmp_path / "mlp.onnx")
+    repo = tmp_path / "repo"
+    for name, source in (
+        ("keras_cnn", ["--keras", str(tmp_path / "cnn.keras")]),
+        ("qonnx_mlp", ["--onnx", str(tmp_path / "mlp.onnx")]),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "fpgaserve.server.cli", "pack", name, *source, "--repository", str(repo)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert (repo / name / "1" / "model.onnx").is_file()
+    qtypes = (repo / "qonnx_mlp" / "1" / "firmware" / "defines.h").read_text()
+    assert "AP_RND_CONV,AP_SAT" in qtypes  # the Quant nodes became ap_fixed types, not the default
+    kinds = (repo / "keras_cnn" / "1" / "firmware" / "myproject.cpp").read_text()
+    assert "nnet::conv_2d_cl<" in kinds and "nnet::pooling2d_cl<" in kinds
+
+    rng = np.random.default_rng(5)
+    inputs = {
+        "keras_cnn": np.concatenate([rng.standard_normal((300, 64)), rng.normal(0, 40, (100, 64)), np.zeros((2, 64))]),
+        "qonnx_mlp": np.concatenate(
+            [rng.standard_normal((300, 10)) * 3, rng.normal(0, 40, (100, 10)), np.zeros((2, 10))]
+        ),
+    }
+    outputs: dict[str, dict[str, np.ndarray]] = {}
+    for mode in ("csim", "numpy", "onnx"):
+        proc = _serve(mode, [repo], tmp_path_factory, cache_dir)
+        try:
+            with grpcclient.InferenceServerClient(proc.url) as client:
+                for name, x in inputs.items():
+                    meta = client.get_model_metadata(name)
+                    [inp], [out] = meta.inputs, meta.outputs
+                    t = grpcclient.InferInput(inp.name, [len(x), *[int(d) for d in inp.shape[1:]]], "FP32")
+                    t.set_data_from_numpy(x.astype(np.float32).reshape(len(x), *[int(d) for d in inp.shape[1:]]))
+                    outputs.setdefault(name, {})[mode] = client.infer(name, [t]).as_numpy(out.name)
+        finally:
+            proc.stop()
+    for name, by_mode in outputs.items():
+        csim, emulated = by_mode["csim"], by_mode["numpy"]
+        assert csim.shape == (len(inputs[name]), 3)
+        assert len(np.unique(csim)) > 50, f"{name}: the firmware's outputs barely vary"
+        assert np.array_equal(csim.view(np.uint32), emulated.view(np.uint32)), name
+        unit = slice(0, 300)  # in-range rows: the float network and the firmware agree closely
+        assert np.abs(csim[unit] - by_mode["onnx"][unit]).max() < 0.25, name

@@ -237,8 +237,8 @@ def served(podman):
 
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_serves_bundled_models_from_outside(served, model):
-    """No card in the container: --fpga-mode auto runs hls4ml's C-simulation (compiled into
-    the image), bit for bit the firmware's arithmetic."""
+    """No card in the container: --fpga-mode auto runs the numpy emulation (every layer of the
+    bundled models is emulated), bit for bit the C-simulation's arithmetic, which is the reference."""
     _, ports = served
     _, _, features, outputs = MODELS[model]
     x = np.random.default_rng(features).standard_normal((3000, features), dtype=np.float32) * 3

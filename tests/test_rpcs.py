@@ -92,7 +92,8 @@ def simple_request(batch: int = 1, rid: str = "", outputs=(), version: str = "")
 
 def facile_reference(x: np.ndarray) -> np.ndarray:
     """What the served FACILE must return, bit for bit: the session server runs
-    --fpga-mode auto, which is hls4ml's C-simulation of the firmware when no card is there."""
+    --fpga-mode auto, which is the numpy emulation when no card is there, bit-exact with hls4ml's
+    C-simulation of the firmware: the expectation is the C-simulation itself."""
     from fpgaserve.backends.hls4ml.csim import CsimLibrary
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
 

@@ -13,7 +13,10 @@ numpy      vectorized ap_fixed emulation of the same firmware (emulator.py)   bi
 onnx       the float reference model.onnx through ONNX Runtime                float, not exact
 =========  =================================================================  ===========
 
-``auto`` is hardware when a card is present and the version has an xclbin, else csim.
+``auto`` is hardware when a card is present and the version has an xclbin; otherwise numpy
+when the emulator reproduces every layer of the firmware bit for bit (it refuses anything
+else when the model is built, naming the layer), else csim. The load log line says which
+mode each model got and why.
 
 config.pbtxt ``parameters`` (all optional):
 ``xclbin`` (file in the version folder; default: the only .xclbin/.awsxclbin there),
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,24 +62,36 @@ def find_bitstream(config: dict, version_dir: str) -> Path | None:
     return found[0] if found else None
 
 
-def resolve_mode(requested: str, config: dict, version_dir: str) -> tuple[str, str]:
-    """(mode, why) for this model version; ``why`` goes into the load log line."""
+def resolve_mode(
+    requested: str, config: dict, version_dir: str, project: Hls4mlProject | None = None
+) -> tuple[str, str, Any]:
+    """(mode, why, emulator) for this model version; ``why`` goes into the load log line.
+    ``emulator`` is the FixedPointModel auto built to decide on numpy mode (reused), else None."""
     if requested not in FPGA_MODES:
         raise BackendError(f"unknown fpga-mode '{requested}' (choose from {', '.join(FPGA_MODES)})")
     named = config_parameter(config, "xclbin")
     if named:  # in every mode: a config names no file outside its model directory
         version_file(version_dir, named, "parameter xclbin")
     if requested != "auto":
-        return requested, "--fpga-mode " + requested
+        return requested, "--fpga-mode " + requested, None
     bitstream = find_bitstream(config, version_dir)
     if bitstream is None:
-        return "csim", "auto: no xclbin in the version folder"
-    from .cards import available_cards
+        no_card = "no xclbin in the version folder"
+    else:
+        from .cards import available_cards
 
-    cards = available_cards()
-    if not cards:
-        return "csim", f"auto: {bitstream.name} present but no FPGA card found"
-    return "hardware", f"auto: {len(cards)} card(s) found, {bitstream.name}"
+        cards = available_cards()
+        if cards:
+            return "hardware", f"auto: {len(cards)} card(s) found, {bitstream.name}", None
+        no_card = f"{bitstream.name} present but no FPGA card found"
+    # no card: the numpy emulator if it reproduces every layer bit for bit, else the C-simulation
+    from .emulator import FixedPointModel
+
+    try:
+        emulator = FixedPointModel(project if project is not None else Hls4mlProject.load(version_dir))
+    except ProjectError as e:  # UnsupportedLayerError names the layer; io_stream etc. land here too
+        return "csim", f"auto: {no_card}; not every layer is emulated by numpy: {e}", None
+    return "numpy", f"auto: {no_card}; every layer is emulated bit-exactly by numpy", emulator
 
 
 class Hls4mlBackend(Backend):
@@ -94,8 +110,10 @@ class Hls4mlBackend(Backend):
         super().__init__(config, version_dir, instance_index, backend_config)
         self.project = Hls4mlProject.load(version_dir)
         self._check_io(config)
-        self.mode, why = resolve_mode(self.backend_config.get("fpga-mode", "auto"), config, version_dir)
-        self._runner = self._make_runner()
+        self.mode, why, emulator = resolve_mode(
+            self.backend_config.get("fpga-mode", "auto"), config, version_dir, self.project
+        )
+        self._runner = emulator if emulator is not None else self._make_runner()
         # without a card the firmware runs on the emulated device of its mode, which telemetry
         # reports as a device (EMU-<index>-<mode>); the hardware runner accounts its own calls
         self.emulated_device = None if self.mode == "hardware" else _emulated_device(self.mode)
@@ -281,6 +299,13 @@ class OnnxReference:
             raise BackendError(f"{path} must have one input (has {len(ins)})")
         self.input_name = ins[0].name
         self.output_name = outs[0].name
+        # an image model's graph takes [batch, C, H, W]; the backend hands over [batch, C*H*W]
+        dims = ins[0].shape[1:]
+        self.item_shape = tuple(dims) if all(isinstance(d, int) for d in dims) and len(dims) > 1 else None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.session.run([self.output_name], {self.input_name: np.ascontiguousarray(x, dtype=np.float32)})[0]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if self.item_shape is not None:
+            x = x.reshape(x.shape[0], *self.item_shape)
+        y = self.session.run([self.output_name], {self.input_name: x})[0]
+        return y.reshape(y.shape[0], -1)

@@ -277,12 +277,13 @@ class _Builder:
             shutil.rmtree(self.folder)  # an interrupted or damaged copy
         firmware = self.folder / "firmware"
         try:
+            for lib, src in self.project.template_dirs().items():
+                shutil.copytree(src, firmware / lib)
+            # after the templates: the project's generated nnet_code_gen.h replaces the generic one
             for src in self.project.source_files():
                 dst = firmware / src.relative_to(self.project.firmware_dir)
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
-            for lib, src in self.project.template_dirs().items():
-                shutil.copytree(src, firmware / lib)
             if self.accelerator:
                 axi = firmware / f"{self.project.name}_axi.h"
                 if not axi.is_file():

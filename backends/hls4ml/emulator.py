@@ -2,21 +2,40 @@
 
 ``FixedPointModel(project).predict(x)`` computes what the firmware's top function computes
 (for a VivadoAccelerator project: the ``myproject_axi`` wrapper, i.e. T_in -> input_t ->
-layers -> result_t -> T_out), with every value held as an int64 ``ap_fixed`` raw and every
-cast done with the type's quantization and overflow modes (see ``fixed_point.py``).
+layers -> result_t -> T_out), every cast done with the type's quantization and overflow
+modes (see ``fixed_point.py``). The layers run in the order of the top function's calls; an
+array may feed several layers (branches, merges), and Reshape/Flatten are aliases.
+
+Two representations of the same integers (the ``ap_fixed`` raws):
+
+* float64 (``_predict_f64``, used whenever every type of the model is at most 52 bits wide):
+  exact integers below 2**52, so BLAS products are exact; Dense and convolution windows are
+  one matrix product with the weights pre-scaled to ``accum_t``'s grid, casts are a few
+  in-place vector operations (floor/rint, clip, and a wrap only where min/max show a value
+  left the range), scratch arrays are reused per model and thread;
+* int64 (``_predict_int64``): the reference formulation, used for wider types; layers
+  without a float64 form run it inside the float64 chain.
 
 Layers supported, each checked bit for bit against hls4ml's own C-simulation
-(``HLSModel.predict``) in ``tests/test_hls4ml_emulator.py``:
+(``HLSModel.predict``) in ``tests/test_hls4ml_emulator.py`` and ``tests/test_hls4ml_layers.py``:
 
 * ``nnet::dense``: latency strategy and resource strategy (``DenseResource_rf_leq_nin`` and
   ``DenseResource_rf_gt_nin_rem0``, their loop order replayed), ``product::mult`` only;
-  every product cast to ``accum_t``; float64 BLAS on the raws where that is exact;
-* ``nnet::relu``, ``nnet::linear``, ``nnet::leaky_relu``;
+  every product cast to ``accum_t``;
+* ``nnet::conv_1d_cl``, ``conv_2d_cl`` and their pointwise forms (latency and resource): the
+  windows come from the buffer filler hls4ml generates into ``nnet_code_gen.h``, and the
+  window times the weights is the dense layer the C++ loops form;
+* ``nnet::pooling1d_cl``, ``pooling2d_cl`` (max and average, padding, ``count_pad``) and
+  ``global_pooling1d_cl``/``global_pooling2d_cl``; ``nnet::transpose``;
+* merges: ``add``, ``subtract``, ``multiply``, ``average``, ``maximum``, ``minimum``,
+  ``concatenate1d``/``2d``/``3d``;
+* ``nnet::relu``, ``linear``, ``leaky_relu``, ``elu``, ``selu``, ``softplus``,
+  ``hard_sigmoid``, ``hard_tanh``, ``sigmoid`` and ``tanh`` (lookup tables rebuilt as the
+  C++ builds them, glibc maths);
 * ``nnet::normalize`` (BatchNormalization);
 * ``nnet::softmax`` with the ``latency``, ``stable``, ``legacy`` and ``argmax``
   implementations: the exp/inverse tables are rebuilt as the C++ builds them (float maths,
-  glibc ``expf``) and indexed from the same input bits;
-* ``nnet::sigmoid`` and ``nnet::tanh`` lookup tables.
+  glibc ``expf``) and indexed from the same input bits.
 
 Everything else raises ``UnsupportedLayerError`` when the model is built (never in
 ``predict``), naming the layer and what is unsupported; io_stream projects are refused.
@@ -28,13 +47,14 @@ import ctypes
 import ctypes.util
 import math
 import re
+import threading
 from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
 from .firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, const_int, read_firmware_graph
-from .fixed_point import FixedType
+from .fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, from_float_f64, overflow_f64
 from .project import Hls4mlProject, ProjectError
 
 __all__ = ["FixedPointModel", "UnsupportedLayerError"]
@@ -50,8 +70,16 @@ def _libm():
         for fn in ("expf", "tanhf"):
             getattr(lib, fn).restype = ctypes.c_float
             getattr(lib, fn).argtypes = [ctypes.c_float]
+        lib.log.restype = ctypes.c_double
+        lib.log.argtypes = [ctypes.c_double]
         _LIBM = lib
     return _LIBM
+
+
+def _f64_map(fn: str, values: np.ndarray) -> np.ndarray:
+    """glibc's double-precision function (std::log(double) in the table initialisers)."""
+    f = getattr(_libm(), fn)
+    return np.array([f(float(v)) for v in np.asarray(values, np.float64)], dtype=np.float64)
 
 
 def _f32_map(fn: str, values: np.ndarray) -> np.ndarray:
@@ -95,27 +123,74 @@ class FixedPointModel:
     def __init__(self, project: Hls4mlProject):
         self.project = project
         self.graph: FirmwareGraph = read_firmware_graph(project)
-        self._ops: list[Op] = []
+        # one step per nnet:: call: (arrays read, array written, int64 op, float64 op)
+        self._steps: list[tuple[list[str], str, Op, Op | None]] = []
+        self._ws = threading.local()  # per-thread preallocated buffers, see _buffer
         in_type = self._type(project.input.ctype, None)
         self.input_type = in_type
-        current = in_type
-        for layer in self.graph.layers:
+        types: dict[str, FixedType] = {project.input.name: in_type}
+        f64 = True  # the float64 chain (exact integers below 2**52) serves every type of the model
+        for index, layer in enumerate(self.graph.layers):
             builder = getattr(self, f"_build_{layer.kind}", None)
             if builder is None:
                 raise UnsupportedLayerError(
                     f"{layer.describe()}: nnet::{layer.kind} is not supported by the numpy emulator"
                 )
-            declared_in = self._type(layer.template[0], layer)
-            if declared_in != current:
-                raise UnsupportedLayerError(
-                    f"{layer.describe()}: input type {declared_in} differs from the previous output {current}"
-                )
-            op, current = builder(layer, current)
-            self._ops.append(op)
-        self.output_type = current
+            in_types = [types[name] for name in layer.inputs]
+            for k, actual in enumerate(in_types):
+                declared = self._type(layer.template[k], layer)
+                if declared != actual:
+                    raise UnsupportedLayerError(
+                        f"{layer.describe()}: input type {declared} differs from the type of "
+                        f"'{layer.inputs[k]}' ({actual})"
+                    )
+            self._layer_key = index
+            self._in_types = in_types
+            built = builder(layer, in_types[0])
+            op, out_t = built[0], built[1]
+            fop = built[2] if len(built) > 2 else None
+            types[layer.output] = out_t
+            self._steps.append((layer.inputs, layer.output, op, fop))
+            f64 = f64 and all(f64_capable(t) for t in (*in_types, out_t))
+        self.output_type = types[self.graph.layers[-1].output]
         self.n_in = project.input.size
         self.n_out = project.output.size
         self._io_in, self._io_out = self._accelerator_io()
+        f64 = f64 and all(f64_capable(t) for t in (self._io_in, self._io_out) if isinstance(t, FixedType))
+        self._f64 = f64
+        # an array read again later is handed to other layers as a copy (float64 ops work in place)
+        self._keep: list[list[bool]] = []
+        for i, (ins, _out, _op, _fop) in enumerate(self._steps):
+            later = {name for step in self._steps[i + 1 :] for name in step[0]}
+            self._keep.append([name in later or ins.count(name) > 1 for name in ins])
+
+    def _run(self, v: np.ndarray, use_f64: bool) -> np.ndarray:
+        env = {self.project.input.name: v}
+        for (ins, out, op, fop), keep in zip(self._steps, self._keep):
+            args = [env[name].copy() if k else env[name] for name, k in zip(ins, keep)]
+            if not use_f64:
+                env[out] = op(*args)
+            elif fop is not None:
+                env[out] = fop(*args)
+            else:  # a layer without a float64 form: its int64 op on the same integers
+                env[out] = op(*(a.astype(np.int64) for a in args)).astype(np.float64)
+            for name, k in zip(ins, keep):
+                if not k:
+                    env.pop(name, None)
+        return env[self._steps[-1][1]]
+
+    def _buffer(self, key, shape: tuple[int, ...], fill: np.ndarray | None = None) -> np.ndarray:
+        """A float64 array owned by this model and thread, reused across calls of the same
+        batch size: scratch space, or (``fill``) a constant broadcast to ``shape`` once."""
+        bufs = getattr(self._ws, "bufs", None)
+        if bufs is None:
+            bufs = self._ws.bufs = {}
+        buf = bufs.get(key)
+        if buf is None or buf.shape != shape:
+            buf = bufs[key] = np.empty(shape, np.float64)
+            if fill is not None:
+                buf[...] = fill
+        return buf
 
     # ------------------------------------------------------------------ types
     def _type(self, name: str, layer: Layer | None) -> FixedType:
@@ -263,7 +338,7 @@ class FixedPointModel:
                     acc = acc_t._wrap(acc)
                 return out_t.cast(acc, acc_t)
 
-            return dense_linear, out_t
+            return dense_linear, out_t, self._dense_f64(wmat, bias_acc, in_t, acc_t, out_t, fa - fp, modular)
         if modular:
             # each product is quantized into accum_t on its own, the sum is modular: group by input
             rows = [(i, wmat[i], used[i] > 0) for i in range(n_in)]
@@ -288,6 +363,41 @@ class FixedPointModel:
             return out_t.cast(acc, acc_t)
 
         return dense_sequential, out_t
+
+    def _dense_f64(self, wmat, bias_acc, in_t: FixedType, acc_t: FixedType, out_t: FixedType, shift: int, modular):
+        """The linear dense on float64 raws: one BLAS product with the weights pre-scaled to
+        accum_t's grid, the bias added in place, then accum_t's wrap and the cast to the
+        result type, skipped where the bounds of the sums show they cannot change anything."""
+        if not (f64_capable(in_t) and f64_capable(acc_t) and f64_capable(out_t)):
+            return None
+        wf = wmat.astype(np.float64) * 2.0**shift
+        bf = bias_acc.astype(np.float64)
+        # bounds of every partial sum (products of in_t's extreme raws), per output
+        lo_x, hi_x = float(in_t.raw_min), float(in_t.raw_max)
+        hi_p = np.maximum(wf * lo_x, wf * hi_x).sum(axis=0)
+        lo_p = np.minimum(wf * lo_x, wf * hi_x).sum(axis=0)
+        peak = float(np.abs(wf).sum(axis=0).max(initial=0.0)) * max(-lo_x, hi_x) + float(np.abs(bf).max(initial=0.0))
+        if peak * (1 + 1e-9) + 2 >= F64_EXACT:
+            return None  # partial sums would not be exact in float64: the int64 path runs
+        margin = 1e-9 * peak + 2
+        lo, hi = float((lo_p + bf).min(initial=0.0)) - margin, float((hi_p + bf).max(initial=0.0)) + margin
+        if modular and not (acc_t.raw_min <= lo and hi <= acc_t.raw_max):
+            acc_lo, acc_hi = float(acc_t.raw_min), float(acc_t.raw_max)
+        else:
+            modular, acc_lo, acc_hi = False, lo, hi
+        key = self._layer_key
+        n_out = wf.shape[1]
+
+        def dense_f64(x):
+            rows = x.shape[0]
+            acc = np.matmul(x, wf, out=self._buffer(key, (rows, n_out)))
+            # a bias row broadcast over a short inner axis is slow in numpy: add a full-size copy
+            acc += self._buffer((key, "bias"), (rows, n_out), fill=bf)
+            if modular:
+                acc = overflow_f64(acc_t, acc)
+            return cast_f64(out_t, acc, acc_t.frac, acc_lo, acc_hi)
+
+        return dense_f64
 
     @staticmethod
     def _exact_matmul(wmat: np.ndarray, xmax: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -316,14 +426,329 @@ class FixedPointModel:
             return sliced
         return lambda x: x @ wmat
 
+    # ------------------------------------------------------------------ convolutions
+    def _build_conv(self, layer: Layer, in_t: FixedType):
+        """conv_1d_cl / conv_2d_cl (io_parallel, latency or resource): the buffer filler's
+        im2col table gathers each output pixel's window, and the window times the weights is
+        the dense layer the C++ loops form (the same products in accum_t, the same order)."""
+        table = self.graph.fill_buffer(layer)  # (pixels, window) of input indices, -1 = zero
+        n_filt = const_int(layer, "n_filt")
+        consts = layer.config.get("consts", {})
+        strategy = consts.get("strategy", "nnet::latency").split("::")[-1]
+        mult_name = layer.config.get("types", {}).get("mult_config", "")
+        mult = self.graph.configs.get(mult_name)
+        if mult is None:
+            raise UnsupportedLayerError(f"{layer.describe()}: mult_config '{mult_name}' not found in parameters.h")
+        for type_key in ("accum_t", "weight_t", "bias_t"):
+            if self._cfg_type(layer, type_key) != self._type(mult["types"].get(type_key, type_key), layer):
+                raise UnsupportedLayerError(
+                    f"{layer.describe()}: {type_key} differs between the layer and its mult_config"
+                )
+        pixels, window = table.shape
+        n_in_total = int(np.prod([const_int(layer, k) for k in self._conv_in_dims(layer)]))
+        if table.max(initial=-1) >= n_in_total:
+            raise UnsupportedLayerError(f"{layer.describe()}: buffer filler reads beyond the input")
+        rf = const_int(layer, "reuse_factor")
+        if strategy == "latency":
+            kernel = "nnet::DenseLatency"
+        elif strategy == "resource":
+            if rf > window:
+                raise UnsupportedLayerError(
+                    f"{layer.describe()}: resource conv with reuse factor {rf} > window {window}"
+                )
+            kernel = "nnet::DenseResource_rf_leq_nin"
+        else:
+            raise UnsupportedLayerError(f"{layer.describe()}: conv strategy '{strategy}' is not supported")
+        dense_cfg = {
+            "base": "dense_config",
+            "consts": {"n_in": str(window), "n_out": str(n_filt), "reuse_factor": str(rf)},
+            "types": {
+                **mult.get("types", {}),
+                **{k: layer.config["types"][k] for k in ("accum_t", "weight_t", "bias_t")},
+            },
+            "using": {**mult.get("using", {}), "kernel": kernel},
+        }
+        dense_layer = Layer(
+            "dense", layer.name, layer.template, layer.args, layer.config_name, dense_cfg, weights=layer.weights
+        )
+        built = self._build_dense(dense_layer, in_t)
+        op, out_t = built[0], built[1]
+        fop = built[2] if len(built) > 2 else None
+        padded = bool((table < 0).any())
+        flat_index = np.where(table < 0, n_in_total, table).reshape(-1)
+
+        key = self._layer_key
+
+        def gather(x, zero):
+            rows = x.shape[0]
+            if padded:
+                x = np.concatenate([x, np.full((rows, 1), zero, dtype=x.dtype)], axis=1)
+            # np.take along axis 1 writes a C-contiguous (rows, pixels * window) array, so the
+            # reshape is free; the float64 chain reuses one buffer (no page faults per call);
+            # mode="clip" skips numpy's bounds checks (3x faster): the table was checked at build
+            out = self._buffer((key, "im2col"), (rows, flat_index.size)) if x.dtype == np.float64 else None
+            return np.take(x, flat_index, axis=1, out=out, mode="clip").reshape(rows * pixels, window)
+
+        def conv(x):
+            return op(gather(x, 0)).reshape(x.shape[0], pixels * n_filt)
+
+        def conv_f64(x):
+            return fop(gather(x, 0.0)).reshape(x.shape[0], pixels * n_filt)
+
+        return conv, out_t, (conv_f64 if fop is not None else None)
+
+    @staticmethod
+    def _conv_in_dims(layer: Layer) -> tuple[str, ...]:
+        if "in_height" in layer.config.get("consts", {}):
+            return ("in_height", "in_width", "n_chan")
+        return ("in_width", "n_chan")
+
+    _build_conv_1d_cl = _build_conv
+    _build_conv_2d_cl = _build_conv
+    _build_pointwise_conv_1d_cl = _build_conv
+    _build_pointwise_conv_2d_cl = _build_conv
+
+    # ------------------------------------------------------------------ pooling
+    def _pool_windows(self, layer: Layer, global_pool: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(table, lengths): for each output index the input indices of its window (-1 =
+        padding) in the C loop order, and the divisor an average uses."""
+        c = layer.config.get("consts", {})
+        two_d = "in_height" in c
+        n_filt = const_int(layer, "n_filt")
+        if global_pool:
+            n = const_int(layer, "in_height") * const_int(layer, "in_width") if two_d else const_int(layer, "n_in")
+            table = np.array([[i * n_filt + f for i in range(n)] for f in range(n_filt)], dtype=np.int64)
+            return table, np.full(n_filt, n, dtype=np.int64)
+        count_pad = c.get("count_pad", "false").strip() == "true"
+        if two_d:
+            ih, iw = const_int(layer, "in_height"), const_int(layer, "in_width")
+            ph, pw = const_int(layer, "pool_height"), const_int(layer, "pool_width")
+            sh, sw = const_int(layer, "stride_height"), const_int(layer, "stride_width")
+            pt, pb = const_int(layer, "pad_top"), const_int(layer, "pad_bottom")
+            pl, pr = const_int(layer, "pad_left"), const_int(layer, "pad_right")
+            ow = const_int(layer, "out_width")
+            n_out = const_int(layer, "out_height") * ow * n_filt
+        else:
+            ih, iw = 1, const_int(layer, "n_in")
+            ph, pw, sh, sw, pt, pb = 1, const_int(layer, "pool_width"), 1, const_int(layer, "stride_width"), 0, 0
+            pl, pr = const_int(layer, "pad_left"), const_int(layer, "pad_right")
+            ow = const_int(layer, "n_out")
+            n_out = ow * n_filt
+        table = np.full((n_out, ph * pw), -2, dtype=np.int64)
+        lengths = np.zeros(n_out, dtype=np.int64)
+        full_h, full_w = ih + pt + pb, iw + pl + pr
+        lim_h = (full_h - ph) // sh * sh + 1
+        lim_w = (full_w - pw) // sw * sw + 1
+        for ff in range(n_filt):
+            for ii in range(0, lim_h, sh):
+                for jj in range(0, lim_w, sw):
+                    slots, overlap = [], 0
+                    for kk in range(ph):
+                        for ll in range(pw):
+                            if pt <= ii + kk < ih + pt and pl <= jj + ll < iw + pl:
+                                slots.append(((ii + kk - pt) * iw + (jj + ll - pl)) * n_filt + ff)
+                                overlap += 1
+                            else:
+                                slots.append(-1)
+                    o = (ii // sh) * ow * n_filt + (jj // sw) * n_filt + ff
+                    if not 0 <= o < n_out:
+                        raise UnsupportedLayerError(f"{layer.describe()}: pooling writes outside its output")
+                    table[o] = slots
+                    lengths[o] = ph * pw if count_pad else overlap
+        if (table == -2).any():
+            raise UnsupportedLayerError(f"{layer.describe()}: pooling leaves outputs unwritten")
+        return table, lengths
+
+    def _build_pool(self, layer: Layer, in_t: FixedType, global_pool: bool = False):
+        out_t = self._type(layer.template[1], layer)
+        acc_t = self._cfg_type(layer, "accum_t")
+        op_name = layer.config.get("consts", {}).get("pool_op", "nnet::Max").split("::")[-1]
+        table, lengths = self._pool_windows(layer, global_pool)
+        padded = bool((table < 0).any())
+        n_in_total = int(table.max(initial=0)) + 1
+        index = np.where(table < 0, n_in_total, table)
+        if op_name == "Max":
+            # pad_val: a T whose top bit alone is set (the most negative value of a signed type)
+            pad = in_t.raw_min if in_t.signed else 1 << (in_t.width - 1)
+
+            def max_pool(x):
+                xe = np.concatenate([x, np.full((x.shape[0], 1), pad, np.int64)], axis=1) if padded else x
+                y = np.take(xe, index, axis=1, mode="clip").max(axis=2)  # y = x[i] > y ? x[i] : y
+                return out_t.cast(acc_t.cast(y, in_t), acc_t)
+
+            key = self._layer_key
+            columns = [np.ascontiguousarray(index[:, k]) for k in range(index.shape[1])]
+
+            def max_pool_f64(x):
+                xe = np.concatenate([x, np.full((x.shape[0], 1), float(pad))], axis=1) if padded else x
+                shape = (x.shape[0], index.shape[0])
+                # one window slot at a time: elementwise maxima of contiguous gathers beat a
+                # reduction over a short last axis
+                y = np.take(xe, columns[0], axis=1, out=self._buffer((key, "pool"), shape), mode="clip")
+                tmp = self._buffer((key, "pool_slot"), shape)
+                for col in columns[1:]:
+                    np.maximum(y, np.take(xe, col, axis=1, out=tmp, mode="clip"), out=y)
+                y = cast_f64(acc_t, y, in_t.frac, float(min(pad, in_t.raw_min)), float(in_t.raw_max))
+                return cast_f64(out_t, y, acc_t.frac, float(acc_t.raw_min), float(acc_t.raw_max))
+
+            return max_pool, out_t, max_pool_f64
+        if op_name != "Average":
+            raise UnsupportedLayerError(f"{layer.describe()}: pool_op {op_name} is not supported")
+        f = max(acc_t.frac, in_t.frac)
+        self._check_width(layer, max(acc_t.width + f - acc_t.frac, in_t.width + f - in_t.frac) + 1, "y + x")
+        sh_acc, sh_in = np.int64(f - acc_t.frac), np.int64(f - in_t.frac)
+        den = lengths.astype(np.int64)
+
+        def avg_pool(x):
+            xe = np.concatenate([x, np.zeros((x.shape[0], 1), np.int64)], axis=1) if padded else x
+            win = np.take(xe, index, axis=1, mode="clip")  # (rows, outputs, window)
+            y = np.zeros(win.shape[:2], np.int64)  # accum_t y = 0
+            for k in range(win.shape[2]):  # y += x[k]: exact sum, assigned to accum_t
+                y = acc_t.from_raw((y << sh_acc) + (win[:, :, k] << sh_in), f)
+            q = np.abs(y) // den  # y /= length: C division, toward zero, same fractional bits
+            q = acc_t.from_raw(np.where(y < 0, -q, q), acc_t.frac)
+            return out_t.cast(q, acc_t)
+
+        return avg_pool, out_t
+
+    def _build_pooling1d_cl(self, layer: Layer, in_t: FixedType):
+        return self._build_pool(layer, in_t)
+
+    def _build_pooling2d_cl(self, layer: Layer, in_t: FixedType):
+        return self._build_pool(layer, in_t)
+
+    def _build_global_pooling1d_cl(self, layer: Layer, in_t: FixedType):
+        return self._build_pool(layer, in_t, global_pool=True)
+
+    def _build_global_pooling2d_cl(self, layer: Layer, in_t: FixedType):
+        return self._build_pool(layer, in_t, global_pool=True)
+
+    # ------------------------------------------------------------------ reshapes and merges
+    def _build_transpose(self, layer: Layer, in_t: FixedType):
+        out_t = self._type(layer.template[1], layer)
+        arrays = self.graph.arrays
+        to_shape = arrays.get(f"{layer.config_name}_to_shape")
+        strides = arrays.get(f"{layer.config_name}_perm_strides")
+        n = const_int(layer, "N")
+        if to_shape is None or strides is None or len(to_shape) != len(strides):
+            raise UnsupportedLayerError(f"{layer.describe()}: transpose shapes not found in parameters.h")
+        src = np.zeros(n, dtype=np.int64)
+        for i in range(n):  # transfer_idx
+            index, idx = i, 0
+            for d in range(len(to_shape) - 1, -1, -1):
+                idx += (index % to_shape[d]) * strides[d]
+                index //= to_shape[d]
+            src[i] = idx
+        if src.max(initial=0) >= n:
+            raise UnsupportedLayerError(f"{layer.describe()}: transpose reads outside its input")
+        lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+        return (
+            (lambda x: out_t.cast(x[:, src], in_t)),
+            out_t,
+            (lambda x: cast_f64(out_t, x[:, src], in_t.frac, lo, hi)),
+        )
+
+    def _merge_sizes(self, layer: Layer) -> tuple[int, int, int]:
+        n1, n2 = const_int(layer, "n_elem1"), const_int(layer, "n_elem2")
+        n = const_int(layer, "n_elem")
+        return n1, n2, n
+
+    def _build_merge(self, layer: Layer, in_t: FixedType):
+        t1, t2 = self._in_types
+        out_t = self._type(layer.template[2], layer)
+        n1, n2, n = self._merge_sizes(layer)
+        i1, i2 = np.arange(n) % n1, np.arange(n) % n2
+        kind = layer.kind
+        f = max(t1.frac, t2.frac)
+        s1, s2 = np.int64(f - t1.frac), np.int64(f - t2.frac)
+        self._check_width(layer, max(t1.width + f - t1.frac, t2.width + f - t2.frac) + 2, "the merged values")
+        if kind == "multiply":
+            self._check_width(layer, t1.width + t2.width, "data1 * data2")
+            return (lambda a, b: out_t.from_raw(a[:, i1] * b[:, i2], t1.frac + t2.frac)), out_t
+        if kind in ("add", "subtract", "average"):
+            sign = np.int64(-1 if kind == "subtract" else 1)
+            extra = 1 if kind == "average" else 0  # (a + b) * ap_ufixed<1,0>(0.5): one more fractional bit
+
+            def addsub(a, b):
+                return out_t.from_raw((a[:, i1] << s1) + sign * (b[:, i2] << s2), f + extra)
+
+            return addsub, out_t
+        if kind in ("maximum", "minimum"):
+
+            def pick(a, b):
+                x, y = a[:, i1], b[:, i2]
+                first = (x << s1) > (y << s2) if kind == "maximum" else (x << s1) < (y << s2)
+                return np.where(first, out_t.cast(x, t1), out_t.cast(y, t2))
+
+            return pick, out_t
+        raise UnsupportedLayerError(f"{layer.describe()}: merge nnet::{kind} is not supported")
+
+    _build_add = _build_merge
+    _build_subtract = _build_merge
+    _build_multiply = _build_merge
+    _build_average = _build_merge
+    _build_maximum = _build_merge
+    _build_minimum = _build_merge
+
+    def _build_concatenate(self, layer: Layer, in_t: FixedType):
+        t1, t2 = self._in_types
+        out_t = self._type(layer.template[2], layer)
+        kind = layer.kind
+        dims = 1 if kind.startswith("concatenate1d") else 2 if kind.startswith("concatenate2d") else 3
+        c = layer.config.get("consts", {})
+        shape1 = [const_int(layer, f"n_elem1_{d}") for d in range(dims)]
+        shape2 = [const_int(layer, f"n_elem2_{d}") for d in range(dims)]
+        if kind[-2] == "_":
+            axis = int(kind[-1])
+        else:
+            a = int(c.get("axis", "-1"))
+            axis = {1: 0, 2: {2: 1, -1: 1}.get(a, 0), 3: {3: 2, -1: 2, 2: 1, -2: 1}.get(a, 0)}[dims]
+        n1, n2 = int(np.prod(shape1)), int(np.prod(shape2))
+        # which source element lands at each output position
+        tag = np.concatenate([np.arange(n1).reshape(shape1), (n1 + np.arange(n2)).reshape(shape2)], axis=axis).reshape(
+            -1
+        )
+        from1 = tag < n1
+        idx1, idx2 = tag[from1], tag[~from1] - n1
+        lo1, hi1, lo2, hi2 = float(t1.raw_min), float(t1.raw_max), float(t2.raw_min), float(t2.raw_max)
+
+        def concat(a, b):
+            res = np.empty((a.shape[0], tag.size), dtype=np.int64)
+            res[:, from1] = out_t.cast(a[:, idx1], t1)
+            res[:, ~from1] = out_t.cast(b[:, idx2], t2)
+            return res
+
+        def concat_f64(a, b):
+            res = np.empty((a.shape[0], tag.size))
+            res[:, from1] = cast_f64(out_t, a[:, idx1], t1.frac, lo1, hi1)
+            res[:, ~from1] = cast_f64(out_t, b[:, idx2], t2.frac, lo2, hi2)
+            return res
+
+        return concat, out_t, concat_f64
+
+    _build_concatenate1d = _build_concatenate
+    _build_concatenate2d = _build_concatenate
+    _build_concatenate2d_0 = _build_concatenate
+    _build_concatenate2d_1 = _build_concatenate
+    _build_concatenate3d = _build_concatenate
+    _build_concatenate3d_0 = _build_concatenate
+    _build_concatenate3d_1 = _build_concatenate
+    _build_concatenate3d_2 = _build_concatenate
+
     # ------------------------------------------------------------------ activations
     def _build_relu(self, layer: Layer, in_t: FixedType):
         out_t = self._type(layer.template[1], layer)
-        return (lambda x: out_t.cast(np.where(x > 0, x, 0), in_t)), out_t
+
+        def relu_f64(x):
+            np.maximum(x, 0.0, out=x)
+            return cast_f64(out_t, x, in_t.frac, 0.0, float(in_t.raw_max))
+
+        return (lambda x: out_t.cast(np.where(x > 0, x, 0), in_t)), out_t, relu_f64
 
     def _build_linear(self, layer: Layer, in_t: FixedType):
         out_t = self._type(layer.template[1], layer)
-        return (lambda x: out_t.cast(x, in_t)), out_t
+        lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+        return (lambda x: out_t.cast(x, in_t)), out_t, (lambda x: cast_f64(out_t, x, in_t.frac, lo, hi))
 
     def _build_leaky_relu(self, layer: Layer, in_t: FixedType):
         param_t = self._type(layer.template[1], layer)
@@ -395,6 +820,112 @@ class FixedPointModel:
         table = table_t.from_float(_f32_map("tanhf", in_val).astype(np.float64))
         return self._lut_activation(layer, in_t, table, table_t, 8)
 
+    def _build_softplus(self, layer: Layer, in_t: FixedType):
+        table_t = self._cfg_type(layer, "table_t")
+        n = const_int(layer, "table_size")
+        ii = np.arange(n, dtype=np.float64)
+        in_val = (2 * 8.0 * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+        # softplus_fcn_float: std::log(std::exp(float) + 1.) -> expf, then double log, returned as float
+        e = _f32_map("expf", in_val).astype(np.float64) + 1.0
+        val = _f64_map("log", e).astype(np.float32)
+        return self._lut_activation(layer, in_t, table_t.from_float(val.astype(np.float64)), table_t, 16)
+
+    def _negative_lut(self, layer: Layer, in_t: FixedType):
+        """elu/selu negative branch: index = (int)(x * N / -8), clamped to [0, N-1]."""
+        n = const_int(layer, "table_size")
+        scaled = _scaled_trunc(layer, in_t.width, n << max(0, -in_t.frac), 8 << max(0, in_t.frac))
+
+        def index(x):
+            return np.clip(_wrap32(-scaled(x)), 0, n - 1)
+
+        return index
+
+    @staticmethod
+    def _table_neg8(n: int, fn) -> np.ndarray:
+        ii = np.arange(n, dtype=np.float64)
+        in_val = (-8.0 * ii / float(np.float32(n))).astype(np.float32)
+        return fn(_f32_map("expf", in_val).astype(np.float64) - 1.0).astype(np.float32)
+
+    def _build_elu(self, layer: Layer, in_t: FixedType):
+        table_t = self._cfg_type(layer, "table_t")
+        n = const_int(layer, "table_size")
+        if len(layer.template) == 4:
+            param_t, out_t = self._type(layer.template[1], layer), self._type(layer.template[2], layer)
+            try:
+                alpha_value = float(layer.args[1].rstrip("fF"))
+            except ValueError:
+                raise UnsupportedLayerError(f"{layer.describe()}: cannot read alpha '{layer.args[1]}'") from None
+            if param_t.integer_type:
+                alpha = int(param_t._int_from_float(np.array([alpha_value]))[0])
+                fa = 0
+            else:
+                alpha, fa = int(param_t.from_float(np.array([alpha_value]))[0]), param_t.frac
+        else:
+            out_t, alpha, fa = self._type(layer.template[1], layer), 1, 0  # elu(data, res): alpha = 1.0
+        table = table_t.from_float(self._table_neg8(n, lambda v: v).astype(np.float64))
+        self._check_width(layer, table_t.width + max(1, abs(alpha).bit_length() + 1), "alpha * table")
+        index = self._negative_lut(layer, in_t)
+        neg_vals = out_t.from_raw(table * np.int64(alpha), table_t.frac + fa)
+
+        def elu(x):
+            return np.where(x >= 0, out_t.cast(x, in_t), neg_vals[index(x)])
+
+        return elu, out_t
+
+    def _build_selu(self, layer: Layer, in_t: FixedType):
+        table_t = self._cfg_type(layer, "table_t")
+        out_t = self._type(layer.template[1], layer)
+        n = const_int(layer, "table_size")
+        lam_d, alpha_d = float("1.0507009873554804934193349852946"), float("1.6732632423543772848170429916717")
+        table = table_t.from_float(self._table_neg8(n, lambda v: lam_d * (alpha_d * v)).astype(np.float64))
+        lam_t = FixedType(16, 1, signed=False)  # typedef ap_ufixed<16, 1> selu_const_t
+        lam = np.int64(lam_t.from_float(np.array([1.0507009873554805]))[0])
+        self._check_width(layer, in_t.width + lam_t.width, "lambda * x")
+        index = self._negative_lut(layer, in_t)
+        neg_vals = out_t.cast(table, table_t)
+        frac = in_t.frac + lam_t.frac
+
+        def selu(x):
+            return np.where(x >= 0, out_t.from_raw(x * lam, frac), neg_vals[index(x)])
+
+        return selu, out_t
+
+    def _hard_params(self, layer: Layer) -> tuple[int, int, int, int]:
+        statics = layer.config.get("statics", {})
+        out = []
+        for key in ("slope", "shift"):
+            if key not in statics:
+                raise UnsupportedLayerError(f"{layer.describe()}: parameters.h defines no {layer.config_name}::{key}")
+            ctype, value = statics[key]
+            t = self._type(ctype, layer)
+            try:
+                v = float(value.rstrip("fF"))
+            except ValueError:
+                raise UnsupportedLayerError(f"{layer.describe()}: cannot read {key} = '{value}'") from None
+            out += [int(t.from_float(np.array([v]))[0]), t.frac]
+        return out[0], out[1], out[2], out[3]
+
+    def _build_hard_sigmoid(self, layer: Layer, in_t: FixedType, tanh: bool = False):
+        out_t = self._type(layer.template[1], layer)
+        slope, f_slope, shift, f_shift = self._hard_params(layer)
+        fp = f_slope + in_t.frac
+        f = max(fp, f_shift)
+        self._check_width(layer, in_t.width + 17 + abs(f - fp) + abs(f - f_shift), "slope * x + shift")
+        up_p, up_s = np.int64(f - fp), np.int64(f - f_shift)
+        shift_raw, one = np.int64(shift) << up_s, np.int64(1) << np.int64(f)
+
+        def hard(x):
+            v = ((x * np.int64(slope)) << up_p) + shift_raw  # auto datareg: the exact value
+            v = np.clip(v, 0, one)  # > 1 -> 1, < 0 -> 0
+            if tanh:
+                v = 2 * v - one  # 2 * sigmoid - 1, exact
+            return out_t.from_raw(v, f)
+
+        return hard, out_t
+
+    def _build_hard_tanh(self, layer: Layer, in_t: FixedType):
+        return self._build_hard_sigmoid(layer, in_t, tanh=True)
+
     # ------------------------------------------------------------------ softmax
     @staticmethod
     def _idx_from_raw(raw: np.ndarray, t: FixedType, n_bits: int) -> np.ndarray:
@@ -465,7 +996,39 @@ class FixedPointModel:
             inv = inv_table[self._idx_from_raw(total, inv_inp_t, bits_inv)]
             return out_t.from_raw(e * inv[:, None], fres)
 
-        return softmax, out_t
+        if not all(f64_capable(t) for t in (in_t, norm_t, acc_t, inv_inp_t, out_t)) or acc_t.width + inv_t.width > 52:
+            return softmax, out_t
+        exp_f, inv_f = exp_table.astype(np.float64), inv_table.astype(np.float64)
+        span = float(in_t.raw_max) - float(in_t.raw_min)
+
+        def index_f64(v: np.ndarray, t: FixedType, n_bits: int) -> np.ndarray:
+            # the top n_bits of the W-bit two's complement pattern of v (integers in t's range)
+            if t.signed:
+                v = np.where(v < 0, v + float(1 << t.width), v)
+            return (v * 2.0 ** (n_bits - t.width)).astype(np.intp)  # exact, non-negative: truncation = floor
+
+        def add_f64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return cast_f64(acc_t, a + b, acc_t.frac)
+
+        def reduce_f64(cols: list[np.ndarray]) -> np.ndarray:
+            if len(cols) == 1:
+                return cols[0]
+            if len(cols) == 2:
+                return add_f64(cols[0], cols[1])
+            left = 1 << ((len(cols) - 1).bit_length() - 1)
+            return add_f64(reduce_f64(cols[:left]), reduce_f64(cols[left:]))
+
+        def softmax_f64(x):
+            d = x
+            if impl == "stable":
+                d = cast_f64(norm_t, x.max(axis=1, keepdims=True) - x, in_t.frac, 0.0, span)
+            e = exp_f[index_f64(d, norm_t, bits_exp)]
+            total = cast_f64(inv_inp_t, reduce_f64([e[:, j] for j in range(n)]), acc_t.frac)
+            inv = inv_f[index_f64(total, inv_inp_t, bits_inv)]
+            e *= inv[:, None]
+            return cast_f64(out_t, e, fres)
+
+        return softmax, out_t, softmax_f64
 
     def _softmax_legacy(self, layer: Layer, in_t: FixedType, out_t: FixedType, n: int):
         table_t = self._cfg_type(layer, "table_t")
@@ -530,14 +1093,39 @@ class FixedPointModel:
         x = x.reshape(x.shape[0], -1)
         if x.shape[1] != self.n_in:
             raise ValueError(f"expected {self.n_in} input values per sample, got {x.shape[1]}")
+        if self._f64:
+            return self._predict_f64(x)
+        return self._predict_int64(x)
+
+    def _predict_f64(self, x: np.ndarray) -> np.ndarray:
+        if self._io_in is None:
+            v = from_float_f64(self.input_type, x)
+        elif self._io_in == "float":
+            v = from_float_f64(self.input_type, x.astype(np.float32, copy=False))
+        else:
+            io_in = self._io_in
+            v = from_float_f64(io_in, x)
+            v = cast_f64(self.input_type, v, io_in.frac, float(io_in.raw_min), float(io_in.raw_max))
+        v = self._run(v, True)
+        out_t = self.output_type
+        if isinstance(self._io_out, FixedType):
+            io_out = self._io_out
+            v = cast_f64(io_out, v, out_t.frac, float(out_t.raw_min), float(out_t.raw_max))
+            out_t = io_out
+        y = v * 2.0**-out_t.frac  # a new array: the chain's buffers are reused by the next call
+        if self._io_out == "float":
+            y = y.astype(np.float32).astype(np.float64)
+        y += 0.0  # -0.0 (floor of a negative fraction) reads as +0.0, as the firmware's zero does
+        return y
+
+    def _predict_int64(self, x: np.ndarray) -> np.ndarray:
         if self._io_in is None:
             raw = self.input_type.from_float(x.astype(np.float64))
         elif self._io_in == "float":
             raw = self.input_type.from_float(x.astype(np.float32).astype(np.float64))
         else:
             raw = self.input_type.cast(self._io_in.from_float(x.astype(np.float64)), self._io_in)
-        for op in self._ops:
-            raw = op(raw)
+        raw = self._run(raw, False)
         if self._io_out is None:
             return self.output_type.to_float(raw)
         if self._io_out == "float":

@@ -16,6 +16,7 @@ with the file and the construct, never guessed.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ import numpy as np
 from .project import Hls4mlProject, ProjectError
 
 _TYPEDEF = re.compile(r"^\s*typedef\s+(.+?)\s+(\w+)\s*;", re.M)
-_STRUCT = re.compile(r"struct\s+(\w+)\s*:\s*(?:nnet::)?(\w+)\s*\{(.*?)\n\};", re.S)
+_STRUCT = re.compile(r"struct\s+(\w+)\s*(?::\s*(?:nnet::)?(\w+)\s*)?\{(.*?)\n\};", re.S)
 _CONST = re.compile(r"static\s+(?:const|constexpr)\s+([\w:]+(?:\s+\w+)?)\s+(\w+)\s*=\s*([^;]+);")
 _USING = re.compile(r"using\s+(\w+)\s*=\s*([\w:]+)\s*<")
 _LOAD = re.compile(r"load_weights_from_txt\s*<\s*(\w+)\s*,\s*(\d+)\s*>\s*\(\s*(\w+)\s*,\s*\"([^\"]+)\"\s*\)")
@@ -47,6 +48,7 @@ class Layer:
     config: dict = field(default_factory=dict)  # parsed struct: consts (str), typedefs, usings
     input: str = ""
     output: str = ""
+    inputs: list[str] = field(default_factory=list)  # every array the layer reads (merges: two)
     weights: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # arg -> (file, type, n)
 
     def describe(self) -> str:
@@ -82,24 +84,78 @@ def parse_typedefs(text: str) -> dict[str, str]:
     return {name: " ".join(t.split()) for t, name in _TYPEDEF.findall(text)}
 
 
+# static members defined after the struct: `const slope3_t hard_sigmoid_config3::slope = 0.2;`
+_STATIC_DEF = re.compile(r"^\s*const\s+(\w+)\s+(\w+)::(\w+)\s*=\s*([^;]+);", re.M)
+
+
 def parse_configs(text: str) -> dict[str, dict]:
     configs = {}
     for name, base, body in _STRUCT.findall(text):
         consts = {n: v.strip() for _t, n, v in _CONST.findall(body)}
         typedefs = parse_typedefs(body)
         usings = dict(_USING.findall(body))
-        configs[name] = {"base": base, "consts": consts, "types": typedefs, "using": usings}
+        configs[name] = {"base": base, "consts": consts, "types": typedefs, "using": usings, "statics": {}}
+    for ctype, struct, member, value in _STATIC_DEF.findall(text):
+        if struct in configs:
+            configs[struct]["statics"][member] = (ctype, value.strip())
     return configs
 
 
+def _eval_const(expr: str, consts: dict[str, str], depth: int = 0) -> int:
+    """An unsigned constant expression of a config struct: integers, other constants of the
+    same struct, + - * / % and parentheses, DIV_ROUNDUP (C unsigned maths: / truncates)."""
+    if depth > 20:
+        raise ValueError("constants refer to each other in a cycle")
+    tree = ast.parse(expr.strip().replace("DIV_ROUNDUP", "_div_roundup"), mode="eval")
+
+    def ev(node) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in consts:
+            return _eval_const(consts[node.id], consts, depth + 1)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if isinstance(node.op, ast.Div | ast.FloorDiv) and b != 0 and a >= 0 and b > 0:
+                return a // b
+            if isinstance(node.op, ast.Mod) and b > 0 and a >= 0:
+                return a % b
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "_div_roundup"
+            and len(node.args) == 2
+        ):
+            a, b = ev(node.args[0]), ev(node.args[1])
+            if b > 0:
+                return -(-a // b)
+        raise ValueError(ast.dump(node))
+
+    return ev(tree)
+
+
 def const_int(layer: Layer, key: str) -> int:
-    value = layer.config.get("consts", {}).get(key)
+    consts = layer.config.get("consts", {})
+    value = consts.get(key)
     if value is None:
         raise UnsupportedLayerError(f"{layer.describe()}: parameters.h has no '{key}' in {layer.config_name}")
     value = value.strip()
     try:
         return int(value, 0)
     except ValueError:
+        pass
+    try:
+        return _eval_const(value, consts)
+    except (ValueError, SyntaxError):
         raise UnsupportedLayerError(
             f"{layer.describe()}: cannot read {key} = '{value}' in {layer.config_name} (parameters.h)"
         ) from None
@@ -110,6 +166,40 @@ class FirmwareGraph:
     project: Hls4mlProject
     typedefs: dict[str, str]
     layers: list[Layer]
+    #: ``unsigned config7_perm[3] = {1, 2, 0};`` arrays of parameters.h (transpose shapes)
+    arrays: dict[str, list[int]] = field(default_factory=dict)
+    #: every config struct of parameters.h by name (convolutions name their mult_config)
+    configs: dict[str, dict] = field(default_factory=dict)
+
+    def fill_buffer(self, layer: Layer) -> np.ndarray:
+        """The im2col table of a convolution: row p (output pixel, in the order the results are
+        written) lists the input index of each buffer slot, -1 for a padding zero. Read from
+        the ``fill_buffer_N`` class hls4ml generates into nnet_utils/nnet_code_gen.h."""
+        alias = layer.config.get("using", {}).get("fill_buffer", "")
+        cls = alias.split("::")[-1]
+        text = self.project.read_firmware("nnet_utils/nnet_code_gen.h")
+        m = re.search(rf"class\s+{re.escape(cls)}\b.*?\n}};", text, re.S) if cls else None
+        if m is None:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: no buffer filler '{alias}' in firmware/nnet_utils/nnet_code_gen.h"
+            )
+        n_pixels = const_int(layer, "n_pixels")
+        parts = re.split(r"if\s*\(\s*partition\s*==\s*(\d+)\s*\)", m.group(0))
+        rows: dict[tuple[int, int], dict[int, int]] = {}
+        for i in range(1, len(parts), 2):
+            part = int(parts[i])
+            for pxl, slot, src in _BUFFER.findall(parts[i + 1]):
+                idx = -1 if src.strip() == "0" else int(re.sub(r"\D", "", src))
+                rows.setdefault((part, int(pxl)), {})[int(slot)] = idx
+        if not rows:
+            raise UnsupportedLayerError(f"{layer.describe()}: cannot read the buffer filler {cls}")
+        n_slots = 1 + max(max(r) for r in rows.values())
+        n_rows = 1 + max(p for p, _ in rows)
+        table = np.full((n_rows * n_pixels, n_slots), -1, dtype=np.int64)
+        for (part, pxl), slots in rows.items():
+            for slot, idx in slots.items():
+                table[part * n_pixels + pxl, slot] = idx
+        return table
 
     def weight_array(self, layer: Layer, arg: str) -> np.ndarray:
         """The float64 values of the weight array passed as ``arg`` (before quantization)."""
@@ -128,8 +218,18 @@ class FirmwareGraph:
         return values
 
 
-# which argument is the layer input and which its output, for each supported call form
-_IO_ARGS = {"leaky_relu": (0, 2), "elu": (0, 2), "thresholded_relu": (0, 2), "prelu": (0, 2)}
+# which arguments are the layer inputs and which its output, for each supported call form
+_IO_ARGS = {"leaky_relu": ((0,), 2), "elu": ((0,), 2), "thresholded_relu": ((0,), 2), "prelu": ((0,), 2)}
+_MERGES = ("add", "subtract", "multiply", "average", "maximum", "minimum", "dot1d")
+_BUFFER = re.compile(r"buffer\[(\d+)\]\[(\d+)\]\s*=\s*(data\[\s*\d+\s*\]|0)\s*;")
+_ALIAS = re.compile(r"\bauto\s*&\s*(\w+)\s*=\s*(\w+)\s*;")
+_ARRAY = re.compile(r"^\s*(?:static\s+)?(?:const\s+)?unsigned\s+(\w+)\s*\[\s*\d+\s*\]\s*=\s*\{([^}]*)\}\s*;", re.M)
+
+
+def _io_args(kind: str) -> tuple[tuple[int, ...], int]:
+    if kind in _MERGES or kind.startswith("concatenate"):
+        return (0, 1), 2
+    return _IO_ARGS.get(kind, ((0,), 1))
 
 
 def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
@@ -145,6 +245,15 @@ def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
     if "hls::stream" in top:
         raise ProjectError(f"firmware/{top_file} uses hls::stream (io_stream); the numpy emulator models io_parallel")
     loads = {var: (fname, t, int(n)) for t, n, var, fname in _LOAD.findall(top)}
+    aliases = dict(_ALIAS.findall(top))  # Reshape/Flatten: `auto& layer5_out = layer4_out;`
+
+    def resolve(name: str) -> str:
+        seen = set()
+        while name in aliases and name not in seen:
+            seen.add(name)
+            name = aliases[name]
+        return name
+
     layers: list[Layer] = []
     for m in _CALL.finditer(top):
         kind, targs, cargs, comment = m.group(1), m.group(2), m.group(3), m.group(4)
@@ -154,30 +263,32 @@ def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
         args = _split_top(cargs)
         cfg_name = template[-1] if template else ""
         layer = Layer(kind, comment or cfg_name, template, args, cfg_name, configs.get(cfg_name, {}))
-        i_in, i_out = _IO_ARGS.get(kind, (0, 1))
-        if len(args) <= max(i_in, i_out):
+        i_ins, i_out = _io_args(kind)
+        if len(args) <= max(*i_ins, i_out):
             raise UnsupportedLayerError(
                 f"{layer.describe()}: unexpected call nnet::{kind}({cargs}) in firmware/{top_file}"
             )
-        layer.input, layer.output = args[i_in], args[i_out]
+        layer.inputs = [resolve(args[i]) for i in i_ins]
+        layer.input, layer.output = layer.inputs[0], resolve(args[i_out])
         layer.weights = {a: loads[a] for a in args if a in loads}
         layers.append(layer)
     if not layers:
         raise ProjectError(f"firmware/{top_file}: no nnet:: layer calls found")
-    # the emulator runs layers in order: the firmware must be a simple chain input -> output
-    current = project.input.name
+    # the emulator runs the layers in the order of the calls: every array a layer reads must
+    # be the input or written by an earlier layer, and each array is written once
+    written = {project.input.name}
     for layer in layers:
-        if layer.input != current:
-            raise UnsupportedLayerError(
-                f"{layer.describe()} reads '{layer.input}' but the previous layer wrote '{current}': the numpy "
-                "emulator supports a simple chain of layers (no branches or merges)"
-            )
-        current = layer.output
-    if current != project.output.name:
+        for name in layer.inputs:
+            if name not in written:
+                raise UnsupportedLayerError(
+                    f"{layer.describe()} reads '{name}', which no earlier layer wrote (and is not the input)"
+                )
+        if layer.output in written:
+            raise UnsupportedLayerError(f"{layer.describe()}: '{layer.output}' is written twice")
+        written.add(layer.output)
+    if resolve(project.output.name) != layers[-1].output:
         raise UnsupportedLayerError(
-            f"the last layer writes '{current}', not the output '{project.output.name}': not a simple chain"
+            f"the last layer writes '{layers[-1].output}', not the output '{project.output.name}'"
         )
-    outputs = [layer.output for layer in layers]
-    if len(set(outputs)) != len(outputs):
-        raise UnsupportedLayerError("a layer output is written twice: not a simple chain")
-    return FirmwareGraph(project, typedefs, layers)
+    arrays = {name: [int(v) for v in body.split(",") if v.strip()] for name, body in _ARRAY.findall(params)}
+    return FirmwareGraph(project, typedefs, layers, arrays, configs)

@@ -15,6 +15,7 @@ Widths above 63 bits are refused: the int64 maths could not hold them.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -320,3 +321,150 @@ class FixedType:
 
 def parse_type(text: str) -> FixedType:
     return FixedType.parse(text)
+
+
+# ---------------------------------------------------------------------- float64 raws
+#: every raw and every exact intermediate of the float64 path stays below this magnitude, so
+#: adding 0.5 or multiplying by a power of two never rounds
+F64_EXACT = 2.0**52
+
+
+def f64_capable(t: FixedType) -> bool:
+    """Whether raws of ``t`` can be held exactly as float64 (the fast path)."""
+    return t.width <= 52 and not t.integer_type
+
+
+def _quantize_f64(t: FixedType, v: np.ndarray) -> np.ndarray:
+    """In place: v (exact multiples of 2**-s, |v| < 2**52) -> integers by t's quantization mode."""
+    mode = t.quant
+    if mode == "AP_TRN":
+        return np.floor(v, out=v)
+    if mode == "AP_TRN_ZERO":
+        return np.trunc(v, out=v)
+    if mode == "AP_RND":  # half up: floor(v + 1/2), exact for these magnitudes
+        v += 0.5
+        return np.floor(v, out=v)
+    if mode == "AP_RND_CONV":  # half to even
+        return np.rint(v, out=v)
+    if mode == "AP_RND_MIN_INF":  # half down
+        v -= 0.5
+        return np.ceil(v, out=v)
+    mag = np.abs(v)
+    if mode == "AP_RND_INF":  # half away from zero
+        mag += 0.5
+        np.floor(mag, out=mag)
+    elif mode == "AP_RND_ZERO":  # half toward zero
+        mag -= 0.5
+        np.ceil(mag, out=mag)
+        np.maximum(mag, 0.0, out=mag)
+    else:
+        raise ValueError(mode)
+    return np.copysign(mag, v, out=v)
+
+
+def overflow_f64(t: FixedType, q: np.ndarray, lo: float | None = None, hi: float | None = None) -> np.ndarray:
+    """In place: integers q (|q| < 2**52) -> t's W-bit range by its overflow mode. ``lo``/``hi``
+    bound q when known; if they lie inside the range nothing is done."""
+    rmin, rmax = float(t.raw_min), float(t.raw_max)
+    if lo is not None and hi is not None and rmin <= lo and hi <= rmax:
+        return q
+    if t.overflow == "AP_WRAP":
+        if t.sat_bits:
+            return t._finish_int(q.astype(np.int64)).astype(np.float64)
+        # two reductions are cheaper than the wrap's five passes, and real data rarely wraps
+        if q.size == 0 or (rmin <= float(q.min()) and float(q.max()) <= rmax):
+            return q
+        modulus = float(1 << t.width)
+        k = q - rmin
+        k *= 1.0 / modulus
+        np.floor(k, out=k)
+        k *= modulus
+        q -= k
+        return q
+    if t.overflow == "AP_SAT":
+        return np.clip(q, rmin, rmax, out=q)
+    if t.overflow == "AP_SAT_SYM":
+        return np.clip(q, -rmax if t.signed else 0.0, rmax, out=q)
+    # AP_SAT_ZERO
+    q[(q > rmax) | (q < rmin)] = 0.0
+    return q
+
+
+def cast_f64(
+    t: FixedType, v: np.ndarray, src_frac: int, lo: float | None = None, hi: float | None = None
+) -> np.ndarray:
+    """In place when possible: ``t = value`` for float64 raws ``v`` with ``src_frac`` fractional
+    bits (the float64 twin of :meth:`FixedType.from_raw`). ``lo``/``hi`` bound ``v`` (raws)."""
+    s = src_frac - t.frac
+    if s > 0:
+        scale = 2.0**-s
+        v *= scale
+        v = _quantize_f64(t, v)
+        if lo is not None and hi is not None:
+            lo, hi = math.floor(lo * scale) - 1, math.ceil(hi * scale) + 1
+    elif s < 0:
+        if lo is None or hi is None:
+            peak = float(np.abs(v).max(initial=0.0))
+            lo, hi = -peak, peak
+        scale = 2.0**-s
+        lo, hi = lo * scale, hi * scale
+        if max(abs(lo), abs(hi)) >= F64_EXACT:
+            # the shifted value may be too large for a float64 integer: use the exact int64 rules
+            return t.from_raw(v.astype(np.int64), src_frac).astype(np.float64)
+        v *= scale
+    return overflow_f64(t, v, lo, hi)
+
+
+def from_float_f64(t: FixedType, x: np.ndarray) -> np.ndarray:
+    """``t(double x)`` as float64 raws; a new array. Magnitudes beyond 2**52 lsb, infinities
+    and NaN (random request bytes hold many) stay on the float64 path: such a double is an
+    integer, so its wrap is an exact ``fmod``; NaN and infinities read as a magnitude beyond
+    2**1023 with their sign, as :meth:`from_float` documents. ap_int's constructor, types with
+    a negative fractional width and saturation bits take the int64 route."""
+    x = np.asarray(x)
+    m = x.astype(np.float64)  # always a copy, so the caller's array is never written
+    if t.frac < 0 or t.integer_type or not m.size:
+        return t.from_float(x.astype(np.float64)).astype(np.float64)
+    m *= 2.0**t.frac
+    with np.errstate(invalid="ignore"):
+        peak = max(-float(m.min()), float(m.max()))  # NaN makes the comparison false
+    if peak < F64_EXACT:
+        if t.quant == "AP_TRN":
+            np.floor(m, out=m)
+        else:
+            q = np.floor(m)
+            q += t._float_increment(m, q, x.astype(np.float64))
+            m = q
+        return overflow_f64(t, m, -peak - 1, peak + 1)
+    if t.overflow == "AP_WRAP" and t.sat_bits:
+        return t.from_float(x.astype(np.float64)).astype(np.float64)
+    x64 = x.astype(np.float64)
+    special = ~np.isfinite(m)  # NaN, +-inf (also finite inputs whose scaling overflowed)
+    np.copyto(m, 0.0, where=special)
+    q = np.floor(m)  # beyond 2**52 a double is an integer: floor changes nothing there
+    if t.quant != "AP_TRN":
+        q += t._float_increment(m, q, x64)
+    rmin, rmax = float(t.raw_min), float(t.raw_max)
+    if t.overflow == "AP_WRAP":
+        # q mod 2**W for any integer-valued double, exactly (np.fmod is exact too, but slow for
+        # huge magnitudes): k * 2**W is exact, and q - k * 2**W is a multiple of q's ulp below
+        # 2**W, so representable; if q's ulp exceeds 2**W, q * 2**-W is an integer and r = 0
+        modulus = float(1 << t.width)
+        k = q * (1.0 / modulus)
+        np.floor(k, out=k)
+        k *= modulus
+        q -= k  # now in [0, 2**W)
+        if t.signed:
+            q -= modulus * (q > rmax)
+        np.copyto(q, 0.0, where=special)  # 2**1024 and beyond wrap to 0
+        return q
+    neg = np.signbit(x64) & (x64 != 0)
+    over = (q > rmax) | (special & ~neg)
+    under = (q < rmin) | (special & neg)
+    if t.overflow == "AP_SAT_ZERO":
+        q[over | under] = 0.0
+        return q
+    lo = -rmax if (t.overflow == "AP_SAT_SYM" and t.signed) else rmin
+    q[over] = rmax
+    q[under] = lo
+    return np.clip(q, lo, rmax, out=q)

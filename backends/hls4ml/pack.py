@@ -24,6 +24,7 @@ import copy
 import hashlib
 import importlib.util
 import logging
+import os
 import re
 import shutil
 import sys
@@ -35,7 +36,7 @@ from typing import Any
 import yaml
 
 from .csim import fix_axi_typedefs
-from .project import CONFIG_FILE, Hls4mlProject, ProjectError
+from .project import CONFIG_FILE, GENERATED_TEMPLATE_FILE, Hls4mlProject, ProjectError, installed_templates_dir
 
 log = logging.getLogger("fpgaserve.pack")
 
@@ -198,10 +199,8 @@ def _convert(req: PackRequest, staging: Path, reference: Path):
                 _export_torch_reference(model, req.input_shape, reference)
         elif req.onnx:
             if importlib.util.find_spec("qonnx") is None:
-                raise PackError("--onnx: hls4ml's ONNX converter needs qonnx (pip install qonnx)")
-            import onnx
-
-            model = onnx.load(req.onnx)
+                raise PackError("--onnx: hls4ml's ONNX converter needs qonnx (pip install 'fpgaserve[qonnx]')")
+            model = _qonnx_prepared(req.onnx)
             generated = hls4ml.utils.config_from_onnx_model(
                 model,
                 granularity=req.granularity,
@@ -211,10 +210,14 @@ def _convert(req: PackRequest, staging: Path, reference: Path):
             hls_model = hls4ml.converters.convert_from_onnx_model(
                 model, hls_config=_hls_config(req, generated), **kwargs
             )
-            shutil.copyfile(req.onnx, reference)
+            if req.float_reference:
+                shutil.copyfile(req.float_reference, reference)
+            else:
+                _onnx_reference(req.onnx, reference)
         else:
             if importlib.util.find_spec("keras") is None:
-                raise PackError("--keras needs keras installed (pip install keras tensorflow)")
+                raise PackError("--keras needs Keras 3 installed (pip install 'fpgaserve[keras]')")
+            _choose_keras_backend()
             import keras
 
             model = keras.models.load_model(req.keras)
@@ -229,12 +232,84 @@ def _convert(req: PackRequest, staging: Path, reference: Path):
             )
             if req.float_reference:
                 shutil.copyfile(req.float_reference, reference)
+            else:
+                _export_keras_reference(model, reference)
     except PackError:
         raise
     except Exception as e:  # hls4ml's converters raise bare Exceptions for unsupported layers
         raise PackError(f"hls4ml could not convert the model: {type(e).__name__}: {e}") from e
     hls_model.write()
     return hls_model
+
+
+def _choose_keras_backend() -> None:
+    """Keras 3 picks its backend when imported (KERAS_BACKEND, default tensorflow). Without
+    tensorflow installed, use torch (which fpgaserve's pack extra installs); a user's choice wins."""
+    if "KERAS_BACKEND" not in os.environ and importlib.util.find_spec("tensorflow") is None:
+        os.environ["KERAS_BACKEND"] = "torch"
+
+
+def _export_keras_reference(model, reference: Path) -> None:
+    """The float reference model.onnx of a Keras 3 model (Keras' own ONNX export)."""
+    import warnings
+
+    import numpy as np
+
+    shape = [1 if d is None else int(d) for d in model.inputs[0].shape]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model(np.zeros(shape, np.float32))  # Keras exports only models that have been called
+            model.export(str(reference), format="onnx", verbose=False)
+    except Exception as e:
+        raise PackError(
+            f"cannot export the Keras model to ONNX for the float reference ({type(e).__name__}: {e}); "
+            "pass --float-reference MODEL.onnx"
+        ) from None
+
+
+def _qonnx_prepared(path: str):
+    """The ONNX/QONNX model as hls4ml's ONNX converter expects it: cleaned up (shapes inferred,
+    constants folded, Quant nodes kept), channels-last, Gemm as MatMul + Add."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.channels_last import ConvertToChannelsLastAndClean
+    from qonnx.transformation.gemm_to_matmul import GemmToMatMul
+    from qonnx.util.cleanup import cleanup_model
+
+    try:
+        model = cleanup_model(ModelWrapper(path))
+        model = model.transform(ConvertToChannelsLastAndClean())
+        model = model.transform(GemmToMatMul())
+        return cleanup_model(model)
+    except Exception as e:
+        raise PackError(f"qonnx cannot prepare {path}: {type(e).__name__}: {e}") from None
+
+
+def _onnx_reference(path: str, reference: Path) -> None:
+    """model.onnx for --onnx: the file itself, or for QONNX (Quant nodes, which ONNX Runtime
+    cannot run) its QCDQ form (QuantizeLinear/Clip/DequantizeLinear): the same quantized network
+    in standard operators."""
+    import onnx
+
+    nodes = onnx.load(path).graph.node
+    if not any(n.domain.startswith("qonnx") or n.op_type in ("Quant", "BipolarQuant", "Trunc") for n in nodes):
+        shutil.copyfile(path, reference)
+        return
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.qonnx_to_qcdq import QuantToQCDQ
+    from qonnx.util.cleanup import cleanup_model
+
+    try:
+        model = cleanup_model(cleanup_model(ModelWrapper(path)).transform(QuantToQCDQ()))
+        left = sorted({n.op_type for n in model.graph.node if n.domain not in ("", "ai.onnx")})
+        if left:
+            raise ValueError(f"operators ONNX Runtime cannot run remain: {left}")
+        model.save(str(reference))
+    except Exception as e:
+        raise PackError(
+            f"cannot turn the QONNX model {path} into a float reference ONNX Runtime runs ({type(e).__name__}: "
+            f"{e}); pass --float-reference MODEL.onnx"
+        ) from None
 
 
 def _load_pytorch(req: PackRequest):
@@ -353,6 +428,13 @@ def _keep_model_files(staging: Path, out: Path, vendor_templates: bool) -> None:
         out / "firmware",
         ignore=lambda d, names: [n for n in names if n in _TEMPLATE_PARTS or n.endswith(".so")],
     )
+    # convolutions' buffer fillers are generated into nnet_utils: keep that file when it is not
+    # the installed library's generic one (the C-simulation lays it over the library)
+    generated = staging / "firmware" / GENERATED_TEMPLATE_FILE
+    generic = installed_templates_dir() / GENERATED_TEMPLATE_FILE
+    if generated.is_file() and (not generic.is_file() or generated.read_bytes() != generic.read_bytes()):
+        (out / "firmware" / "nnet_utils").mkdir(exist_ok=True)
+        shutil.copyfile(generated, out / "firmware" / GENERATED_TEMPLATE_FILE)
 
 
 # ---------------------------------------------------------------------- config.pbtxt

@@ -27,6 +27,10 @@ from ..base import BackendError
 
 CONFIG_FILE = "hls4ml_config.yml"
 TEMPLATE_LIBRARIES = ("nnet_utils", "ap_types")
+#: the one file of nnet_utils hls4ml writes per model (convolutions' im2col buffer fillers):
+#: a project that leaves the template library out keeps this file, and it is compiled over
+#: the installed library's generic copy
+GENERATED_TEMPLATE_FILE = "nnet_utils/nnet_code_gen.h"
 
 
 class ProjectError(BackendError):
@@ -73,6 +77,9 @@ def _plain(loader, suffix, node):
 
 
 _ConfigLoader.add_multi_constructor("tag:yaml.org,2002:python/", _plain)
+# hls4ml's local tags (Keras 3 projects: `KerasModel: !keras_model 'path/keras_model.keras'`)
+# are read as their plain value too; nothing is loaded or executed from them
+_ConfigLoader.add_multi_constructor("!", _plain)
 
 # void myproject(input_t x[47], result_t layer6_out[1]) -- io_parallel arrays; io_stream uses
 # hls::stream<input_t> &x, which carries no size in the prototype
@@ -240,12 +247,23 @@ class Hls4mlProject:
             raise ProjectError(f"hls4ml project {self.path}: missing weight file(s) {', '.join(missing)}")
         return files
 
+    def _has_own_library(self, lib: str) -> bool:
+        """The project carries a full copy of ``lib`` (not just its generated file)."""
+        own = self.firmware_dir / lib
+        generated = self.firmware_dir / GENERATED_TEMPLATE_FILE
+        return own.is_dir() and any(p != generated for p in own.iterdir())
+
+    def generated_template_file(self) -> Path | None:
+        """firmware/nnet_utils/nnet_code_gen.h when it must be laid over the installed library."""
+        path = self.firmware_dir / GENERATED_TEMPLATE_FILE
+        return path if path.is_file() and not self._has_own_library("nnet_utils") else None
+
     def template_dirs(self) -> dict[str, Path]:
         own = {lib: self.firmware_dir / lib for lib in TEMPLATE_LIBRARIES}
-        if all(p.is_dir() for p in own.values()):
+        if all(self._has_own_library(lib) for lib in TEMPLATE_LIBRARIES):
             return own
         installed = installed_templates_dir()
-        dirs = {lib: own[lib] if own[lib].is_dir() else installed / lib for lib in TEMPLATE_LIBRARIES}
+        dirs = {lib: own[lib] if self._has_own_library(lib) else installed / lib for lib in TEMPLATE_LIBRARIES}
         for lib, p in dirs.items():
             if not p.is_dir():
                 raise ProjectError(f"hls4ml template library {lib} not found at {p}")
@@ -265,6 +283,11 @@ class Hls4mlProject:
                 raise ProjectError(f"hls4ml project {self.path}: firmware/{rel} links to a file outside the project")
             if p.suffix in (".h", ".hpp", ".cpp", ".cc", ".txt"):
                 files.append(p)
+        generated = self.generated_template_file()
+        if generated is not None:
+            if not generated.resolve().is_relative_to(root):
+                raise ProjectError(f"hls4ml project {self.path}: firmware/{GENERATED_TEMPLATE_FILE} links outside")
+            files.append(generated)
         return files
 
     def content_hash(self) -> str:

@@ -1,4 +1,4 @@
-"""FACILE in fpgaserve's hls4ml execution modes: in-process throughput and end-to-end serving.
+"""fpgaserve's hls4ml execution modes: in-process throughput and end-to-end serving.
 
 Run from the repository root (the project venv is used automatically if it exists)::
 
@@ -27,6 +27,10 @@ per round). It checks numpy == csim == hls4ml
 bit for bit, sim card == csim, and prints max |onnx - csim|; ratios numpy/csim (target >= 10)
 and csim/hls4ml (target >= 1). BLAS runs with one thread (OPENBLAS/OMP/MKL_NUM_THREADS=1), as
 in the server, which sets the same default in server/cli.py.
+
+Part 1b, in this process: csim, numpy and onnx on the other bundled models, the jet tagger
+(dense, relu, softmax) and calo_cnn (conv2d, relu, max pooling, flatten, dense, softmax), with
+numpy/csim and numpy/onnx ratios and numpy == csim checked bit for bit.
 
 Part 2, end to end: one fpgaserve per mode (csim, numpy, onnx, and the simulated card through
 ``tests/fpga_sim/serve.py --fpga-mode hardware``) on a temporary repository holding a copy of
@@ -459,6 +463,60 @@ def jet_tagger_deviation(ort, opts, CsimLibrary, Hls4mlProject):
     return (f"jet tagger: max |onnx - csim| <= {JET_ONNX_TOLERANCE} (documented)", dev <= JET_ONNX_TOLERANCE, detail)
 
 
+# the other bundled models (part 1b): name -> version folder, features per row, item shape for ONNX
+OTHER_MODELS = {
+    "jet_tagger": (JET_VERSION, 16, (16,)),
+    "calo_cnn": (ROOT / "bitstreams" / "calo_cnn" / "1", 256, (1, 16, 16)),
+}
+
+
+def part1_models(s: Settings, quiet: QuietBudget) -> list[dict]:
+    """csim, numpy and onnx in process on the jet tagger and the CNN (conv, pooling, flatten,
+    softmax): the same round-robin timing as part 1, numpy == csim checked bit for bit."""
+    import onnxruntime as ort
+
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    results = []
+    for name, (version, n_in, item_shape) in OTHER_MODELS.items():
+        project = Hls4mlProject.load(version)
+        csim = CsimLibrary.load(project)
+        emu = FixedPointModel(project)
+        sess = ort.InferenceSession(str(version / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"])
+        onnx_in = sess.get_inputs()[0].name
+        x = np.random.default_rng(SEED).standard_normal((BATCH, n_in), dtype=np.float32)
+        x_onnx = x.reshape(BATCH, *item_shape)
+
+        def onnx_predict(a, sess=sess, onnx_in=onnx_in):
+            return sess.run(None, {onnx_in: a})[0]
+
+        log(f"part 1b: {name}, {BATCH} rows, {s.repeats} rounds")
+        modes = [
+            ("csim", "CsimLibrary.predict", csim.predict, x),
+            ("numpy", "FixedPointModel.predict", emu.predict, x),
+            ("onnx", "onnxruntime, 1 thread (float)", onnx_predict, x_onnx),
+        ]
+        timings, _ = time_modes(modes, s.repeats, quiet)
+        differ = bits_differ(emu.predict(x), csim.predict(x))
+        kinds = sorted({layer.kind for layer in emu.graph.layers})
+        results.append(
+            {
+                "name": name,
+                "timings": timings,
+                "check": (f"{name}: numpy == csim (bit for bit)", differ == 0, f"{differ} of {BATCH} rows differ"),
+                "layers": kinds,
+                "path": "float64" if emu._f64 else "int64",
+            }
+        )
+    return results
+
+
 # ================================================================================== part 2
 
 
@@ -766,6 +824,10 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
             f"| onnx / csim | {t['onnx'].best_rows_s / t['csim'].best_rows_s:.1f}x | | float reference, for scale |"
         )
         L.append(
+            f"| numpy / onnx | {t['numpy'].best_rows_s / t['onnx'].best_rows_s:.2f}x | | "
+            "bit-exact emulation against the float network |"
+        )
+        L.append(
             f"| sim card / csim | {t['sim card'].best_rows_s / t['csim'].best_rows_s:.2f}x | | "
             "host path overhead (the sim computes with csim) |"
         )
@@ -777,6 +839,27 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
         L.append("")
         for line in p1["info"]:
             L.append(f"- {line}")
+        L.append("")
+    if p1 and p1.get("models"):
+        L.append(f"## Part 1b: the other bundled models, in-process, one call of {BATCH} rows")
+        L.append("")
+        L.append(
+            f"Input `numpy.random.default_rng({SEED}).standard_normal`, same timing as part 1 "
+            "(best call of the round-robin; one BLAS thread, ONNX Runtime on 1 thread)."
+        )
+        L.append("")
+        L.append(
+            "| model | layers | numpy path | csim rows/s | numpy rows/s | onnx rows/s | numpy / csim | numpy / onnx | exact |"
+        )
+        L.append("|---|---|---|---:|---:|---:|---:|---:|---|")
+        for m in p1["models"]:
+            t = {x.mode: x.best_rows_s for x in m["timings"]}
+            _, good, detail = m["check"]
+            L.append(
+                f"| {m['name']} | {', '.join(m['layers'])} | {m['path']} | {fmt(t['csim'])} | {fmt(t['numpy'])} | "
+                f"{fmt(t['onnx'])} | {t['numpy'] / t['csim']:.1f}x | {t['numpy'] / t['onnx']:.2f}x | "
+                f"{'numpy == csim' if good else '**FAIL**'}: {detail} |"
+            )
         L.append("")
     if p2:
         best = best_rounds(p2["results"])
@@ -944,7 +1027,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.part in ("1", "all"):
             p1 = part1(s, workdir, quiet, ctx)
+            p1["models"] = part1_models(s, quiet)
             ok &= all(good for _, good, _ in p1["checks"])
+            ok &= all(m["check"][1] for m in p1["models"])
         if args.part in ("2", "all"):
             p2 = part2(s, workdir, quiet, ctx, p1["csim_ref"] if p1 else None)
             ok &= p2["ok"] and all(r.row is not None for r in p2["results"])

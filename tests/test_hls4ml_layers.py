@@ -1,0 +1,296 @@
+"""The layers real hls4ml CNNs and branching models use, emulated bit for bit.
+
+Each model is converted by hls4ml itself (PyTorch, or Keras 3 on its torch backend), compiled
+by hls4ml (``HLSModel.compile``: the C-simulation, g++ against hls4ml's nnet_utils), and the
+emulator must equal ``HLSModel.predict`` bit for bit on random, saturating (far outside the
+ap_fixed range), negative-only, zero and on-grid inputs. Both emulator paths are compared:
+the float64 chain ``predict`` takes when every type fits in 52 bits, and the int64 chain it
+falls back to otherwise.
+
+Covered: Conv1D and Conv2D (latency and resource strategies, valid and same padding, and
+pointwise 1x1), Max/AveragePooling 1D and 2D (with padding) and their global forms, Flatten/Reshape (aliases in the top function),
+Concatenate (1D, 2D, 3D), Add, Subtract, Multiply, Average, Maximum, Minimum, Dropout (which
+hls4ml removes), the channels-last transpose of PyTorch inputs, ELU (with alpha),
+SELU, softplus, hard_sigmoid, and hard_tanh (whose Keras 3 conversion hls4ml 1.3 writes
+without slope/shift, so its C-simulation is a hard_sigmoid firmware with the call changed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+hls4ml = pytest.importorskip("hls4ml")
+
+from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
+from fpgaserve.backends.hls4ml.project import Hls4mlProject  # noqa: E402
+
+PRECISION = "ap_fixed<16,6>"
+
+
+# ---------------------------------------------------------------------------- PyTorch models
+class Conv2dNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.r1, self.p1 = torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2)
+        self.c2, self.p2 = torch.nn.Conv2d(4, 3, 2), torch.nn.AvgPool2d(2, padding=1)
+        self.fc = torch.nn.Linear(3 * 2 * 2, 5)
+
+    def forward(self, x):
+        y = self.p2(self.c2(self.p1(self.r1(self.c1(x)))))
+        return self.fc(torch.flatten(y, 1))
+
+
+class Conv1dNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.r1, self.p1 = torch.nn.Conv1d(3, 4, 3), torch.nn.ReLU(), torch.nn.AvgPool1d(2)
+        self.c2, self.p2 = torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.MaxPool1d(2)
+        self.fc = torch.nn.Linear(4 * 3, 3)
+
+    def forward(self, x):
+        y = self.p2(self.c2(self.p1(self.r1(self.c1(x)))))
+        return self.fc(torch.flatten(y, 1))
+
+
+class MergeNet(torch.nn.Module):
+    """Branches: the input feeds four Dense layers; +, *, - and a concatenation merge them."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(10, 8), torch.nn.Linear(10, 8), torch.nn.Linear(10, 6)
+        self.drop, self.elu, self.out = torch.nn.Dropout(0.2), torch.nn.ELU(alpha=1.3), torch.nn.Linear(14, 4)
+
+    def forward(self, x):
+        s = self.a(x) + self.b(x)
+        p = self.a(x) * self.drop(self.b(x))
+        return self.out(self.elu(torch.cat([s - p, self.c(x)], dim=1)))
+
+
+def _resource_on(*names, rf=2):
+    def tweak(layers):
+        for name in names:
+            layers[name].update(Strategy="Resource", ReuseFactor=rf)
+
+    return tweak
+
+
+def _merge_precision(layers):
+    # the merges' auto types would be 74 bits wide (beyond the emulator's int64 raws)
+    for name in ("a", "b", "a_1", "b_1", "add", "mul", "sub", "c", "cat"):
+        layers[name].setdefault("Precision", {})["result"] = PRECISION
+
+
+def _convert_torch(model, shape, outdir: Path, tweak=None):
+    cfg = hls4ml.utils.config_from_pytorch_model(
+        model, input_shape=shape, granularity="name", backend="Vivado", default_precision=PRECISION
+    )
+    if tweak:
+        tweak(cfg["LayerName"])
+    hm = hls4ml.converters.convert_from_pytorch_model(
+        model, hls_config=cfg, backend="Vivado", io_type="io_parallel", output_dir=str(outdir)
+    )
+    hm.compile()
+    return hm
+
+
+def _seeded(cls, seed: int):
+    torch.manual_seed(seed)
+    return cls().eval()
+
+
+TORCH_MODELS = {
+    # name: (module factory, input shape, tweak, layer kinds that must be present)
+    "conv2d": (lambda: _seeded(Conv2dNet, 1), (2, 8, 8), _resource_on("c2"), {"conv_2d_cl", "pooling2d_cl"}),
+    "conv1d": (lambda: _seeded(Conv1dNet, 2), (3, 16), _resource_on("c1", rf=3), {"conv_1d_cl", "pooling1d_cl"}),
+    "merge": (
+        lambda: _seeded(MergeNet, 3),
+        (10,),
+        _merge_precision,
+        {"add", "multiply", "subtract", "concatenate1d", "elu"},
+    ),
+}
+
+
+# ---------------------------------------------------------------------------- Keras 3 models
+def _keras():
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras", reason="the keras extra (pip install -e '.[keras]') is not installed")
+    if keras.backend.backend() != "torch":
+        pytest.skip(f"keras runs on {keras.backend.backend()}, these tests use its torch backend")
+    return keras
+
+
+def _keras_acts(keras):
+    layers = keras.layers
+    i = keras.Input((8,))
+    x = layers.Activation("hard_sigmoid")(layers.Dense(12)(i))
+    x = layers.Activation("selu")(layers.Dense(10)(x))
+    x = layers.Activation("softplus")(layers.Dense(10)(x))
+    x = layers.Dropout(0.3)(layers.Dense(10)(x))
+    return keras.Model(i, layers.Dense(4)(x)), (8,)
+
+
+def _keras_cnn(keras):
+    layers = keras.layers
+    i = keras.Input((10, 10, 2))
+    x = layers.Conv2D(4, 3, padding="same", activation="relu")(i)
+    x = layers.MaxPooling2D(2)(x)
+    a, b = layers.Conv2D(4, 3)(x), layers.Conv2D(4, 3)(x)
+    x = layers.Concatenate()([layers.Add()([a, b]), layers.Multiply()([a, b])])
+    x = layers.AveragePooling2D(2, padding="same")(x)
+    g = layers.GlobalMaxPooling2D()(layers.Conv2D(3, 1)(a))  # a pointwise convolution, pooled globally
+    x = layers.Dense(5, activation="softmax")(layers.Concatenate()([layers.Flatten()(x), g]))
+    return keras.Model(i, x), (10, 10, 2)
+
+
+def _keras_branches(keras):
+    layers = keras.layers
+    i = keras.Input((16, 3))
+    x = layers.Conv1D(4, 3, activation="relu")(i)
+    x = layers.AveragePooling1D(2)(x)
+    a, b = layers.Conv1D(4, 3, padding="same")(x), layers.Conv1D(4, 3, padding="same")(x)
+    # hls4ml merges two inputs at a time
+    m1 = layers.Concatenate(axis=1)([layers.Maximum()([a, b]), layers.Minimum()([a, b])])
+    m2 = layers.Concatenate(axis=1)([layers.Average()([a, b]), layers.Subtract()([a, b])])
+    m = layers.Concatenate(axis=2)([m1, m2])
+    x = layers.MaxPooling1D(2, padding="same")(m)
+    x = layers.Reshape((x.shape[1] * x.shape[2],))(x)
+    g = layers.GlobalAveragePooling1D()(layers.Conv1D(4, 1)(i))  # pointwise, then a global average
+    return keras.Model(i, layers.Dense(3)(layers.Concatenate()([x, g]))), (16, 3)
+
+
+KERAS_MODELS = {
+    "keras_acts": (_keras_acts, {"hard_sigmoid", "selu", "softplus"}),
+    "keras_cnn": (
+        _keras_cnn,
+        {"conv_2d_cl", "pooling2d_cl", "add", "multiply", "concatenate3d", "softmax"}
+        | {"pointwise_conv_2d_cl", "global_pooling2d_cl"},
+    ),
+    "keras_branches": (
+        _keras_branches,
+        {"conv_1d_cl", "pooling1d_cl", "maximum", "minimum", "average", "subtract", "concatenate2d"}
+        | {"pointwise_conv_1d_cl", "global_pooling1d_cl"},
+    ),
+}
+
+
+def _convert_keras(keras, factory, outdir: Path):
+    keras.utils.set_random_seed(7)
+    model, shape = factory(keras)
+    cfg = hls4ml.utils.config_from_keras_model(model, granularity="name", backend="Vivado", default_precision=PRECISION)
+    for layer in cfg["LayerName"].values():
+        precision = layer.get("Precision")
+        if isinstance(precision, dict) and precision.get("result") == "auto":
+            precision["result"] = PRECISION  # merges of auto-sized results grow past 64 bits
+    hm = hls4ml.converters.convert_from_keras_model(
+        model, hls_config=cfg, backend="Vivado", io_type="io_parallel", output_dir=str(outdir)
+    )
+    hm.compile()
+    return hm, shape
+
+
+# ---------------------------------------------------------------------------- inputs, checks
+def _inputs(n_in: int) -> np.ndarray:
+    rng = np.random.default_rng(n_in)
+    lsb = 2.0**-10
+    grid = rng.integers(-(2**15), 2**15, size=(40, n_in)) * lsb  # ap_fixed<16,6> grid points
+    return np.concatenate(
+        [
+            rng.normal(0, 1, size=(400, n_in)),  # random
+            rng.normal(0, 40, size=(150, n_in)),  # saturating / wrapping: beyond [-32, 32)
+            -np.abs(rng.normal(0, 4, size=(100, n_in))),  # negative only
+            np.zeros((3, n_in)),  # zeros
+            grid,
+            grid + lsb / 2,  # halfway between grid points
+            np.full((1, n_in), 31.999),
+            np.full((1, n_in), -32.0),
+        ]
+    )
+
+
+def _assert_bit_exact(name: str, hm, outdir: Path, kinds: set[str]) -> FixedPointModel:
+    model = FixedPointModel(Hls4mlProject.load(outdir))
+    found = {layer.kind for layer in model.graph.layers}
+    assert kinds <= found, f"{name}: expected {kinds - found} among {found}"
+    x = _inputs(model.n_in)
+    ref = np.asarray(hm.predict(np.ascontiguousarray(x))).reshape(len(x), -1)
+    assert len(np.unique(ref)) > 50, f"{name}: the firmware's outputs barely vary, the comparison proves little"
+    paths = {"chosen": model.predict(x), "int64": model._predict_int64(x.reshape(len(x), -1))}
+    if model._f64:
+        paths["float64"] = paths["chosen"]
+    for path, got in paths.items():
+        assert got.shape == ref.shape
+        bad = np.flatnonzero((got.view(np.uint64) != ref.view(np.uint64)).any(axis=1))
+        assert bad.size == 0, f"{name} ({path}): {bad.size} rows differ, first {got[bad[0]]} vs {ref[bad[0]]}"
+    return model
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hls4ml_layers")
+
+
+@pytest.mark.parametrize("name", list(TORCH_MODELS))
+def test_pytorch_layers_bit_exact_with_csim(name, workdir):
+    factory, shape, tweak, kinds = TORCH_MODELS[name]
+    hm = _convert_torch(factory(), shape, workdir / name, tweak)
+    model = _assert_bit_exact(name, hm, workdir / name, kinds)
+    if name == "conv2d":
+        strategies = [layer.config["consts"]["strategy"] for layer in model.graph.layers if layer.kind == "conv_2d_cl"]
+        assert strategies == ["nnet::latency", "nnet::resource"]
+        assert not model._f64  # the auto-sized Dense accumulator is 58 bits: the int64 chain runs
+
+
+@pytest.mark.parametrize("name", list(KERAS_MODELS))
+def test_keras_layers_bit_exact_with_csim(name, workdir):
+    keras = _keras()
+    factory, kinds = KERAS_MODELS[name]
+    hm, _shape = _convert_keras(keras, factory, workdir / name)
+    model = _assert_bit_exact(name, hm, workdir / name, kinds)
+    assert model._f64
+
+
+def test_hard_tanh_bit_exact_with_csim(workdir):
+    """hard_tanh = 2 * hard_sigmoid - 1 on the same slope/shift: the keras_acts firmware with
+    its hard_sigmoid call changed, compiled by fpgaserve's C-simulation."""
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+
+    keras = _keras()
+    src = workdir / "keras_acts"  # converted by test_keras_layers_bit_exact_with_csim when it ran first
+    if not src.is_dir():
+        _convert_keras(keras, _keras_acts, src)
+    dst = workdir / "hard_tanh"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "ap_types"))
+    top = dst / "firmware" / "myproject.cpp"
+    text = top.read_text()
+    assert "nnet::hard_sigmoid<" in text
+    top.write_text(text.replace("nnet::hard_sigmoid<", "nnet::hard_tanh<"))
+    project = Hls4mlProject.load(dst)
+    model = FixedPointModel(project)
+    assert "hard_tanh" in {layer.kind for layer in model.graph.layers}
+    x = _inputs(model.n_in)
+    ref = CsimLibrary.load(project, cache_dir=workdir / "csim-cache").predict(x)
+    got = model.predict(x)
+    assert np.array_equal(got.view(np.uint64), ref.view(np.uint64))
+    assert np.array_equal(model._predict_int64(x).view(np.uint64), ref.view(np.uint64))
+
+
+def test_unemulated_layer_is_refused_with_its_name(workdir, tmp_path):
+    """softsign stays in csim: refused at build time, naming the layer."""
+    src = workdir / "conv2d"
+    if not src.is_dir():
+        factory, shape, tweak, _ = TORCH_MODELS["conv2d"]
+        _convert_torch(factory(), shape, src, tweak)
+    dst = tmp_path / "softsign"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "ap_types"))
+    top = dst / "firmware" / "myproject.cpp"
+    text = top.read_text()
+    top.write_text(text.replace("nnet::relu<", "nnet::softsign<", 1))
+    with pytest.raises(UnsupportedLayerError, match=r"layer 'r1' \(nnet::softsign, relu_config3\).*not supported"):
+        FixedPointModel(Hls4mlProject.load(dst))
