@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 
@@ -57,7 +58,10 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
         log.error("%s", e.code)
         return 1
     except OSError as e:
-        log.error("cannot bind HTTP to %s:%d: %s", options.http_address, options.http_port, e.strerror or e)
+        # asyncio rewords it ("error while attempting to bind ..."): the system's text, as
+        # tritonserver logs it (cmsTriton retries on "Address already in use")
+        why = os.strerror(e.errno) if e.errno else str(e)
+        log.error("cannot bind HTTP to %s:%d: %s", options.http_address, options.http_port, why)
         return 1
     dataplane.send(("bound", grpc_port, http_port))
     loop = asyncio.get_running_loop()
