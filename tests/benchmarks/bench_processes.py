@@ -14,7 +14,8 @@ Servers (one at a time; each is started, measured on every load, and stopped):
   ``--fpga-mode`` (onnx: the float network, the same arithmetic as Triton's Python backend,
   default; or numpy: the bit-exact ap_fixed emulation, ~20x the CPU per row) and ``simple`` from ``tests/models`` (ONNX), plus ``--fpgaserve-args``. n > 1 adds
   ``--frontend-processes n``; while fpgaserve has no such flag (``fpgaserve --help`` is
-  asked), those rows are skipped with a note. n = 1 passes no flag.
+  asked), those rows are skipped with a note. n = 1 passes ``--frontend-processes 1`` where the
+  flag exists (``auto`` may mean more), and no flag before it did.
 * ``ceiling N=n``: ``ceiling_server.py`` impersonating both models, answering zeros (no
   work at all), as 1 process and as n processes sharing the port with SO_REUSEPORT;
 * ``Triton``: the real tritonserver 2.51 (``.tools/tritonserver``), both models in its Python
@@ -236,7 +237,7 @@ def fpgaserve_has_flag(flag: str) -> bool:
 
 def start_fpgaserve(workdir: Path, repo: Path, n: int, args, models: list[str]) -> Server:
     extra = ["--fpga-mode", args.fpga_mode]
-    if n > 1:
+    if n > 1 or args.has_frontend_flag:  # N=1 explicitly: auto may mean more
         extra += ["--frontend-processes", str(n)]
     extra += shlex.split(args.fpgaserve_args or "")
     sp = ServerProcess([repo], *extra, log_path=workdir / f"fpgaserve-n{n}.log")
@@ -731,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plan: list[tuple[str, int]] = []
     if "fpgaserve" in args.servers:
-        has_flag = fpgaserve_has_flag("--frontend-processes")
+        has_flag = args.has_frontend_flag = fpgaserve_has_flag("--frontend-processes")
         for n in ns:
             if n > 1 and not has_flag:
                 ctx["notes"].append(f"fpgaserve N={n} skipped: `fpgaserve --help` has no --frontend-processes yet")
