@@ -88,14 +88,14 @@ def report(ctx: dict, best: dict) -> str:
                 else None
             )
             target = f"{name} >= {want}: " + ("n/a" if got is None else ("met" if got >= want else "NOT met"))
-        cells = [bf._fmt(v[label]) for label, _, _ in SERIES]
+        cells = [bf.fmt(v[label]) for label, _, _ in SERIES]
         lines.append(f"| {load.label} | " + " | ".join(cells) + f" | {vs_triton} | {vs_grpc} | {target} |")
     lines += ["", "Throughput in inferences/s (rows/s); p50 latency (µs):", ""]
     for load in ctx["loads"]:
         parts = []
         for label, _, _ in SERIES:
             r = best.get((load.key, label))
-            parts.append(f"{label} {bf._fmt(r.col('p50 latency')) if r else 'n/a'}")
+            parts.append(f"{label} {bf.fmt(r.col('p50 latency')) if r else 'n/a'}")
         lines.append(f"* {load.label}: " + ", ".join(parts))
     lines += ["", "perf_analyzer commands (last attempt of each best run):", ""]
     for (key, label), r in sorted(best.items()):
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         load, label, urls[(key, protocol)], pids[key], settings, workdir, round_, quiet, protocol
                     )
                     results.append(r)
-                    bf.log(f"  -> {label} {load.label}: {bf._fmt(r.col('Inferences/Second'))} infer/s ({r.method})")
+                    bf.log(f"  -> {label} {load.label}: {bf.fmt(r.col('Inferences/Second'))} infer/s ({r.method})")
     finally:
         if fs is not None:
             fs.stop()
