@@ -158,7 +158,14 @@ def servers(tmp_path_factory):
     try:
         for pod in PODS:
             log = tmp_path_factory.mktemp(pod) / "fpgaserve.log"
-            started[pod] = ServerProcess([BUNDLED_REPO], "--fpga-mode", "numpy", log_path=log).start(timeout=120)
+            started[pod] = ServerProcess(
+                [BUNDLED_REPO],
+                "--fpga-mode",
+                "numpy",
+                *(f"--load-model={m}" for m in MODELS),
+                "--model-control-mode=explicit",
+                log_path=log,
+            ).start(timeout=120)
         yield started
     finally:
         for srv in started.values():

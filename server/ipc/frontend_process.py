@@ -73,12 +73,14 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
     lost_wait = loop.create_task(dataplane.engine_lost.wait())
     await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
     if not stop.is_set():
+        # Die at once, as a one-process server killed with its engine would: the kernel then
+        # resets every connection, which clients and proxies read as UNAVAILABLE and retry
+        # elsewhere. Stopping the listeners instead would answer the calls they still hold
+        # with CANCELLED (grpc-core's text for calls a stopping server drops), and keep
+        # taking new ones until the end.
         log.error("frontend %d: the engine process is gone; exiting", index)
-        if listener is not None:
-            await listener.stop(grace=0)
-        if http is not None:
-            await http.stop()
-        return 2
+        logging.shutdown()
+        os._exit(2)
     dataplane.exiting = True  # new requests: UNAVAILABLE; in-flight ones finish
     if http is not None:
         await http.stop()
