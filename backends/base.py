@@ -102,5 +102,13 @@ class Backend(ABC):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch. Arrays carry the leading batch dim when max_batch_size > 0."""
 
+    def health(self) -> str | None:
+        """None while this instance can serve, else why not (e.g. its device awaits a reset).
+
+        Called by readiness checks on the event loop: cheap and never blocking (a backend may
+        start a recovery attempt from here, on its own thread). A model version is ready while
+        any of its instances is healthy."""
+        return None
+
     def close(self) -> None:  # noqa: B027  (optional hook: a backend without resources keeps this)
         """Release resources; called once when the model version is unloaded."""

@@ -616,9 +616,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pack"]:
         # `fpgaserve pack ...`: the model packer (hls4ml conversion), not the server
-        from fpgaserve.backends.hls4ml.pack import main as pack_main
+        from fpgaserve.pack.cli import main as pack_main
 
         return pack_main(argv[1:])
+    if argv[:1] == ["doctor"]:
+        # `fpgaserve doctor ...`: checks the host's FPGA runtime, cards and a repository's xclbins
+        from fpgaserve.backends.hls4ml.card.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     # the image installs this program as `tritonserver` too (SuperSONIC, cmsTriton call that)
     prog = "tritonserver" if os.path.basename(sys.argv[0]) == "tritonserver" else "fpgaserve"
     args = build_parser(prog).parse_args(argv)

@@ -202,12 +202,12 @@ def _collected(collector) -> dict[str, list[tuple[dict, float]]]:
 def test_overlapping_calls_count_once(monkeypatch):
     """Two model instances executing at once keep the device busy once, not twice; a call in
     flight at a scrape counts up to the scrape."""
-    from fpgaserve.backends.hls4ml import cards
+    from fpgaserve.backends.hls4ml import accounting
     from fpgaserve.backends.hls4ml.emulated import EmulatedDevices
-    from fpgaserve.backends.hls4ml.telemetry import FpgaTelemetryCollector
+    from fpgaserve.backends.hls4ml.card.telemetry import FpgaTelemetryCollector
 
     clock = FakeClock()
-    monkeypatch.setattr(cards.time, "perf_counter", clock)
+    monkeypatch.setattr(accounting.time, "perf_counter", clock)
     devices = EmulatedDevices()
     dev = devices.device("csim")
     assert devices.device("csim") is dev and dev.uid == "EMU-0-csim"
@@ -243,11 +243,11 @@ def test_overlapping_calls_count_once(monkeypatch):
 
 
 def test_failed_execute_is_busy_and_counted(monkeypatch):
-    from fpgaserve.backends.hls4ml import cards
+    from fpgaserve.backends.hls4ml import accounting
     from fpgaserve.backends.hls4ml.emulated import EmulatedDevice
 
     clock = FakeClock()
-    monkeypatch.setattr(cards.time, "perf_counter", clock)
+    monkeypatch.setattr(accounting.time, "perf_counter", clock)
     dev = EmulatedDevice(0, "numpy")
     with pytest.raises(RuntimeError), dev.executing():
         clock.now = 2.0
@@ -261,7 +261,7 @@ def test_allow_gpu_and_cpu_metrics_switches():
     """``Metrics(gpu_metrics=False)`` drops every device family, ``cpu_metrics=False`` the host
     ones: tritonserver's --allow-gpu-metrics / --allow-cpu-metrics."""
     from fpgaserve.backends.hls4ml.emulated import emulated_devices
-    from fpgaserve.backends.hls4ml.telemetry import device_telemetry
+    from fpgaserve.backends.hls4ml.card.telemetry import device_telemetry
     from fpgaserve.server.metrics import Metrics
 
     class NoModels:

@@ -7,7 +7,7 @@ on an Alveo host and in CI:
 =========  =================================================================  ===========
 mode       what runs                                                          exactness
 =========  =================================================================  ===========
-hardware   the xclbin on a PYNQ card (one Overlay per card, see cards.py)     the firmware
+hardware   the xclbin on a card, through pyxrt or PYNQ 3.0.1 (``card/``)      the firmware
 csim       hls4ml's C-simulation, compiled with g++ at load (csim.py)         bit-exact
 numpy      vectorized ap_fixed emulation of the same firmware (emulator.py)   bit-exact
 onnx       the float reference model.onnx through ONNX Runtime                float, not exact
@@ -16,13 +16,21 @@ onnx       the float reference model.onnx through ONNX Runtime                fl
 ``auto`` is hardware when a card is present and the version has an xclbin; otherwise numpy
 when the emulator reproduces every layer of the firmware bit for bit (it refuses anything
 else when the model is built, naming the layer), else csim. The load log line says which
-mode each model got and why.
+mode each model got and why. Every mode reproduces the same conversions at the firmware's
+boundary (``Hls4mlProject.host_io``: what the kernel passes in and out), so they agree bit
+for bit whatever kernel ABI the xclbin has (``card/abi/``).
 
 config.pbtxt ``parameters`` (all optional):
 ``xclbin`` (file in the version folder; default: the only .xclbin/.awsxclbin there),
-``compute_unit`` (default ``krnl_rtl_1``), ``cards`` (e.g. "0,1": the cards this model's
-instances use, round-robin; default all), ``kernel_timeout_secs`` (default from
-``--backend-config=hls4ml,kernel-timeout-secs=S``, else 5).
+``compute_unit`` (a compute unit name, a comma-separated list, or ``*``: every compute unit of
+the model's kernel, the default; instances are spread over them on all the model's cards),
+``cards`` (e.g. "0,1": the cards this model uses; default: every card free or already running
+its xclbin), ``kernel_timeout_secs`` (default from ``kernel-timeout-secs``, else 5).
+
+Server-wide (``--backend-config=hls4ml,<key>=<value>``): ``fpga-mode``, ``kernel-timeout-secs``,
+``card-api`` (``auto``: pyxrt when it imports, else PYNQ; ``xrt``; ``pynq``), ``card-reset``
+(``auto``: run ``xbutil reset`` after a hang; ``off``: log the operator's command),
+``card-retry-secs`` (health probes retry a card waiting for a reset at most this often, 10).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from .project import Hls4mlProject, ProjectError
 log = logging.getLogger("fpgaserve.hls4ml")
 
 DEFAULT_KERNEL_TIMEOUT_S = 5.0
-DEFAULT_COMPUTE_UNIT = "krnl_rtl_1"
+DEFAULT_COMPUTE_UNIT = "*"
 _BITSTREAM_SUFFIXES = (".xclbin", ".awsxclbin")
 # the wire types the firmware's float ports take; anything else is a config mistake
 _FLOAT_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP64": np.float64}
@@ -63,7 +71,7 @@ def find_bitstream(config: dict, version_dir: str) -> Path | None:
 
 
 def resolve_mode(
-    requested: str, config: dict, version_dir: str, project: Hls4mlProject | None = None
+    requested: str, config: dict, version_dir: str, project: Hls4mlProject | None = None, card_api: str = "auto"
 ) -> tuple[str, str, Any]:
     """(mode, why, emulator) for this model version; ``why`` goes into the load log line.
     ``emulator`` is the FixedPointModel auto built to decide on numpy mode (reused), else None."""
@@ -78,9 +86,9 @@ def resolve_mode(
     if bitstream is None:
         no_card = "no xclbin in the version folder"
     else:
-        from .cards import available_cards
+        from .card.runtime import available_devices
 
-        cards = available_cards()
+        cards = available_devices(card_api)
         if cards:
             return "hardware", f"auto: {len(cards)} card(s) found, {bitstream.name}", None
         no_card = f"{bitstream.name} present but no FPGA card found"
@@ -111,7 +119,11 @@ class Hls4mlBackend(Backend):
         self.project = Hls4mlProject.load(version_dir)
         self._check_io(config)
         self.mode, why, emulator = resolve_mode(
-            self.backend_config.get("fpga-mode", "auto"), config, version_dir, self.project
+            self.backend_config.get("fpga-mode", "auto"),
+            config,
+            version_dir,
+            self.project,
+            self.backend_config.get("card-api", "auto"),
         )
         self._runner = emulator if emulator is not None else self._make_runner()
         # without a card the firmware runs on the emulated device of its mode, which telemetry
@@ -173,64 +185,109 @@ class Hls4mlBackend(Backend):
         return self._hardware_runner()
 
     def _hardware_runner(self):
-        from .cards import CardPool
-        from .hardware import HardwareRunner
+        from .card import telemetry
+        from .card.cards import CardPool
+        from .card.manifest import resolve
+        from .card.runner import CardRunner
+        from .card.runtime import open_api
 
         bitstream = find_bitstream(self.config, self.version_dir)
         if bitstream is None:
             raise BackendError(
                 f"fpga-mode hardware needs an .xclbin or .awsxclbin in {self.version_dir} "
-                "(build one with `fpgaserve pack --build-xclbin`, or serve with --fpga-mode csim)"
+                "(build one with `fpgaserve pack --build-xclbin`, or bring one with `fpgaserve pack --xclbin`; "
+                "or serve with --fpga-mode csim)"
             )
-        if self.project.accelerator is None:
-            raise ProjectError(
-                f"hls4ml project {self.project.path} is a {self.project.backend} project; a card runs "
-                "VivadoAccelerator projects (the krnl_rtl kernel)"
-            )
-        pool = CardPool.instance()
-        from .telemetry import device_telemetry
-
-        device_telemetry().watch_cards(pool)
+        binding = resolve(self.project, self.version_dir, bitstream)
+        if self.instance_index == 0:
+            for warning in binding.warnings:
+                log.warning("model %s: %s", self.config.get("name"), warning)
+        api = open_api(self.backend_config.get("card-api", "auto"))
+        pool = CardPool.instance(api, self.backend_config.get("card-reset", "auto"))
+        telemetry.device_telemetry().watch_cards(pool)
         timeout = float(
             config_parameter(self.config, "kernel_timeout_secs")
             or self.backend_config.get("kernel-timeout-secs", DEFAULT_KERNEL_TIMEOUT_S)
         )
-        card = self._place(pool, str(bitstream))
-        self.card = card
-        return HardwareRunner(
-            self.project,
-            card,
-            config_parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT),
-            max(self.max_batch_size, 1),
-            timeout,
-        )
+        placements = self._placements(pool, binding)
+        home = placements[self.instance_index % len(placements)]
+        self.card = home.card
+        self.card.load(binding.xclbin)
+        retry = self.backend_config.get("card-retry-secs")
+        if retry is not None:
+            self.card.retry_s = float(retry)
+        try:
+            runner = CardRunner(
+                binding,
+                placements,
+                self.instance_index,
+                max(self.max_batch_size, 1),
+                timeout,
+                f"{self.config.get('name')}/{self.instance_index}",
+            )
+        except BaseException:
+            self.card.release()
+            raise
+        if self.instance_index == 0:
+            log.info(
+                "model %s: %s; %d compute unit(s): %s",
+                self.config.get("name"),
+                binding.describe(),
+                len(placements),
+                ", ".join(f"card {p.card.index} {p.cu}" for p in placements),
+            )
+        return runner
 
-    def _place(self, pool, bitstream: str):
-        """Acquire this instance's card.
+    def _placements(self, pool, binding) -> list:
+        """The (card, compute unit) pairs this model's instances are spread over, interleaved
+        across cards so that consecutive instances land on different cards first.
 
-        With a ``cards`` list the placement is the user's: instance i on cards[i mod n].
-        Without one, a card holds one bitstream, so only cards already running this
-        bitstream or unused ones qualify (other models may own the rest); instance i takes
-        the i-th of those, so a model's instances spread over free cards.
-        """
+        With a ``cards`` list the cards are the user's; without one, a card holds one xclbin,
+        so only cards already running this one or unused ones qualify (other models may own
+        the rest). Every instance computes the same list (instances load one after another)."""
+        from .card.runner import Placement
+
         spec = config_parameter(self.config, "cards")
-        cards = _card_list(spec, pool.count())
-        if spec:
-            return pool.acquire(cards[self.instance_index % len(cards)], bitstream)
-        real = os.path.realpath(bitstream)
-        usable = [i for i in cards if pool.card(i).users == 0 or pool.card(i).xclbin_path == real]
-        start = self.instance_index % len(usable) if usable else 0
-        errors = []
-        for i in usable[start:] + usable[:start]:  # another model may take a card meanwhile
-            try:
-                return pool.acquire(i, bitstream)
-            except BackendError as e:
-                errors.append(str(e))
-        busy = ", ".join(f"card {i} runs {pool.card(i).xclbin_path}" for i in cards if i not in usable)
-        raise BackendError(
-            f"no FPGA card free for {bitstream}: {busy or '; '.join(errors)}. A card holds one bitstream: "
-            "free a card, or link both kernels into one xclbin"
-        )
+        indices = _card_list(spec, pool.count())
+        uuid = binding.xclbin.uuid
+        if not spec:
+            usable = []
+            for i in indices:
+                card = pool.card(i)
+                if card.users == 0 or (card.xclbin is not None and card.xclbin.uuid == uuid):
+                    usable.append(i)
+            if not usable:
+                busy = ", ".join(f"card {i} runs {pool.card(i).xclbin_path}" for i in indices)
+                raise BackendError(
+                    f"no FPGA card free for {binding.xclbin.path}: {busy}. A card holds one xclbin: "
+                    "free a card, or link both kernels into one xclbin"
+                )
+            indices = usable
+        wanted = config_parameter(self.config, "compute_unit", DEFAULT_COMPUTE_UNIT).replace(" ", "")
+        available = [cu.name for cu in binding.xclbin.compute_units_of(binding.kernel.name)]
+        if wanted == "*":
+            names = available
+        else:
+            names = [n for n in wanted.split(",") if n]
+            missing = [n for n in names if n not in available]
+            if missing or not names:
+                raise BackendError(
+                    f"parameter compute_unit '{wanted}' names {', '.join(missing) or 'nothing'}; "
+                    f"{os.path.basename(binding.xclbin.path)} has compute units {', '.join(available) or 'none'} "
+                    f"of {binding.kernel.name} (or '*' for all)"
+                )
+        if not names:
+            raise BackendError(f"{binding.xclbin.describe()} has no compute unit of kernel {binding.kernel.name}")
+        return [Placement(pool.card(i), name) for name in names for i in indices]
+
+    def health(self) -> str | None:
+        runner = self._runner
+        if self.mode != "hardware" or runner is None:
+            return None
+        cards = {id(p.card): p.card for p in runner.placements}.values()
+        reasons = [r for r in (card.health() for card in cards) if r is not None]
+        # the instance serves while any of the model's cards does (it moves to a serving CU)
+        return "; ".join(reasons) if len(reasons) == len(cards) else None
 
     def _runner_note(self) -> str:
         card = getattr(self, "card", None)
@@ -257,8 +314,8 @@ class Hls4mlBackend(Backend):
 
 
 def _emulated_device(mode: str):
+    from .card.telemetry import device_telemetry
     from .emulated import emulated_devices
-    from .telemetry import device_telemetry
 
     devices = emulated_devices()
     device_telemetry().watch_emulated(devices)
@@ -268,8 +325,8 @@ def _emulated_device(mode: str):
 def _card_list(spec: str | None, count: int) -> list[int]:
     if count == 0:
         raise BackendError(
-            "fpga-mode hardware: no FPGA card found (pynq.Device.devices is empty: is XRT installed and "
-            "XILINX_XRT set, e.g. by sourcing /opt/xilinx/xrt/setup.sh?)"
+            "fpga-mode hardware: no FPGA card found (is XRT installed and /opt/xilinx/xrt/setup.sh sourced? "
+            "`fpgaserve doctor` checks the host)"
         )
     if not spec:
         return list(range(count))
@@ -292,7 +349,10 @@ class OnnxReference:
 
         path = Path(version_file(version_dir, "model.onnx", "the float reference"))
         if not path.is_file():
-            raise BackendError(f"fpga-mode onnx needs the float reference {path}, which is missing")
+            raise BackendError(
+                f"no float reference (model.onnx) was packed for this model: fpga-mode onnx needs {path}; "
+                "serve it with --fpga-mode numpy or csim, or pack it again with --float-reference MODEL.onnx"
+            )
         self.session = _session(str(path), config)
         ins, outs = self.session.get_inputs(), self.session.get_outputs()
         if len(ins) != 1 or len(outs) < 1:

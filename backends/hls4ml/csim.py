@@ -139,6 +139,11 @@ class CsimLibrary:
         self.path = path
         self.n_in = project.input.size
         self.n_out = project.output.size
+        # a kernel that quantizes on chip (VitisAccelerator HW_Quant) is handed float32 and
+        # returns float32; the batch shim converts float -> input_t and result_t -> double itself
+        io = project.host_io
+        self._float_in = project.accelerator is None and io.input == "float"
+        self._float_out = project.accelerator is None and io.output == "float"
         #: accelerator stream word types (T_in, T_out) from <name>_axi.h, None for plain projects
         self.word_types = word_types
         #: whether this load compiled the library (False: found in the build cache)
@@ -165,8 +170,13 @@ class CsimLibrary:
         Raises ProjectError for anything that makes the project unservable: missing weights,
         g++ missing, compiler errors. Thread-safe; one library per content hash per process.
         """
-        if project.io_type != "io_parallel":
-            raise ProjectError(f"hls4ml project {project.path}: the C-simulation serves io_parallel projects only")
+        if project.io_type != "io_parallel" and project.accelerator is None:
+            # an io_stream top function takes hls::stream arguments; hls4ml's Alveo wrapper
+            # (<name>_axi) takes arrays for both io types, so it is what the batch shim calls
+            raise ProjectError(
+                f"hls4ml project {project.path}: the C-simulation serves io_parallel projects, and io_stream "
+                "projects with hls4ml's VivadoAccelerator wrapper (<name>_axi)"
+            )
         # checked before anything is compiled or loaded: hls4ml's loader would exit(1) instead
         weight_names = sorted(p.name for p in project.weight_files())
         content = project.content_hash()
@@ -200,10 +210,15 @@ class CsimLibrary:
             raise TypeError(f"C-simulation input must be float32 or float64, got {x.dtype}")
         if x.ndim != 2 or x.shape[1] != self.n_in:
             raise ValueError(f"C-simulation input must have shape (batch, {self.n_in}), got {x.shape}")
+        if self._float_in and x.dtype != np.float32:
+            x = x.astype(np.float32)
+            fn = self._fn[x.dtype]
         x = np.ascontiguousarray(x)
         y = np.empty((x.shape[0], self.n_out), dtype=np.float64)
         if x.shape[0]:
             fn(x.ctypes.data, y.ctypes.data, x.shape[0])
+        if self._float_out:
+            y = y.astype(np.float32).astype(np.float64)
         return y
 
     def __repr__(self) -> str:

@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from .cards import CardSnapshot, ComputeUnitAccounting, CuStats
+from .accounting import CardSnapshot, ComputeUnitAccounting, CuStats
 
 #: the compute-unit label of an emulated device's one compute unit
 EMULATOR_CU = "emulator"

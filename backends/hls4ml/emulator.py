@@ -46,7 +46,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
-import re
 import threading
 from collections.abc import Callable
 from typing import ClassVar
@@ -1064,24 +1063,17 @@ class FixedPointModel:
 
     # ------------------------------------------------------------------ I/O
     def _accelerator_io(self):
-        """Casts of the VivadoAccelerator wrapper: T_in -> input_t and result_t -> T_out."""
-        acc = self.project.accelerator
-        if acc is None:
-            return None, None
-        names = {"T_in": acc.input_precision, "T_out": acc.output_precision}
-        axi = self.project.firmware_dir / f"{self.project.name}_axi.h"
-        if axi.is_file():
-            # the wrapper header is what was compiled: its typedefs win over the yaml
-            found = {name: t for t, name in re.findall(r"typedef\s+([^;{}]+?)\s+(T_in|T_out)\s*;", axi.read_text())}
-            names.update({k: " ".join(v.split()) for k, v in found.items()})
+        """The conversions at the firmware's boundary (``Hls4mlProject.host_io``): for a
+        VivadoAccelerator project the ``<name>_axi`` wrapper's T_in -> input_t and result_t -> T_out,
+        "float" where a float32 crosses (the kernel casts), None where input_t/result_t cross."""
+        io = self.project.host_io
         out = []
-        for key in ("T_in", "T_out"):
-            text = names[key].strip()
-            if text == "float":
-                out.append("float")
+        for key, text in (("input", io.input), ("output", io.output)):
+            if text is None or text.strip() == "float":
+                out.append(text)
                 continue
             try:
-                out.append(FixedType.parse(text))
+                out.append(FixedType.parse(text.strip()))
             except ValueError as e:
                 raise ProjectError(f"accelerator {key} precision '{text}': {e}") from None
         return out[0], out[1]

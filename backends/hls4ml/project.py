@@ -48,13 +48,35 @@ class IoPort:
 
 @dataclass(frozen=True)
 class AcceleratorIo:
-    """How the card's kernel exchanges data (hls4ml AcceleratorConfig.Precision): "float" or "ap_fixed<W,I>"."""
+    """How a VivadoAccelerator project's ``<name>_axi`` wrapper exchanges data with its kernel
+    (hls4ml AcceleratorConfig.Precision): "float" or "ap_fixed<W,I>"."""
 
     input_precision: str
     output_precision: str
     board: str = ""
     platform: str = ""
     interface: str = ""
+
+
+@dataclass(frozen=True)
+class HostIo:
+    """The conversions between the host's floats and the firmware, as the kernel makes them.
+
+    ``input``/``output`` are ``"float"`` (an IEEE float32 crosses, the firmware casts it), an
+    ``ap_fixed``-family type (the value crosses in that type), or ``None``: the firmware's own
+    ``input_t``/``result_t`` crosses (``input_type``/``output_type`` name them). The emulation
+    modes reproduce exactly these conversions, so they stay bit-exact with the card whatever
+    kernel the project was built for:
+
+    * VivadoAccelerator (``krnl_rtl``): ``T_in``/``T_out`` of ``<name>_axi.h``;
+    * VitisAccelerator (``kernel_wrapper``): ``None`` (native elements), or float with ``HW_Quant``;
+    * a plain Vivado/Vitis project (FaaST wraps one): ``None``.
+    """
+
+    input: str | None
+    output: str | None
+    input_type: str  # the firmware's input_t, resolved through the typedefs
+    output_type: str  # its result_t
 
 
 class _ConfigLoader(yaml.SafeLoader):
@@ -87,6 +109,8 @@ _PROTOTYPE = re.compile(r"void\s+(\w+)\s*\(([^)]*)\)\s*;", re.S)
 _ARRAY_ARG = re.compile(r"^(?:const\s+)?(\w+)\s+(\w+)\s*\[([^\]]+)\]$")
 _STREAM_ARG = re.compile(r"^hls::stream\s*<\s*(\w+)\s*>\s*&\s*(\w+)$")
 _DEFINE = re.compile(r"^\s*#define\s+(\w+)\s+(\d+)\s*$", re.M)
+_TYPEDEF = re.compile(r"^\s*typedef\s+([^;{}]+?)\s+(\w+)\s*;", re.M)
+_AXI_TYPEDEF = re.compile(r"typedef\s+([^;{}]+?)\s+(T_in|T_out)\s*;")
 _WEIGHT_LOAD = re.compile(r'load_weights_from_txt\s*<[^>]*>\s*\(\s*\w+\s*,\s*"([^"]+)"\s*\)')
 
 
@@ -186,15 +210,14 @@ class Hls4mlProject:
             raise ProjectError(f"{where}: no prototype of the top function '{self.name}'")
         args = [" ".join(a.split()) for a in re.sub(r"//[^\n]*", "", proto.group(2)).split(",") if a.strip()]
         defines = None
-        ports = []
+        ports: list[IoPort] = []
         for arg in args:
             m = _ARRAY_ARG.match(arg)
             if m is None:
-                if _STREAM_ARG.match(arg):
-                    raise ProjectError(
-                        f"{where}: the project uses io_stream ('{arg}'); fpgaserve serves io_parallel projects "
-                        "(convert with io_type='io_parallel')"
-                    )
+                stream = _STREAM_ARG.match(arg)
+                if stream is not None:
+                    ports.append(self._stream_port(stream.group(2), stream.group(1), len(ports), where, arg))
+                    continue
                 raise ProjectError(f"{where}: cannot read the argument '{arg}' of {self.name}()")
             ctype, name, size_expr = m.groups()
             if not size_expr.strip().isdigit() and defines is None:
@@ -207,9 +230,33 @@ class Hls4mlProject:
             )
         return ports[0], ports[1]
 
+    def _stream_port(self, name: str, ctype: str, position: int, where: str, arg: str) -> IoPort:
+        """An io_stream port (``hls::stream<input_t> &x``) carries no size; hls4ml's Alveo wrapper
+        declares it: ``static const unsigned N_IN = 47;`` in ``<name>_axi.h``."""
+        axi = self.firmware_dir / f"{self.name}_axi.h"
+        if not axi.is_file():
+            raise ProjectError(
+                f"{where}: the project uses io_stream ('{arg}') without hls4ml's accelerator wrapper "
+                f"(firmware/{axi.name}, which declares N_IN and N_OUT); fpgaserve serves io_stream projects "
+                "written by the VivadoAccelerator backend, or io_parallel ones"
+            )
+        key = "N_IN" if position == 0 else "N_OUT"
+        m = re.search(rf"\b{key}\s*=\s*(\d+)\s*;", self.read_firmware(axi.name))
+        if m is None:
+            raise ProjectError(f"{self.firmware_dir / axi.name}: no '{key} = <n>;' for the io_stream port {name}")
+        return IoPort(name, int(m.group(1)), ctype)
+
+    @property
+    def backend_kind(self) -> str:
+        """hls4ml's backend name, lower case without separators: "vivadoaccelerator", "vitisaccelerator"..."""
+        return re.sub(r"[^a-z]", "", self.backend.lower())
+
     def _read_accelerator(self) -> AcceleratorIo | None:
         acc = self.config.get("AcceleratorConfig")
-        if not isinstance(acc, dict):
+        has_wrapper = (self.firmware_dir / f"{self.name}_axi.h").is_file()
+        # only VivadoAccelerator projects run through the <name>_axi wrapper; a VitisAccelerator
+        # project's AcceleratorConfig describes its kernel_wrapper (HW_Quant, Num_Kernel, ...)
+        if not isinstance(acc, dict) or not (self.backend_kind == "vivadoaccelerator" or has_wrapper):
             return None
         precision = acc.get("Precision") or {}
         return AcceleratorIo(
@@ -219,6 +266,59 @@ class Hls4mlProject:
             platform=str(acc.get("Platform", "")),
             interface=str(acc.get("Interface", "")),
         )
+
+    @property
+    def accelerator_config(self) -> dict:
+        """hls4ml's AcceleratorConfig block (empty when the project has none)."""
+        acc = self.config.get("AcceleratorConfig")
+        return acc if isinstance(acc, dict) else {}
+
+    def typedefs(self) -> dict[str, str]:
+        """``typedef <type> <name>;`` of firmware/defines.h (name -> type text)."""
+        found = {name: " ".join(t.split()) for t, name in _TYPEDEF.findall(self.read_firmware("defines.h"))}
+        return found
+
+    def resolve_type(self, ctype: str) -> str:
+        """A type name of the firmware resolved through defines.h's typedefs ("input_t" -> "ap_fixed<16,6>")."""
+        typedefs = self.typedefs()
+        seen = set()
+        text = ctype.strip()
+        while text in typedefs and text not in seen:
+            seen.add(text)
+            text = typedefs[text]
+        return text
+
+    @property
+    def host_io(self) -> HostIo:
+        """What crosses between host and firmware (see :class:`HostIo`)."""
+        input_type = self.resolve_type(self.input.ctype)
+        output_type = self.resolve_type(self.output.ctype)
+        if self.accelerator is not None:
+            words = self.axi_word_types()
+            return HostIo(words[0], words[1], input_type, output_type)
+        if _truthy(self.accelerator_config.get("HW_Quant")):
+            return HostIo("float", "float", input_type, output_type)
+        return HostIo(None, None, input_type, output_type)
+
+    def axi_word_types(self) -> tuple[str, str]:
+        """(T_in, T_out) of a VivadoAccelerator project: ``<name>_axi.h`` is what was compiled, so
+        its typedefs win over the yaml (hls4ml 1.3.0 writes them as ``fixed<16,6,TRN,WRAP,0>``)."""
+        acc = self.accelerator
+        assert acc is not None
+        names = {"T_in": acc.input_precision, "T_out": acc.output_precision}
+        axi = self.firmware_dir / f"{self.name}_axi.h"
+        if axi.is_file():
+            found = {name: t for t, name in _AXI_TYPEDEF.findall(axi.read_text())}
+            names.update({k: " ".join(v.split()) for k, v in found.items()})
+        return names["T_in"].strip(), names["T_out"].strip()
+
+    def firmware_hash(self) -> str:
+        """sha256 of the project's own firmware files (templates excluded, paths included): what
+        an xclbin was synthesised from. card.json records it; a project changed since then is refused."""
+        h = hashlib.sha256()
+        for p in self.source_files():
+            _hash_file(h, p, p.relative_to(self.path).as_posix())
+        return h.hexdigest()
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -304,6 +404,10 @@ class Hls4mlProject:
 
     def __repr__(self) -> str:
         return f"Hls4mlProject({str(self.path)!r}, {self.name}, {self.backend}, {self.io_type})"
+
+
+def _truthy(value) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
 
 
 def _product(values) -> int:

@@ -113,6 +113,25 @@ class ModelVersion:
     def labels(self, filename: str) -> list[str]:
         return self._labels.get(filename, [])
 
+    def unhealthy(self) -> str | None:
+        """None while some instance can serve, else why none can (``Backend.health``): a loaded
+        version whose every device is out of service is not ready, so load balancers and
+        readiness probes turn away from the replica until it recovers."""
+        scheduler = self.scheduler
+        if scheduler is None:
+            return None
+        reasons = []
+        for instance in scheduler.instances:
+            backend = instance.backend
+            try:
+                why = backend.health() if backend is not None else None
+            except Exception as e:  # a health check must not break readiness itself
+                why = f"health check failed: {e}"
+            if why is None:
+                return None
+            reasons.append(why)
+        return "; ".join(dict.fromkeys(reasons)) if reasons else None
+
 
 @dataclass
 class ModelEntry:
@@ -608,8 +627,7 @@ class ModelRepository:
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.get(name, version)
-            return True
+            return self.get(name, version).unhealthy() is None
         except InferenceError:
             return False
 
@@ -621,6 +639,8 @@ class ModelRepository:
             if entry.state in (LOADING, UNLOADING):
                 return False
             if entry.state == UNAVAILABLE and entry.reason != "unloaded":
+                return False
+            if any(v.unhealthy() is not None for v in entry.versions.values()):
                 return False
         return True
 

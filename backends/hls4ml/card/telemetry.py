@@ -12,17 +12,14 @@ the :class:`~.cards.CardPool` once a model opens one, and the emulated devices
 device exports utilization, kernel calls and busy time, and nothing that would need a sensor
 or a card's memory (no power, energy, temperature, clock, memory, DMA or bitstream families).
 
-Sources, per card (pynq 3.0.1, ``pynq/pl_server/xrt_device.py`` and ``pynq/pmbus.py``):
-
-* ``device.device_info`` (``xclDeviceInfo2``): rails in mV/mA (``m12VAux``/``mAuxCurr``,
-  ``m12VPex``/``mPexCurr``, ``mVccIntVol``/``mCurrent``, voltage-only rails), temperatures in
-  °C (``mOnChipTemp``, ``mFanTemp``, ``mDimmTemp[4]``, ``mSE98Temp[4]``; XRT reports 0 for a
-  sensor the card lacks, so 0 °C is skipped), ``mFanRpm``;
-* ``device.sensors`` (``{rail: XrtRail}``) when a device has no ``device_info``;
-* ``device.clocks`` (``{"clockN": {"frequency": MHz}}``), else the xclbin's clock table;
-* our own accounting in :class:`~.cards.FpgaCard`: no hardware utilization counter exists, so
-  ``fpga_utilization`` is the fraction of wall time between two scrapes during which a kernel
-  call was in flight on the CU (ap_start written -> ap_idle seen).
+Sources, per card: the card API's sensor reading (``runtime/``: ``pyxrt``'s ``get_info``
+electrical/thermal/mechanical JSON, or pynq 3.0.1's ``xclDeviceInfo2`` fields, ``sensors`` and
+``clocks``; a value the card does not report is left out, never exported as 0), the
+xclbin's clock table when the runtime has none, and our own accounting in
+:class:`~.cards.FpgaCard`: no hardware utilization counter exists, so ``fpga_utilization`` is
+the fraction of wall time between two scrapes during which a call was in flight on the CU.
+``fpga_healthy{device}`` and ``fpga_compute_unit_healthy{device,cu}`` are 1 while the card or
+compute unit serves and 0 while it is out of service (a hang, a reset), see ``cards.py``.
 
 Card power is the 12 V input (``12v_aux`` + ``12v_pex``, as ``xbutil`` reports it); energy is
 that power integrated (trapezoid) between scrapes.
@@ -38,152 +35,26 @@ into the plain digits that regex can read.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .runtime import SensorReading
+
 log = logging.getLogger("fpgaserve.hls4ml.telemetry")
 
-# (rail, voltage field mV, current field mA or None), xclDeviceInfo2 names as pynq's XrtInfoDump
-RAILS = (
-    ("12v_aux", "m12VAux", "mAuxCurr"),
-    ("12v_pex", "m12VPex", "mPexCurr"),
-    ("vccint", "mVccIntVol", "mCurrent"),
-    ("0v85", "m0v85", None),
-    ("12v_sw", "m12vSW", None),
-    ("1v8", "m1v8Top", None),
-    ("3v3_aux", "m3v3Aux", None),
-    ("3v3_pex", "m3v3Pex", None),
-    ("mgt0v9avcc", "mMgt0v9", None),
-    ("mgtavtt", "mMgtVtt", None),
-    ("sys_5v5", "mSys5v5", None),
-)
-INPUT_RAILS = ("12v_aux", "12v_pex")  # the card's supply: their sum is its power draw
-# (sensor label, xclDeviceInfo2 field); arrays give label0..labelN
-TEMPERATURES = (("fpga", "mOnChipTemp"), ("fan", "mFanTemp"), ("dimm", "mDimmTemp"), ("se98", "mSE98Temp"))
 
-
-class _Reading:
-    """One scrape's sensor values for one card; absent values are simply not there."""
-
-    def __init__(self):
-        self.rails: dict[str, dict[str, float]] = {}  # rail -> {"voltage": V, "current": A, "power": W}
-        self.temperatures: dict[str, float] = {}
-        self.fan_rpm: float | None = None
-        self.clocks: dict[str, float] = {}
-
-    @property
-    def power(self) -> float | None:
-        powers = [self.rails[r]["power"] for r in INPUT_RAILS if "power" in self.rails.get(r, {})]
-        return sum(powers) if powers else None
-
-
-def _number(value) -> float | None:
+def read_sensors(card) -> SensorReading:
+    """Sample a card's sensors once (a failing read leaves values out, logged at debug); the
+    xclbin's clock table stands in for clocks the runtime does not report."""
     try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def read_sensors(card) -> _Reading:
-    """Sample a card's sensors once; a failing read skips that value (logged at debug)."""
-    device = card.device
-    reading = _Reading()
-    info = None
-    try:
-        info = device.device_info
-    except Exception as e:
-        log.debug("card %s: device_info unavailable: %s", card.uid, e)
-    if info is not None:
-        for rail, v_field, i_field in RAILS:
-            try:
-                mv = _number(getattr(info, v_field))
-            except Exception as e:
-                log.debug("card %s: rail %s voltage: %s", card.uid, rail, e)
-                continue
-            if not mv:  # 0 mV: the card has no such rail
-                continue
-            values = {"voltage": mv / 1000.0}
-            if i_field is not None:
-                try:
-                    ma = _number(getattr(info, i_field))
-                except Exception as e:
-                    log.debug("card %s: rail %s current: %s", card.uid, rail, e)
-                    ma = None
-                if ma is not None:
-                    values["current"] = ma / 1000.0
-                    values["power"] = values["voltage"] * values["current"]
-            reading.rails[rail] = values
-        for label, name in TEMPERATURES:
-            try:
-                raw = getattr(info, name)
-            except Exception as e:
-                log.debug("card %s: temperature %s: %s", card.uid, name, e)
-                continue
-            try:
-                items = list(raw)
-                labelled = [(f"{label}{i}", t) for i, t in enumerate(items)]
-            except TypeError:
-                labelled = [(label, raw)]
-            for sensor, t in labelled:
-                t = _number(t)
-                if t:  # XRT reports 0 for a sensor the card does not have
-                    reading.temperatures[sensor] = t
-        try:
-            reading.fan_rpm = _number(info.mFanRpm)
-        except Exception as e:
-            log.debug("card %s: fan: %s", card.uid, e)
-    if not reading.rails:
-        _read_rail_sensors(card, reading)
-    _read_clocks(card, reading)
-    return reading
-
-
-def _read_rail_sensors(card, reading: _Reading) -> None:
-    """``device.sensors`` (pynq Rail objects) for devices without ``device_info``."""
-    try:
-        rails = card.device.sensors
-        items = list(rails.items())
+        reading = card.device.read_sensors()
     except Exception as e:
         log.debug("card %s: sensors unavailable: %s", card.uid, e)
-        return
-    for name, rail in items:
-        values = {}
-        for quantity in ("voltage", "current", "power"):
-            sensor = getattr(rail, quantity, None)
-            if sensor is None:
-                continue
-            try:
-                v = _number(sensor.value)
-            except Exception as e:
-                log.debug("card %s: rail %s %s: %s", card.uid, name, quantity, e)
-                continue
-            if v is not None:
-                values[quantity] = v
-        if values.get("voltage") or values.get("power"):
-            reading.rails[str(name)] = values
-
-
-def _read_clocks(card, reading: _Reading) -> None:
-    clocks = None
-    try:
-        clocks = card.device.clocks
-    except Exception as e:
-        log.debug("card %s: clocks unavailable: %s", card.uid, e)
-    if not clocks:
-        overlay = card.overlay
-        clocks = getattr(overlay, "clock_dict", None) if overlay is not None else None
-    for name, clk in (clocks or {}).items():
-        try:
-            mhz = _number(clk["frequency"] if isinstance(clk, dict) else clk)
-        except Exception as e:
-            log.debug("card %s: clock %s: %s", card.uid, name, e)
-            continue
-        if mhz:
-            label = clk.get("name") if isinstance(clk, dict) and clk.get("name") else name
-            reading.clocks[str(label)] = mhz
+        reading = SensorReading(error=str(e))
+    if not reading.clocks and card.xclbin is not None:
+        reading.clocks = {name: float(mhz) for name, mhz in card.xclbin.clocks.items() if mhz}
+    return reading
 
 
 class FpgaTelemetryCollector:
@@ -280,9 +151,21 @@ class FpgaTelemetryCollector:
         dma = CounterMetricFamily(
             "fpga_dma_bytes", "Bytes synced between host and card", labels=["device", "direction"]
         )
-        reloads = CounterMetricFamily("fpga_reloads", "Times the card was reprogrammed after a kernel hang", labels=dev)
+        reloads = CounterMetricFamily(
+            "fpga_reloads", "Times the card was recovered (reset and reprogrammed) after a kernel hang", labels=dev
+        )
         info = GaugeMetricFamily(
             "fpga_bitstream_info", "Loaded bitstream (value 1)", labels=["device", "shell", "xclbin_uuid", "simulated"]
+        )
+        healthy = GaugeMetricFamily(
+            "fpga_healthy",
+            "1 while the card serves on all its compute units, 0 while one is out of service or the card is reset",
+            labels=dev,
+        )
+        cu_healthy = GaugeMetricFamily(
+            "fpga_compute_unit_healthy",
+            "1 while the compute unit takes calls, 0 after it hung until the card is reset",
+            labels=["device", "cu"],
         )
         nv_util = GaugeMetricFamily(
             "nv_gpu_utilization",
@@ -303,7 +186,7 @@ class FpgaTelemetryCollector:
         )
         device_info = GaugeMetricFamily(
             "fpga_device_info",
-            "Devices hls4ml models run on (value 1): mode hardware for a PYNQ card, else the emulation "
+            "Devices hls4ml models run on (value 1): mode hardware for a card, else the emulation "
             '(csim, numpy, onnx) computing the firmware on the host, emulated="true"',
             labels=["device", "mode", "emulated"],
         )
@@ -357,6 +240,9 @@ class FpgaTelemetryCollector:
             dma.add_metric([uid, "to_device"], snap.dma_to_device)
             dma.add_metric([uid, "from_device"], snap.dma_from_device)
             reloads.add_metric([uid], snap.reloads)
+            healthy.add_metric([uid], 1 if snap.health == "ok" else 0)
+            for cu, ok in sorted(snap.cu_healthy.items()):
+                cu_healthy.add_metric([uid, cu], 1 if ok and snap.health != "resetting" else 0)
             info.add_metric([uid, snap.name, snap.xclbin_uuid, "true" if snap.simulated else "false"], 1)
         yield from (
             util,
@@ -374,6 +260,8 @@ class FpgaTelemetryCollector:
             kernel_us,
             dma,
             reloads,
+            healthy,
+            cu_healthy,
             info,
             device_info,
             nv_util,
@@ -398,7 +286,7 @@ def device_telemetry() -> FpgaTelemetryCollector:
     global _PROCESS_COLLECTOR  # noqa: PLW0603  (the process's one collector, created under the lock)
     with _PROCESS_COLLECTOR_LOCK:
         if _PROCESS_COLLECTOR is None:
-            from .. import register_telemetry
+            from ... import register_telemetry
 
             _PROCESS_COLLECTOR = FpgaTelemetryCollector()
             register_telemetry(_PROCESS_COLLECTOR)

@@ -1,0 +1,247 @@
+"""One model instance on a card: its compute unit, its buffers, and the calls of a batch.
+
+Placement (``backend.py``) gives the model's instances a list of (card, compute unit) pairs,
+interleaved across cards (every card's first CU, then every card's second, ...), and instance
+i makes pair ``i mod n`` its home. Each runner owns one input and one output buffer in its
+compute unit's bank, allocated once for the largest call (never per batch), so the instances
+homed on one compute unit double-buffer it: while one instance's call runs, the next one
+encodes and moves its batch over PCIe, and XRT's scheduler starts the queued call the moment
+the first ends (``instance_group { count: 2 x CUs }``; ``fpgaserve pack`` writes that). A
+batch larger than one call allows (FaaST's fixed 16,384 rows, the buffers' size) runs as
+several calls in a row.
+
+A call: encode the rows into the host side of the input buffer (``abi``), sync the bytes
+used, start the kernel, poll its state until done or ``kernel_timeout_secs`` (polling with
+sleeps: waiting inside ``pyxrt`` would hold the GIL), sync back the result bytes, decode
+them into the output. A call that does not finish, or that the runtime fails, takes the
+compute unit out of service (``cards.FpgaCard.compute_unit_failed``) and fails its batch with
+UNAVAILABLE; the runner then moves to a healthy compute unit of the model (allocating there
+once) until its home serves again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from ...base import BackendError, DeviceUnavailableError
+from .abi import KernelAbi
+from .cards import CardComputeUnit, FpgaCard
+from .manifest import CardBinding
+from .runtime import DeviceBuffer, DeviceError, RunState
+
+log = logging.getLogger("fpgaserve.hls4ml.card.runner")
+
+# first polls spin (a small call finishes in microseconds), then sleep with backoff so a long
+# call does not burn a core; the worker thread releases the GIL while sleeping
+_SPIN_S = 200e-6
+_SLEEP_MIN_S = 20e-6
+_SLEEP_MAX_S = 1e-3
+
+
+class Placement(NamedTuple):
+    card: FpgaCard
+    cu: str
+
+
+class _Bound(NamedTuple):
+    card: FpgaCard
+    cu: CardComputeUnit
+    generation: int
+    inputs: DeviceBuffer
+    outputs: DeviceBuffer
+
+
+class CardRunner:
+    """One model instance's path to a compute unit (see the module docstring)."""
+
+    def __init__(
+        self,
+        binding: CardBinding,
+        placements: list[Placement],
+        home: int,
+        max_batch_size: int,
+        timeout_s: float,
+        name: str = "",
+    ):
+        if not placements:
+            raise BackendError("no compute unit to run on")
+        if max_batch_size < 1:
+            raise BackendError(f"max_batch_size must be at least 1 for the card's buffers, got {max_batch_size}")
+        if not timeout_s > 0:
+            raise BackendError(f"kernel timeout must be positive, got {timeout_s}")
+        self.binding = binding
+        self.abi: KernelAbi = binding.make_abi()
+        self.placements = placements
+        self.home = placements[home % len(placements)]
+        self.timeout_s = float(timeout_s)
+        self.name = name
+        self.n_in, self.n_out = self.abi.io.n_in, self.abi.io.n_out
+        limit = self.abi.max_call_rows
+        self.call_capacity = min(max_batch_size, limit) if limit else max_batch_size
+        self._buffer_rows = self.abi.call_rows(self.call_capacity)
+        self._bound: _Bound | None = None
+        self._closed = False
+        self.home.card.register_runner(self)
+        self._ensure_bound()  # load-time errors (no such CU, bank too small) surface now
+
+    def __repr__(self) -> str:
+        return f"CardRunner({self.name}: {self.home.card.uid}:{self.home.cu}, {self.abi.name})"
+
+    # ------------------------------------------------------------------ binding
+    def _target(self) -> Placement:
+        """Home while it serves, else the first serving placement (its own card first)."""
+        if self.home.card.serves(self.home.cu):
+            return self.home
+        uuid = self.binding.xclbin.uuid
+        ordered = sorted(self.placements, key=lambda p: p.card is not self.home.card)
+        for p in ordered:
+            loaded = p.card.xclbin is not None and p.card.xclbin.uuid == uuid
+            if loaded and p.card.serves(p.cu):
+                return p
+        reasons = {p.card.health() or f"card {p.card.index}: compute unit {p.cu} is out of service" for p in ordered}
+        raise DeviceUnavailableError(f"no compute unit of this model serves now ({'; '.join(sorted(reasons))})")
+
+    def _ensure_bound(self) -> _Bound:
+        target = self._target()
+        bound = self._bound
+        if (
+            bound is not None
+            and bound.card is target.card
+            and bound.cu.name == target.cu
+            and bound.generation == target.card.generation
+        ):
+            return bound
+        self.unbind()
+        card = target.card
+        cu = card.compute_unit(self.binding.kernel, target.cu)
+        if cu.handle is None:
+            raise DeviceUnavailableError(f"compute unit {target.cu} on card {card.index} is not open: {cu.fault}")
+        in_bytes = self.abi.input_bytes(self._buffer_rows)
+        out_bytes = self.abi.output_bytes(self._buffer_rows)
+        where = f"{card.xclbin_path} on card {card.index} ({card.uid})"
+        for arg, nbytes in ((self.abi.input_arg, in_bytes), (self.abi.output_arg, out_bytes)):
+            bank = cu.unit.bank_of(arg.id) if arg.id is not None else None
+            if bank is not None and bank.size and nbytes > bank.size:
+                raise BackendError(
+                    f"{where}: {nbytes} bytes for {cu.name}.{arg.name} ({self._buffer_rows} rows per call) exceed "
+                    f"bank {bank.tag} ({bank.size} bytes); lower max_batch_size"
+                )
+        inputs = outputs = None
+        try:
+            inputs = card.device.allocate(in_bytes, cu.handle, self.abi.input_arg)
+            outputs = card.device.allocate(out_bytes, cu.handle, self.abi.output_arg)
+        except DeviceError as e:
+            if inputs is not None:
+                inputs.free()
+            raise BackendError(f"{where}: {e}") from None
+        card.note_memory(in_bytes + out_bytes)
+        if card is not self.home.card:
+            card.register_runner(self)
+        self._bound = _Bound(card, cu, card.generation, inputs, outputs)
+        if target != self.home:
+            log.warning("%r: home %s does not serve; running on card %d %s", self, self.home.cu, card.index, cu.name)
+        log.debug("%r bound to card %d %s: buffers %d + %d bytes", self, card.index, cu.name, in_bytes, out_bytes)
+        return self._bound
+
+    def unbind(self, card: FpgaCard | None = None) -> None:
+        """Free the buffers (the runner moves or closes; or ``card`` is being reset, and the
+        runner's buffers are on it: the card waits for its calls in flight before it asks)."""
+        bound = self._bound
+        if bound is None or (card is not None and bound.card is not card):
+            return
+        self._bound = None
+        for buf in (bound.inputs, bound.outputs):
+            bound.card.note_memory(-buf.nbytes)
+            buf.free()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.unbind()
+        for p in {id(p.card): p for p in self.placements}.values():
+            p.card.unregister_runner(self)
+        self.home.card.release()
+
+    # ------------------------------------------------------------------ running
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Run ``x`` (rows, N_IN) on the card; returns float64 (rows, N_OUT)."""
+        if self._closed:
+            raise BackendError(f"{self!r} is closed")
+        x = np.asarray(x)
+        if x.ndim == 1:
+            x = x.reshape(1, -1)
+        if x.ndim != 2 or x.shape[1] != self.n_in:
+            raise BackendError(f"{self!r}: input shape {x.shape}, expected (batch, {self.n_in})")
+        rows = x.shape[0]
+        out = np.empty((rows, self.n_out), dtype=np.float64)
+        for start in range(0, rows, self.call_capacity):
+            stop = min(rows, start + self.call_capacity)
+            self._call(x[start:stop], out[start:stop])
+        return out
+
+    def _call(self, x: np.ndarray, out: np.ndarray) -> None:
+        bound = self._ensure_bound()
+        card, cu = bound.card, bound.cu
+        rows = x.shape[0]
+        call_rows = self.abi.call_rows(rows)
+        failure = None
+        with card.call(cu):
+            try:
+                nbytes = self.abi.encode(x, bound.inputs.host)
+                bound.inputs.to_device(nbytes)  # only the bytes this call uses
+                card.count_dma("to_device", nbytes)
+                args = self.abi.arguments(bound.inputs, bound.outputs, call_rows)
+                state = RunState.RUNNING
+                serial = cu.lock if cu.handle is not None and cu.handle.serialized else contextlib.nullcontext()
+                with serial:
+                    started = card.kernel_started(cu.name)
+                    run = None
+                    try:
+                        assert cu.handle is not None
+                        run = cu.handle.start(args)
+                        state = _wait(run, started + self.timeout_s)
+                    finally:
+                        # a hung call's run keeps the card open (pyxrt closes a device with its last
+                        # object): drop it here, not with the frames of a traceback
+                        run = None
+                        # a timed-out call kept the CU busy until now: it counts, so utilization shows the hang
+                        card.kernel_finished(cu.name, started, timed_out=state is RunState.RUNNING)
+                if state is RunState.COMPLETED:
+                    result = self.abi.result_bytes(rows)
+                    bound.outputs.from_device(result)
+                    card.count_dma("from_device", result)
+                    self.abi.decode(bound.outputs.host, rows, out)
+                    return
+                if state is RunState.RUNNING:
+                    failure = f"did not finish a call of {rows} rows within {self.timeout_s:g} s"
+                else:
+                    failure = f"ended a call of {rows} rows in an error state"
+            except DeviceError as e:
+                failure = f"failed: {e}"
+        card.compute_unit_failed(cu, bound.generation, failure)
+        raise DeviceUnavailableError(f"kernel {cu.name} on card {card.index} ({card.uid}) {failure}")
+
+
+def _wait(run, deadline: float) -> RunState:
+    """Poll ``run`` until it leaves RUNNING or ``deadline`` (perf_counter) passes."""
+    spin_until = time.perf_counter() + _SPIN_S
+    sleep = _SLEEP_MIN_S
+    while True:
+        state = run.poll()
+        if state is not RunState.RUNNING:
+            return state
+        now = time.perf_counter()
+        if now >= deadline:
+            return run.poll()
+        if now >= spin_until:
+            time.sleep(min(sleep, max(deadline - now, 0.0)))
+            sleep = min(sleep * 2, _SLEEP_MAX_S)
+
+
+__all__ = ["CardRunner", "Placement"]

@@ -1,0 +1,256 @@
+"""Card APIs: what fpgaserve needs from a runtime, and the two that provide it.
+
+=====  ====================================================  =====================================
+name   module                                                for
+=====  ====================================================  =====================================
+xrt    ``runtime/xrt.py`` over ``pyxrt``, XRT's own binding  every XRT release (the default)
+pynq   ``runtime/pynq.py`` over PYNQ 3.0.1                   legacy hosts (XRT <= 2.16, extra ``card``)
+=====  ====================================================  =====================================
+
+Both present the same small surface, so the card logic (``cards.py``), the runner and the
+doctor never see which one runs: a :class:`CardDevice` per card loads an xclbin, opens compute
+units, allocates buffers in a bank, and releases everything before a reset; a
+:class:`ComputeUnitHandle` starts a call; a :class:`RunHandle` is polled, never waited on
+(``pyxrt``'s ``run.wait`` and PYNQ's ``WaitHandle.wait`` hold the thread, and ``run.wait``
+even holds the GIL, so the runner polls ``state()`` and sleeps between polls instead).
+
+``--backend-config=hls4ml,card-api=auto|xrt|pynq`` chooses; ``auto`` takes ``pyxrt`` when
+it imports (it is on ``PYTHONPATH`` once ``/opt/xilinx/xrt/setup.sh`` is sourced) and PYNQ
+otherwise.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ....base import BackendError
+from ..axlf import ComputeUnit, Kernel, KernelArg, Xclbin
+
+log = logging.getLogger("fpgaserve.hls4ml.card")
+
+API_NAMES = ("auto", "xrt", "pynq")
+
+
+class DeviceError(Exception):
+    """A runtime call on a card failed; the message is the runtime's (XRT's) own."""
+
+
+class RunState(enum.Enum):
+    RUNNING = "running"  # submitted, not finished (queued behind another call counts too)
+    COMPLETED = "completed"
+    FAILED = "failed"  # the scheduler reports an error state for the call
+
+
+@dataclass
+class SensorReading:
+    """One read of a card's sensors; absent values are simply not there (reading nothing is not
+    reading zero: containers often lack the xclmgmt sysfs the sensors come from)."""
+
+    rails: dict[str, dict[str, float]] = field(default_factory=dict)  # rail -> {"voltage", "current", "power"}
+    temperatures: dict[str, float] = field(default_factory=dict)  # sensor -> degrees C
+    fan_rpm: float | None = None
+    clocks: dict[str, float] = field(default_factory=dict)  # name -> MHz
+    power_watts: float | None = None  # the card's draw, when the runtime reports it directly
+    error: str | None = None  # why nothing could be read, for doctor
+
+    @property
+    def power(self) -> float | None:
+        if self.power_watts is not None:
+            return self.power_watts
+        powers = [self.rails[r]["power"] for r in ("12v_aux", "12v_pex") if "power" in self.rails.get(r, {})]
+        return sum(powers) if powers else None
+
+
+class DeviceBuffer(ABC):
+    """A buffer object in one bank of a card: a host mapping plus syncs of byte ranges."""
+
+    #: the host side, a 1-D uint8 array the codecs write into and read from
+    host: np.ndarray
+    nbytes: int
+
+    @abstractmethod
+    def to_device(self, nbytes: int, offset: int = 0) -> None: ...
+
+    @abstractmethod
+    def from_device(self, nbytes: int, offset: int = 0) -> None: ...
+
+    @abstractmethod
+    def free(self) -> None:
+        """Release the buffer (idempotent); the host view must not be used afterwards."""
+
+
+class RunHandle(ABC):
+    @abstractmethod
+    def poll(self) -> RunState:
+        """The call's state now; never blocks."""
+
+
+class ComputeUnitHandle(ABC):
+    name: str
+    #: True when two calls must not be in flight on the CU at once (a register start: the second
+    #: would overwrite the first one's arguments). ERT queues calls per CU, so there it is False.
+    serialized: bool = False
+
+    @abstractmethod
+    def start(self, args: list) -> RunHandle:
+        """Start one call; ``args`` in argument order (``DeviceBuffer`` or int)."""
+
+
+class CardDevice(ABC):
+    """One physical card, as a runtime presents it."""
+
+    index: int
+    bdf: str  # the user function, e.g. 0000:65:00.1 ("" when the runtime does not say)
+    shell: str  # the shell (platform VBNV) the card runs, what an xclbin must be linked for
+    interface_uuid: str  # 2RP shells: the interface an xclbin must match ("" when not reported)
+    simulated: bool = False
+    ert: bool = True  # calls complete through XRT's embedded scheduler
+
+    @abstractmethod
+    def loaded_uuid(self) -> str:
+        """UUID (32 hex digits) of the xclbin the card runs now, "" for none."""
+
+    @abstractmethod
+    def load(self, xclbin: Xclbin) -> bool:
+        """Program ``xclbin``: True when the card was programmed, False when XRT skipped it because
+        that UUID is loaded already (XRT does, and a hung compute unit stays hung)."""
+
+    @abstractmethod
+    def open_compute_unit(self, kernel: Kernel, cu: ComputeUnit) -> ComputeUnitHandle: ...
+
+    @abstractmethod
+    def allocate(self, nbytes: int, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
+        """A buffer in the bank ``arg`` of ``cu`` is connected to."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every handle the process holds on the card (kernels, contexts, the device):
+        ``xbutil reset`` refuses while any process has the card open. Buffers must be freed first."""
+
+    @abstractmethod
+    def reopen(self) -> None:
+        """Open the card again after :meth:`close` (after a reset nothing is loaded)."""
+
+    @abstractmethod
+    def read_sensors(self) -> SensorReading: ...
+
+    def describe(self) -> str:
+        sim = " (simulated)" if self.simulated else ""
+        return f"card {self.index} {self.bdf or '?'} {self.shell}{sim}"
+
+
+def shell_mismatch(xclbin: Xclbin, device: CardDevice) -> str | None:
+    """Why ``device`` cannot run ``xclbin``, or None: as XRT's driver decides it.
+
+    2RP (DFX) shells match an xclbin by the shell's interface UUID (the xclbin header's
+    ``m_interface_uuid``; the xclbin's platform name, e.g. ``xilinx_u250_gen3x16_xdma_4_1_202210_1``,
+    is not the card's shell VBNV ``xilinx_u250_gen3x16_xdma_shell_4_1``); flat shells such as
+    ``xilinx_u250_xdma_201830_2`` carry no interface UUID and the xclbin names the shell itself.
+    """
+    name = os.path.basename(xclbin.path)
+    if xclbin.interface_uuid and device.interface_uuid:
+        if xclbin.interface_uuid != device.interface_uuid:
+            return (
+                f"{name} was linked for a shell with interface {xclbin.interface_uuid} ({xclbin.platform}), but card "
+                f"{device.index} ({device.bdf}) runs {device.shell} with interface {device.interface_uuid} "
+                "(`xbutil examine` shows the shell): link the kernel for that platform"
+            )
+        return None
+    flat = not xclbin.interface_uuid and not device.interface_uuid
+    if flat and xclbin.platform and device.shell and xclbin.platform != device.shell:
+        return (
+            f"{name} was linked for the shell {xclbin.platform}, but card {device.index} ({device.bdf}) runs "
+            f"{device.shell} (`xbutil examine` shows it): link the kernel for that platform"
+        )
+    return None
+
+
+class CardApi(ABC):
+    name: str
+    simulated: bool = False
+
+    @abstractmethod
+    def devices(self) -> list[CardDevice]: ...
+
+    @abstractmethod
+    def version(self) -> str:
+        """The runtime's version as it reports it (XRT's, or PYNQ's and the XRT under it)."""
+
+    def reset_command(self, device: CardDevice) -> list[str]:
+        """The command an operator runs to reset ``device`` (no root needed for a user reset)."""
+        return ["xbutil", "reset", "--device", device.bdf or str(device.index), "--force"]
+
+
+_API: CardApi | None = None
+_API_LOCK = threading.Lock()
+_API_ERRORS: dict[str, str] = {}
+
+
+def open_api(name: str = "auto") -> CardApi:
+    """The process's card API (one per process: a card is opened once)."""
+    global _API  # noqa: PLW0603  (process-wide, created under the lock)
+    if name not in API_NAMES:
+        raise BackendError(f"card-api '{name}' is not one of {', '.join(API_NAMES)}")
+    with _API_LOCK:
+        if _API is not None and name in ("auto", _API.name):
+            return _API
+        if _API is not None:
+            raise BackendError(f"card-api {name} asked for, but this process already drives its cards with {_API.name}")
+        errors = []
+        for candidate in ("xrt", "pynq") if name == "auto" else (name,):
+            try:
+                _API = _make(candidate)
+                return _API
+            except BackendError as e:
+                errors.append(str(e))
+        raise BackendError("; ".join(errors))
+
+
+def reset_api() -> None:
+    """Forget the process's API (tests that re-probe simulated cards)."""
+    global _API  # noqa: PLW0603
+    with _API_LOCK:
+        _API = None
+
+
+def _make(name: str) -> CardApi:
+    if name == "xrt":
+        from .xrt import XrtApi
+
+        return XrtApi()
+    from .pynq import PynqApi
+
+    return PynqApi()
+
+
+def available_devices(name: str = "auto") -> list[CardDevice]:
+    """The cards of this host; empty when no runtime imports or none finds a card (logged)."""
+    try:
+        return open_api(name).devices()
+    except Exception as e:  # probing must never stop a server that can fall back to emulation
+        log.debug("no FPGA cards: %s", e)
+        return []
+
+
+__all__ = [
+    "API_NAMES",
+    "CardApi",
+    "CardDevice",
+    "ComputeUnitHandle",
+    "DeviceBuffer",
+    "DeviceError",
+    "RunHandle",
+    "RunState",
+    "SensorReading",
+    "available_devices",
+    "open_api",
+    "reset_api",
+    "shell_mismatch",
+]

@@ -1,0 +1,352 @@
+"""Cards through ``pyxrt``, the Python binding XRT ships with every release (the default API).
+
+``pyxrt`` is not on PyPI: it is ``$XILINX_XRT/python/pyxrt*.so``, on ``PYTHONPATH`` once
+``/opt/xilinx/xrt/setup.sh`` is sourced. What this module relies on is the 2.14-2.23 surface
+(XRT's ``src/python/pybind11/src/pyxrt.cpp``), called with positional arguments only (before
+2.23 no argument has a name):
+
+* ``pyxrt.device(i)``, ``get_info(xrt_info_device.bdf|name|interface_uuid|electrical|...)``
+  (always a str; sensors as JSON whose leaves are quoted strings), ``get_xclbin_uuid()``;
+* ``register_xclbin(xclbin)`` + ``hw_context(device, uuid)`` + ``kernel(ctx, "k:{cu}")`` where
+  the binding has them (2.16+; 2.23 deprecates ``load_xclbin``), else ``load_xclbin(xclbin)`` +
+  ``kernel(device, uuid, "k:{cu}")``; ``kernel.group_id(arg)`` is the bank of an argument;
+* ``bo(device, size, bo.normal, group)``, ``bo.map()`` (a writable memoryview that does NOT keep
+  the bo alive: the buffer object holds both), ``bo.sync(direction, size, offset)``;
+* ``run(kernel)``, ``run.set_arg(i, bo|int)`` (scalars are 32-bit C ints: ``kernel(*args)``
+  would silently skip anything else), ``run.start()``, ``run.state()``.
+
+``run.wait()`` is not used: it holds the GIL for as long as it waits (every XRT release), so
+one waiting instance would stop the event loop and every other instance. ``state()`` reads the
+command packet without blocking; it stays ``ERT_CMD_STATE_NEW`` until the scheduler writes the
+final state. ``bo.sync`` holds the GIL too, for the duration of the DMA: that is XRT's, and
+the reason syncs move only the bytes a batch uses.
+
+There is no reset in ``pyxrt`` (``xrt::device::reset`` only drops a handle): a hung compute
+unit needs ``xbutil reset`` (``cards.py``), which refuses while any process still has the
+card open, hence :meth:`XrtDevice.close`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+
+import numpy as np
+
+from ....base import BackendError
+from ..axlf import ComputeUnit, Kernel, KernelArg, Xclbin
+from . import (
+    CardApi,
+    CardDevice,
+    ComputeUnitHandle,
+    DeviceBuffer,
+    DeviceError,
+    RunHandle,
+    RunState,
+    SensorReading,
+    shell_mismatch,
+)
+
+log = logging.getLogger("fpgaserve.hls4ml.card.xrt")
+
+MAX_PROBE = 64  # XRT < 2.17 has no enumerate_devices(): probe indices until one fails
+# ert_cmd_state values (XRT ert.h); compared as ints: pyxrt binds this C enum as convertible
+ERT_COMPLETED = 4
+ERT_FAILED = {5, 6, 8, 9, 10, 11}  # ERROR, ABORT, TIMEOUT (the scheduler's), NORESPONSE, SKERROR, SKCRASHED
+
+
+class XrtApi(CardApi):
+    name = "xrt"
+
+    def __init__(self):
+        try:
+            import pyxrt
+        except Exception as e:  # ImportError, or the .so failing to load its XRT libraries
+            raise BackendError(
+                f"card-api xrt needs XRT's Python binding pyxrt, which cannot be imported ({e}): install XRT and "
+                "source /opt/xilinx/xrt/setup.sh (it puts $XILINX_XRT/python on PYTHONPATH)"
+            ) from None
+        self.pyxrt = pyxrt
+        self.simulated = bool(getattr(pyxrt, "SIMULATED", False))
+        self._devices: list[CardDevice] | None = None
+        self._lock = threading.Lock()
+
+    def devices(self) -> list[CardDevice]:
+        with self._lock:
+            if self._devices is None:
+                self._devices = [XrtDevice(self, i) for i in range(self._count())]
+            return list(self._devices)
+
+    def _count(self) -> int:
+        enumerate_devices = getattr(self.pyxrt, "enumerate_devices", None)
+        if enumerate_devices is not None:
+            return int(enumerate_devices())
+        count = 0
+        while count < MAX_PROBE:
+            try:
+                self.pyxrt.device(count)
+            except RuntimeError:
+                break
+            count += 1
+        return count
+
+    def version(self) -> str:
+        explicit = getattr(self.pyxrt, "__version__", None)
+        if explicit:
+            return str(explicit)
+        root = os.environ.get("XILINX_XRT")
+        if root:
+            try:
+                with open(os.path.join(root, "version.json")) as f:
+                    return str(json.load(f).get("BUILD_VERSION", "unknown"))
+            except (OSError, ValueError):
+                pass
+        return "unknown"
+
+
+def _hex_uuid(text: str) -> str:
+    digits = "".join(c for c in str(text).lower() if c in "0123456789abcdef")
+    return "" if not digits.strip("0") else digits
+
+
+class XrtDevice(CardDevice):
+    def __init__(self, api: XrtApi, index: int):
+        self._api = api
+        self._x = api.pyxrt
+        self.index = index
+        self.simulated = api.simulated
+        self.ert = True  # XRT >= 2.3: KDS/ERT completes every call
+        self._dev = None
+        self._ctx = None
+        self._uuid = None
+        self.reopen()
+
+    # ------------------------------------------------------------------ identity
+    def _info(self, key: str) -> str:
+        enum = getattr(self._x.xrt_info_device, key, None)
+        if enum is None or self._dev is None:
+            return ""
+        try:
+            return str(self._dev.get_info(enum))
+        except RuntimeError as e:
+            log.debug("card %d: get_info(%s) failed: %s", self.index, key, e)
+            return ""
+
+    def reopen(self) -> None:
+        try:
+            self._dev = self._x.device(self.index)
+        except RuntimeError as e:
+            raise DeviceError(f"cannot open card {self.index}: {e}") from None
+        self._ctx = None
+        self._uuid = None
+        self.bdf = self._info("bdf")
+        self.shell = self._info("name")
+        self.interface_uuid = _hex_uuid(self._info("interface_uuid"))
+
+    def loaded_uuid(self) -> str:
+        if self._dev is None:
+            return ""
+        try:
+            return _hex_uuid(self._dev.get_xclbin_uuid().to_string())
+        except RuntimeError:
+            return ""
+
+    # ------------------------------------------------------------------ xclbin
+    def load(self, xclbin: Xclbin) -> bool:
+        if self._dev is None:
+            raise DeviceError(f"card {self.index} is closed")
+        mismatch = shell_mismatch(xclbin, self)
+        if mismatch is not None:  # XRT would refuse too ("Xclbin does not match shell on card"): say which two
+            raise DeviceError(mismatch)
+        already = self.loaded_uuid() == xclbin.uuid
+        try:
+            xb = self._x.xclbin(xclbin.path)
+            if hasattr(self._dev, "register_xclbin") and hasattr(self._x, "hw_context"):
+                uuid = self._dev.register_xclbin(xb)
+                self._ctx = self._x.hw_context(self._dev, uuid)  # programs the card (a same UUID: no-op)
+            else:
+                uuid = self._dev.load_xclbin(xb)
+        except RuntimeError as e:
+            raise DeviceError(f"card {self.index} ({self.bdf}): loading {xclbin.path} failed: {e}") from None
+        self._uuid = uuid
+        return not already
+
+    def open_compute_unit(self, kernel: Kernel, cu: ComputeUnit) -> ComputeUnitHandle:
+        if self._dev is None or self._uuid is None:
+            raise DeviceError(f"card {self.index}: no xclbin loaded by this process")
+        name = f"{kernel.name}:{{{cu.name}}}"
+        try:
+            if self._ctx is not None:
+                handle = self._x.kernel(self._ctx, name)
+            else:
+                handle = self._x.kernel(self._dev, self._uuid, name)
+        except RuntimeError as e:
+            raise DeviceError(f"card {self.index}: cannot open compute unit {name}: {e}") from None
+        return XrtComputeUnit(self, cu.name, kernel, handle)
+
+    def allocate(self, nbytes: int, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
+        assert isinstance(cu, XrtComputeUnit) and arg.id is not None
+        try:
+            group = cu.handle.group_id(arg.id)
+            bo = self._x.bo(self._dev, nbytes, self._x.bo.normal, group)
+        except RuntimeError as e:
+            raise DeviceError(
+                f"card {self.index}: cannot allocate {nbytes} bytes for {cu.name}.{arg.name}: {e}"
+            ) from None
+        return XrtBuffer(self._x, bo, nbytes)
+
+    def close(self) -> None:
+        # the last references: pyxrt releases the context and the device handle with them
+        self._ctx = None
+        self._uuid = None
+        self._dev = None
+
+    # ------------------------------------------------------------------ sensors
+    def read_sensors(self) -> SensorReading:
+        reading = SensorReading()
+        problems = []
+        for key in ("electrical", "thermal", "mechanical"):
+            text = self._info(key)
+            try:
+                data = json.loads(text) if text else None
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):
+                problems.append(f"{key}: {text[:80] or 'nothing'}")
+                continue
+            if key == "electrical":
+                _electrical(data, reading)
+            elif key == "thermal":
+                _thermal(data, reading)
+            else:
+                _mechanical(data, reading)
+            problems += [f"{key}: {m}" for m in _messages(data)]  # {"msg": "No sensors present"}: no sysfs nodes
+        clock = self._info("max_clock_frequency_mhz")
+        if clock and _number(clock):
+            reading.clocks["kernel"] = float(clock)
+        if not (reading.rails or reading.temperatures):
+            reading.error = "sensors not readable (" + ("; ".join(dict.fromkeys(problems)) or "nothing reported") + ")"
+        return reading
+
+
+def _number(value) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _messages(data) -> list[str]:
+    """The "msg" texts anywhere in an XRT info tree (how XRT says a sensor group is absent)."""
+    if isinstance(data, dict):
+        found = [str(data["msg"])] if "msg" in data else []
+        return found + [m for v in data.values() for m in _messages(v)]
+    if isinstance(data, list):
+        return [m for v in data for m in _messages(v)]
+    return []
+
+
+def _present(item: dict) -> bool:
+    return str(item.get("is_present", "true")).lower() not in ("false", "0")
+
+
+def _electrical(data: dict, reading: SensorReading) -> None:
+    for rail in data.get("power_rails") or []:
+        if not isinstance(rail, dict):
+            continue
+        name = str(rail.get("id") or rail.get("description") or "").strip()
+        volts = _number((rail.get("voltage") or {}).get("volts")) if _present(rail.get("voltage") or {}) else None
+        amps = _number((rail.get("current") or {}).get("amps")) if _present(rail.get("current") or {}) else None
+        if not name or not volts:
+            continue
+        values = {"voltage": volts}
+        if amps is not None:
+            values["current"] = amps
+            values["power"] = volts * amps
+        reading.rails[name] = values
+    watts = _number(data.get("power_consumption_watts"))
+    if watts:
+        reading.power_watts = watts
+
+
+def _thermal(data: dict, reading: SensorReading) -> None:
+    for item in data.get("thermals") or []:
+        if isinstance(item, dict) and _present(item):
+            t = _number(item.get("temp_C"))
+            name = str(item.get("location_id") or item.get("description") or "").strip()
+            if name and t:
+                reading.temperatures[name] = t
+
+
+def _mechanical(data: dict, reading: SensorReading) -> None:
+    for item in data.get("fans") or []:
+        if isinstance(item, dict) and _present(item):
+            rpm = _number(item.get("speed_rpm"))
+            if rpm is not None:
+                reading.fan_rpm = rpm
+                return
+
+
+class XrtComputeUnit(ComputeUnitHandle):
+    serialized = False  # ERT queues calls per compute unit
+
+    def __init__(self, device: XrtDevice, name: str, kernel: Kernel, handle):
+        self.device = device
+        self.name = name
+        self.kernel = kernel
+        self.handle = handle
+
+    def start(self, args: list) -> RunHandle:
+        x = self.device._x
+        try:
+            run = x.run(self.handle)
+            for spec, value in zip(self.kernel.args, args):
+                run.set_arg(spec.id, value.bo if isinstance(value, XrtBuffer) else int(value))
+            run.start()
+        except (RuntimeError, IndexError, TypeError) as e:
+            raise DeviceError(f"card {self.device.index}: starting {self.name} failed: {e}") from None
+        return XrtRun(run)
+
+
+class XrtRun(RunHandle):
+    __slots__ = ("run",)
+
+    def __init__(self, run):
+        self.run = run
+
+    def poll(self) -> RunState:
+        state = int(self.run.state())
+        if state == ERT_COMPLETED:
+            return RunState.COMPLETED
+        if state in ERT_FAILED:
+            return RunState.FAILED
+        return RunState.RUNNING
+
+
+class XrtBuffer(DeviceBuffer):
+    def __init__(self, x, bo, nbytes: int):
+        self._x = x
+        self.bo = bo
+        self.nbytes = nbytes
+        # the mapping is only valid while bo lives: this object holds both
+        self.host = np.frombuffer(bo.map(), dtype=np.uint8, count=nbytes)
+
+    def to_device(self, nbytes: int, offset: int = 0) -> None:
+        try:
+            self.bo.sync(self._x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE, nbytes, offset)
+        except RuntimeError as e:
+            raise DeviceError(f"sync to the card failed: {e}") from None
+
+    def from_device(self, nbytes: int, offset: int = 0) -> None:
+        try:
+            self.bo.sync(self._x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE, nbytes, offset)
+        except RuntimeError as e:
+            raise DeviceError(f"sync from the card failed: {e}") from None
+
+    def free(self) -> None:
+        self.host = np.empty(0, dtype=np.uint8)  # nothing may touch the old mapping
+        self.bo = None
