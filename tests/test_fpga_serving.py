@@ -1,18 +1,21 @@
 """The hardware path through gRPC, with the real tritonclient, against simulated Alveo cards.
 
 The server is the unmodified fpgaserve CLI started through ``tests/fpga_sim/serve.py``, which
-registers the simulated cards with PYNQ first (``tests/fpga_sim/device.py``). The models are
-the bundled FACILE and jet tagger projects, copied into a temporary repository with an xclbin
-written next to each (``fpga_sim.xclbin``), so ``--fpga-mode hardware`` and ``auto`` find a
-card and a bitstream. A simulated kernel computes with hls4ml's C-simulation of the project
-it was "linked" from, so a client must receive exactly the bytes the in-process
-``CsimLibrary`` gives: any difference is a fault on the hardware path (encoding, buffer
-handling, lengths, syncs, slicing of batches).
+puts the simulator's ``pyxrt`` first on the import path (``tests/fpga_sim/xrt_python``) and its
+``xbutil`` first on PATH, so fpgaserve's default card API (``runtime/xrt.py``) drives simulated
+cards that behave as XRT does on an Alveo card (``tests/fpga_sim/card.py``). The models are the
+bundled FACILE and jet tagger projects, copied into a temporary repository with an xclbin
+written next to each (``fpga_sim.xclbin``) and ``card.json`` recorded as ``fpgaserve pack
+--xclbin`` records it, so ``--fpga-mode hardware`` and ``auto`` find a card and a bitstream. A
+simulated kernel computes with hls4ml's C-simulation of the project it was "linked" from, so a
+client must receive exactly the bytes the in-process ``CsimLibrary`` gives: any difference is
+a fault on the hardware path (encoding, buffer handling, lengths, syncs, slicing of batches).
 
 The simulator writes ``stats-card<N>.json`` into its control folder after every change: they
-show which card ran what (kernel starts, downloads, hangs) without reading a clock. Where two
-things must happen at the same time, the simulator's rendezvous proves it (a held kernel is
-released only when two kernels execute at once; a serializing server would make it time out).
+show which card ran what (kernel starts, programs, hangs, resets) without reading a clock.
+Where two things must happen at the same time, the simulator's rendezvous proves it (a held
+kernel is released only when two kernels execute at once; a serializing server would make it
+time out).
 
 One module-scoped server runs four simulated cards in hardware mode:
 
@@ -27,7 +30,8 @@ card   model                why
 
 ``bad_cards`` (``cards: "1,7"``) and ``no_xclbin`` are in the repository too; the server runs
 with ``--model-control-mode explicit`` so their load errors come back from RepositoryModelLoad.
-Other servers: ``--fpga-mode auto`` on two cards, and ``hardware`` with no card at all.
+Other servers: ``--fpga-mode auto`` on two cards, every kernel ABI on one card, readiness with
+``card-reset=off``, and ``hardware`` with no card at all.
 """
 
 from __future__ import annotations
@@ -41,13 +45,12 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("pynq")
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
@@ -80,6 +83,7 @@ SIM_ENV = (
     "FPGASERVE_SIM_RENDEZVOUS",
     "FPGASERVE_SIM_RENDEZVOUS_TIMEOUT_S",
     "FPGASERVE_SIM_PLATFORM",
+    "FPGASERVE_SIM_API",
 )
 # perf_analyzer's metrics parser (client_backend/triton/triton_client_backend.cc): one label,
 # a plain decimal
@@ -97,7 +101,6 @@ def _model(
     batcher: bool = True,
 ):
     """Copy a bundled model under ``name`` with extra config parameters; returns its xclbin uuid."""
-    from fpga_sim.xclbin import write_hls4ml_xclbin
 
     folder = repo / name
     shutil.copytree(BUNDLED_REPO / source, folder)
@@ -114,7 +117,20 @@ def _model(
         text += f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{value}" }}\n}}\n'
     config.write_text(text)
     # the simulated cards run the default shell: the xclbin must be linked for it
-    return write_hls4ml_xclbin(folder / "1" / "model.xclbin") if xclbin else None
+    return _xclbin(folder / "1", "krnl_rtl") if xclbin else None
+
+
+def _xclbin(version: Path, abi: str, **kw) -> str:
+    """An xclbin from the simulator's writer next to the project, and card.json recorded for it
+    as `fpgaserve pack --xclbin` does; returns the xclbin's uuid."""
+    from fpga_sim.xclbin import write_xclbin
+    from fpgaserve.backends.hls4ml.card.axlf import read_xclbin
+    from fpgaserve.backends.hls4ml.card.manifest import CardManifest
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    uuid = write_xclbin(version / "model.xclbin", kernel_abi=abi, project=version, **kw)
+    CardManifest.for_project(Hls4mlProject.load(version), abi, read_xclbin(version / "model.xclbin")).write(version)
+    return uuid
 
 
 @pytest.fixture(scope="module")
@@ -137,12 +153,14 @@ def repo(tmp_path_factory):
     return type("Repo", (), {"path": root, "uuids": uuids})
 
 
-def _serve(repo_path: Path, tmp_path_factory, label: str, mode: str, cards: int, *load: str) -> ServerProcess:
+def _serve(
+    repo_path: Path, tmp_path_factory, label: str, mode: str, cards: int, *load: str, extra: tuple[str, ...] = ()
+) -> ServerProcess:
     control = tmp_path_factory.mktemp(f"{label}-control")
     log = tmp_path_factory.mktemp(label) / "fpgaserve.log"
     env = {k: v for k, v in os.environ.items() if k not in SIM_ENV}
     env.update(FPGASERVE_SIM_CARDS=str(cards), FPGASERVE_SIM_CONTROL_DIR=str(control))
-    args = ["--fpga-mode", mode, "--model-control-mode", "explicit"]
+    args = ["--fpga-mode", mode, "--model-control-mode", "explicit", *extra]
     for name in load:
         args += ["--load-model", name]
     proc = ServerProcess([repo_path], *args, log_path=log, env=env, entry=[SERVE])
@@ -162,8 +180,42 @@ def _stats(server: ServerProcess, card: int) -> dict:
     return json.loads((server.control / f"stats-card{card}.json").read_text())
 
 
+def _stats_after(server: ServerProcess, card: int, before: dict, completions: int) -> dict:
+    """The card's stats once ``completions`` more kernel calls completed than in ``before``: the
+    simulator writes its stats file at most 50 ms after a change, so a read right after the
+    server answered may be older than the answer."""
+    return wait_until(
+        lambda: (s := _stats(server, card))["kernel_completions"] - before["kernel_completions"] >= completions and s,
+        f"card {card} to record {completions} completed kernel call(s)",
+    )
+
+
+def _all_stats_after(server: ServerProcess, before: list[dict], completions: int) -> list[dict]:
+    """Every card's stats once ``completions`` more kernel calls completed on them together."""
+
+    def settled():
+        now = _all_stats(server, len(before))
+        done = sum(a["kernel_completions"] - b["kernel_completions"] for a, b in zip(now, before))
+        return done >= completions and now
+
+    return wait_until(settled, f"{completions} more completed kernel call(s) on the cards")
+
+
 def _all_stats(server: ServerProcess, cards: int = 4) -> list[dict]:
     return [_stats(server, c) for c in range(cards)]
+
+
+def _quiet_stats(server: ServerProcess, cards: int = 4) -> list[dict]:
+    """Every card's stats once two reads a few flush periods apart agree: a baseline that no
+    change made before it (by an earlier test's last request) can still alter."""
+    previous = _all_stats(server, cards)
+    for _ in range(50):
+        time.sleep(0.15)
+        now = _all_stats(server, cards)
+        if now == previous:
+            return now
+        previous = now
+    raise AssertionError("the simulated cards' stats kept changing")
 
 
 # ------------------------------------------------------------------------------ clients
@@ -225,16 +277,16 @@ def _inputs(features: int) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_hardware_equals_csim_bit_for_bit(hw, csim_cache, model):
     card = CARD_OF[model]
-    before = _stats(hw, card)
+    before = _quiet_stats(hw)[card]
     sets = _inputs(MODELS[model][2])
     for name, x in sets.items():
         _assert_bitwise(_infer(hw.url, model, x), _reference(model, x, csim_cache), f"{model} {name}")
-    after = _stats(hw, card)
+    after = _stats_after(hw, card, before, len(sets))
     # every request was one kernel call on the model's card (not a silent fallback to emulation)
     assert after["kernel_starts"] - before["kernel_starts"] == len(sets)
     assert after["kernel_completions"] - before["kernel_completions"] == len(sets)
     assert after["bytes_to_device"] - before["bytes_to_device"] == sum(x.size for x in sets.values()) * 4
-    assert after["hung"] == [] and after["downloads"] == before["downloads"]
+    assert after["hung"] == [] and after["programs"] == before["programs"]
 
 
 def test_hardware_mode_is_logged_per_model(hw):
@@ -260,7 +312,7 @@ def test_auto_mode_picks_hardware_when_card_and_xclbin_exist(repo, tmp_path_fact
             for name in ("unit", "saturating", "negative", "zeros", "corners"):
                 x = sets[name]
                 _assert_bitwise(_infer(proc.url, model, x), _reference(model, x, csim_cache), f"auto {model} {name}")
-            assert _stats(proc, CARD_OF[model])["kernel_starts"] - before["kernel_starts"] == 5
+            assert _stats_after(proc, CARD_OF[model], before, 5)["kernel_starts"] - before["kernel_starts"] == 5
     finally:
         assert proc.stop() == 0, proc.log()
 
@@ -275,27 +327,28 @@ def test_unpinned_models_get_cards_of_their_own(tmp_path_factory, csim_cache):
     try:
         used = {}
         for model in MODELS:
-            before = [s["kernel_starts"] for s in _all_stats(proc, 2)]
+            before = _all_stats(proc, 2)
             x = _inputs(MODELS[model][2])["corners"]
             _assert_bitwise(_infer(proc.url, model, x), _reference(model, x, csim_cache), f"unpinned {model}")
-            after = [s["kernel_starts"] for s in _all_stats(proc, 2)]
-            used[model] = [card for card in range(2) if after[card] > before[card]]
+            after = _all_stats_after(proc, before, 1)
+            used[model] = [c for c in range(2) if after[c]["kernel_starts"] > before[c]["kernel_starts"]]
         assert sorted(used.values()) == [[0], [1]], used
     finally:
         assert proc.stop() == 0, proc.log()
 
 
 # ------------------------------------------------------------------------------ a hung kernel
-def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache):
+def test_hung_kernel_fails_its_batch_and_the_card_is_reset(hw, csim_cache):
+    """A hung CU fails its batch with UNAVAILABLE; the other model's card serves on all along;
+    the server resets the card with `xbutil reset` (the simulator's stand-in: it refuses while
+    any process holds the card, so every handle must be released first) and facile serves again."""
     card = CARD_OF["facile"]
     before = _stats(hw, card)
     other_before = _stats(hw, CARD_OF["jet_tagger"])
     x_hung = _inputs(47)["unit"][:5]
-    queued = [_inputs(47)["unit"][10 * i : 10 * i + 3 + i] for i in range(1, 4)]
     y_other = _inputs(16)["unit"][:8]
     with grpcclient.InferenceServerClient(hw.url) as client:
         fails_before = client.get_inference_statistics("facile").model_stats[0].inference_stats.fail.count
-        done: queue.Queue = queue.Queue()
         # the other model, on another card, is served in a steady stream all along
         stop = threading.Event()
         other_results: list = []
@@ -313,61 +366,48 @@ def test_hung_kernel_fails_its_batch_and_the_card_is_reprogrammed(hw, csim_cache
         streamer.start()
         try:
             (hw.control / f"hang-card{card}").touch()  # the next kernel start on card 0 hangs
-            client.async_infer(
-                "facile", [_input("facile", x_hung)], callback=lambda result, error: done.put(("hung", result, error))
-            )
-            wait_until(lambda: _stats(hw, card)["hangs"] > before["hangs"], "the kernel on card 0 to hang")
-            # requests arriving during the hang queue behind the hung batch; they are not part of it
-            for i, x in enumerate(queued):
-                client.async_infer(
-                    "facile", [_input("facile", x)], callback=lambda result, error, i=i: done.put((i, result, error))
-                )
-            outcomes = {}
-            for _ in range(1 + len(queued)):
-                key, result, error = done.get(timeout=120)
-                outcomes[key] = (result, error)
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("facile", [_input("facile", x_hung)])
+            wait_until(lambda: _stats(hw, card)["resets"] > before["resets"], "the card to be reset")
+            wait_until(lambda: client.is_model_ready("facile"), "facile to be ready again")
         finally:
             stop.set()
             streamer.join()
         fails_after = client.get_inference_statistics("facile").model_stats[0].inference_stats.fail.count
 
-    _, error = outcomes.pop("hung")
-    assert isinstance(error, InferenceServerException), error
-    assert error.status() == "StatusCode.UNAVAILABLE", (error.status(), error.message())
-    message = error.message()
+    assert err.value.status() == "StatusCode.UNAVAILABLE", (err.value.status(), err.value.message())
+    message = err.value.message()
     assert re.search(
-        rf"kernel krnl_rtl_1 on card {card} \(FPGA-{card}-\S+\) did not finish a batch of 5 within "
-        rf"{HANG_TIMEOUT_S} s; the card is being reprogrammed",
+        rf"kernel krnl_rtl_1 on card {card} \(FPGA-{card}-\S+\) did not finish a call of 5 rows within {HANG_TIMEOUT_S} s",
         message,
     ), message
     want_other = _reference("jet_tagger", y_other, csim_cache)
     for y in other_results:
         assert isinstance(y, np.ndarray), y
         _assert_bitwise(y, want_other, "jet_tagger during the hang")
-    for i, x in enumerate(queued):
-        result, error = outcomes[i]
-        assert error is None, error
-        _assert_bitwise(result.as_numpy("output/BiasAdd"), _reference("facile", x, csim_cache), f"queued request {i}")
     assert fails_after - fails_before == 1  # exactly the hung batch failed
 
     after = _stats(hw, card)
-    assert after["downloads"] == before["downloads"] + 1  # reprogrammed with the same xclbin
-    assert after["hangs"] == before["hangs"] + 1 and after["hung"] == []
-    assert "hang requested through the control folder" in after["faults"][-1]
+    assert after["hangs"] == before["hangs"] + 1 and after["hung"] == [] and not after["bad_state"]
+    assert after["resets"] == before["resets"] + 1  # a device reset, the only way out on XRT
+    # a reset leaves no xclbin on the card: the server programmed it again
+    assert after["xclbin_uuid"] == before["xclbin_uuid"] and after["programs"] >= 1
+    assert "hang requested through the control folder" in " ".join(after["faults"])
     other = _stats(hw, CARD_OF["jet_tagger"])
-    assert other["downloads"] == other_before["downloads"] and other["hangs"] == other_before["hangs"]
+    assert other["programs"] == other_before["programs"] and other["hangs"] == other_before["hangs"]
     # at least one jet_tagger kernel started while card 0 was hung: nothing card-wide or
     # server-wide waited for the hung card (the simulator counts it at the kernel start)
     moved = other["starts_while_another_card_hung"] - other_before["starts_while_another_card_hung"]
     assert moved >= 1, (len(other_results), other)
+    assert re.search(r"card 0 \(FPGA-0-\S+\): xbutil reset --device 0000:65:00\.1 --force", hw.log()), hw.log()
     # and the card serves again
     x = _inputs(47)["corners"]
-    _assert_bitwise(_infer(hw.url, "facile", x), _reference("facile", x, csim_cache), "facile after the reload")
+    _assert_bitwise(_infer(hw.url, "facile", x), _reference("facile", x, csim_cache), "facile after the reset")
 
 
 # ------------------------------------------------------------------------------ cards
 def test_one_model_on_two_cards_executes_on_both_at_once(hw, csim_cache):
-    before = _all_stats(hw)
+    before = _quiet_stats(hw)
     # arm the simulator's rendezvous: the next kernel is held until two execute at the same
     # moment; only a server that runs the two instances' cards in parallel gets there
     (hw.control / "rendezvous").write_text("2")
@@ -389,7 +429,7 @@ def test_one_model_on_two_cards_executes_on_both_at_once(hw, csim_cache):
             results[i] = result.as_numpy("output/BiasAdd")
     for i, x in enumerate(xs):
         _assert_bitwise(results[i], _reference("facile", x, csim_cache), f"facile_pair request {i}")
-    after = _all_stats(hw)
+    after = _all_stats_after(hw, before, len(xs))
     assert not (hw.control / "rendezvous").exists()  # consumed by a kernel start
     starts = [a["kernel_starts"] - b["kernel_starts"] for a, b in zip(after, before)]
     assert starts[0] == starts[1] == 0, starts  # facile_pair stays on its cards
@@ -403,11 +443,11 @@ def test_one_model_on_two_cards_executes_on_both_at_once(hw, csim_cache):
 
 
 def test_cards_parameter_pins_the_model(hw, repo, csim_cache):
-    before = _all_stats(hw)
+    before = _quiet_stats(hw)
     x = _inputs(16)["unit"][:100]
     for _ in range(3):
         _assert_bitwise(_infer(hw.url, "jet_tagger", x), _reference("jet_tagger", x, csim_cache), "jet_tagger")
-    after = _all_stats(hw)
+    after = _all_stats_after(hw, before, 3)
     starts = [a["kernel_starts"] - b["kernel_starts"] for a, b in zip(after, before)]
     assert starts == [0, 3, 0, 0]
     # each card was programmed with its model's xclbin, and only with it
@@ -418,7 +458,7 @@ def test_cards_parameter_pins_the_model(hw, repo, csim_cache):
         uuids["facile_pair"],
         uuids["facile_pair"],
     ]
-    assert after[1]["bitfile"].endswith("jet_tagger/1/model.xclbin")
+    assert after[1]["xclbin"].endswith("jet_tagger/1/model.xclbin")
 
 
 def test_load_errors_are_clear(hw, repo):
@@ -480,7 +520,7 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     first = _parse(first_text)
     uids = _card_uids(first)
     dev = uids[CARD_OF["facile"]]
-    stats_before = _stats(hw, CARD_OF["facile"])
+    stats_before = _quiet_stats(hw)[CARD_OF["facile"]]
     rows = [10 + 7 * i for i in range(6)]
     x_all = _inputs(47)["unit"]
     for i, n in enumerate(rows):
@@ -490,7 +530,7 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     second = _parse(second_text)
     third_text = _scrape(hw)
     third = _parse(third_text)
-    stats_after = _stats(hw, CARD_OF["facile"])
+    stats_after = _stats_after(hw, CARD_OF["facile"], stats_before, len(rows))
 
     def delta(name, **labels):
         return _one(second, name, **labels) - _one(first, name, **labels)
@@ -508,13 +548,13 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     util = _one(second, "fpga_utilization", device=dev, cu="krnl_rtl_1")
     assert 0 < util <= 1, util  # busy for a part of the time between the two scrapes
     assert _one(second, "fpga_utilization", device=uids[CARD_OF["jet_tagger"]], cu="krnl_rtl_1") == 0.0
-    assert _one(second, "fpga_reloads_total", device=dev) == stats_after["downloads"] - 1
+    assert _one(second, "fpga_reloads_total", device=dev) == stats_after["resets"]  # recoveries after a hang
     assert _one(second, "fpga_memory_used_bytes", device=dev) == _buffer_bytes("facile")
     assert _one(second, "fpga_memory_total_bytes", device=dev) == 16 << 30  # the one DDR bank the design uses
 
     for uid in uids:
         assert 10 < _one(second, "fpga_power_usage_watts", device=uid) < 225  # an Alveo U250's range
-        assert 20 < _one(second, "fpga_temperature_celsius", device=uid, sensor="fpga") < 110
+        assert 20 < _one(second, "fpga_temperature_celsius", device=uid, sensor="fpga0") < 110  # XRT's location id
         e1, e2, e3 = (_one(s, "fpga_energy_consumption_joules_total", device=uid) for s in (first, second, third))
         assert 0 <= e1 < e2 < e3, (uid, e1, e2, e3)  # power integrated between scrapes
         # Triton's name, no _total suffix: read from the text (the parser would rename it)
@@ -522,7 +562,8 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
         assert m and float(m[1]) == e3, (uid, e3)
         assert _one(second, "fpga_bitstream_info", device=uid, simulated="true") == 1
     info = [lab for lab, _ in second["fpga_bitstream_info"] if lab["device"] == dev]
-    assert info[0]["xclbin_uuid"] == repo.uuids["facile"] and info[0]["shell"].endswith("(simulated)"), info
+    assert info[0]["xclbin_uuid"] == repo.uuids["facile"] and info[0]["simulated"] == "true", info
+    assert info[0]["shell"] == "xilinx_u250_gen3x16_xdma_shell_4_1", info
 
     # the GPU aliases perf_analyzer reads: exactly the gpu_uuid label, plain decimals
     for text in (first_text, second_text):
@@ -608,5 +649,138 @@ def test_hardware_mode_without_a_card_is_a_load_error(repo, tmp_path_factory):
                 client.load_model("facile")
             assert re.search(r"fpga-mode hardware: no FPGA card found", err.value.message()), err.value.message()
             assert not client.is_model_ready("facile")
+    finally:
+        assert proc.stop() == 0, proc.log()
+
+
+# ------------------------------------------------------------------------------ every kernel ABI
+def _abi_model(repo: Path, name: str, version: Path, n_in: int, n_out: int, instances: int, max_batch: int) -> None:
+    """A model folder around a project already in ``version`` (its config written here)."""
+    (repo / name).mkdir(parents=True, exist_ok=True)
+    (repo / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "hls4ml"\nmax_batch_size: {max_batch}\n'
+        f'input [ {{ name: "x" data_type: TYPE_FP32 dims: [ {n_in} ] }} ]\n'
+        f'output [ {{ name: "y" data_type: TYPE_FP32 dims: [ {n_out} ] }} ]\n'
+        f"instance_group [ {{ count: {instances} kind: KIND_MODEL }} ]\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def abi_server(tmp_path_factory, csim_cache):
+    """One card per kernel ABI: krnl_rtl (2 CUs), kernel_wrapper native and HW_Quant (2 CUs each),
+    FaaST (4 CUs), each model with two instances per compute unit."""
+    from fpga_sim.projects import faast_project, kernel_wrapper_project
+
+    repo = tmp_path_factory.mktemp("abi_repo")
+    jet = BUNDLED_REPO / "jet_tagger" / "1"
+    specs = {}
+    v = repo / "rtl" / "1"
+    shutil.copytree(jet, v)
+    _xclbin(v, "krnl_rtl", cus=2)
+    specs["rtl"] = (v, 16, 5, 4, 4096, 0)
+    for name, quant in (("wrapper", False), ("wrapper_float", True)):
+        v = kernel_wrapper_project(jet, repo / name / "1", num_kernel=2, hw_quant=quant)
+        _xclbin(v, "kernel_wrapper", cus=2)
+        specs[name] = (v, 16, 5, 4, 4096, len(specs))
+    v = faast_project(repo / "faast" / "1")
+    _xclbin(v, "faast", cus=4)
+    specs["faast"] = (v, 16, 1, 8, 16384, len(specs))
+    for name, (v, n_in, n_out, count, max_batch, card) in specs.items():
+        _abi_model(repo, name, v, n_in, n_out, count, max_batch)
+        with (repo / name / "config.pbtxt").open("a") as f:
+            f.write(f'parameters {{ key: "cards" value: {{ string_value: "{card}" }} }}\n')
+    proc = _serve(repo, tmp_path_factory, "abis", "hardware", len(specs), *specs)
+    proc.specs = specs
+    yield proc
+    assert proc.stop() == 0, proc.log()
+
+
+@pytest.mark.parametrize("model", ["rtl", "wrapper", "wrapper_float", "faast"])
+def test_every_kernel_abi_serves_bit_exact_results(abi_server, model):
+    """Over gRPC, on the card, equal bit for bit to what --fpga-mode numpy serves (the emulator
+    reproduces each project's boundary: T_in words, native input_t, or float with HW_Quant)."""
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    version, n_in, _n_out, _count, _max_batch, card = abi_server.specs[model]
+    emulator = FixedPointModel(Hls4mlProject.load(version))
+    before = _stats(abi_server, card)
+    sets = _inputs(n_in)
+    with grpcclient.InferenceServerClient(abi_server.url) as client:
+        for name, x in sets.items():
+            t = grpcclient.InferInput("x", list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            got = client.infer(model, [t]).as_numpy("y")
+            _assert_bitwise(got, emulator.predict(x).astype(np.float32), f"{model} {name}")
+    after = _stats_after(abi_server, card, before, len(sets))
+    assert after["kernel_completions"] - before["kernel_completions"] == len(sets)
+    assert after["hung"] == [] and not after["faults"], after["faults"]
+
+
+def test_instances_are_spread_over_every_compute_unit(abi_server):
+    """Two instances per compute unit: concurrent requests reach every CU of the card."""
+    _version, n_in, _n_out, count, _max_batch, card = abi_server.specs["faast"]
+    x = _inputs(n_in)["unit"][:300]
+    done: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(abi_server.url) as client:
+        for _ in range(3 * count):
+            t = grpcclient.InferInput("x", list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            client.async_infer("faast", [t], callback=lambda result, error: done.put(error))
+        errors = [done.get(timeout=120) for _ in range(3 * count)]
+    assert errors == [None] * len(errors)
+    cus = _stats(abi_server, card)["cus"]
+    assert sorted(cus) == [f"alveo_hls4ml_{i}" for i in range(4)]
+    assert all(c["completed"] > 0 for c in cus.values()), cus
+
+
+# ------------------------------------------------------------------------------ readiness
+def test_a_card_that_needs_a_reset_makes_the_model_not_ready(tmp_path_factory, csim_cache):
+    """card-reset=off: the one compute unit hangs, the card is closed for the operator's reset,
+    ModelReady and ServerReady turn false; after `xbutil reset` the next readiness probe
+    reprograms the card and both are true again."""
+    root = tmp_path_factory.mktemp("ready_repo")
+    _model(root, "facile", "facile", {"kernel_timeout_secs": "1"})
+    proc = _serve(
+        root,
+        tmp_path_factory,
+        "ready",
+        "hardware",
+        1,
+        "facile",
+        extra=("--backend-config=hls4ml,card-reset=off", "--backend-config=hls4ml,card-retry-secs=0.2"),
+    )
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            assert client.is_model_ready("facile") and client.is_server_ready()
+            (proc.control / "hang-card0").touch()
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("facile", [_input("facile", _inputs(47)["single"])])
+            assert err.value.status() == "StatusCode.UNAVAILABLE"
+            wait_until(lambda: not client.is_model_ready("facile"), "facile to become not ready")
+            assert not client.is_server_ready()
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("facile", [_input("facile", _inputs(47)["single"])])
+            assert err.value.status() == "StatusCode.UNAVAILABLE"
+            assert "no compute unit of this model serves" in err.value.message(), err.value.message()
+            assert _stats(proc, 0)["bad_state"]  # closed with the hung command outstanding
+            wait_until(
+                lambda: (
+                    "needs a reset (card-reset=off): run `xbutil reset --device 0000:65:00.1 --force`" in proc.log()
+                ),
+                "the operator's command in the log",
+            )
+            reset = subprocess.run(
+                [str(ROOT / "tests" / "fpga_sim" / "bin" / "xbutil"), "reset", "--device", "0000:65:00.1", "--force"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "FPGASERVE_SIM_CONTROL_DIR": str(proc.control)},
+                check=False,
+            )
+            assert "Successfully reset" in reset.stdout, reset.stdout + reset.stderr
+            wait_until(lambda: client.is_model_ready("facile"), "a probe to bring facile back")
+            assert client.is_server_ready()
+            x = _inputs(47)["corners"]
+            _assert_bitwise(_infer(proc.url, "facile", x), _reference("facile", x, csim_cache), "after the reset")
     finally:
         assert proc.stop() == 0, proc.log()
