@@ -247,7 +247,7 @@ def build_packed_model(
     overrides: dict | None = None,
 ) -> list[Path]:
     """Pack a PyTorch module with fpgaserve pack (hls4ml conversion) and add the float files."""
-    from fpgaserve.backends.hls4ml.pack import PackRequest, pack
+    from fpgaserve.pack import PackRequest, pack
 
     model_dir = out / name
     with tempfile.TemporaryDirectory(prefix="fpgaserve-bitstreams-") as tmp:

@@ -11,6 +11,7 @@ problem while the server keeps serving the other models.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -45,8 +46,6 @@ def cache_dir(csim_cache):
 
 
 def _serve(mode, repos, tmp_path_factory, cache_dir, *extra):
-    import os
-
     log = tmp_path_factory.mktemp(f"srv-{mode}") / "fpgaserve.log"
     env = dict(os.environ, FPGASERVE_CACHE_DIR=str(cache_dir))
     return ServerProcess(repos, "--fpga-mode", mode, *extra, log_path=log, env=env).start(timeout=240)
@@ -272,7 +271,7 @@ BROKEN = {
     "missing_reference": (
         lambda d: (d / "1/model.onnx").unlink(),
         ("onnx",),
-        r"fpga-mode onnx needs the float reference .*model\.onnx, which is missing",
+        r"no float reference \(model\.onnx\) was packed for this model: fpga-mode onnx needs .*model\.onnx",
     ),
 }
 
@@ -404,7 +403,18 @@ def test_pack_errors_are_clear(tmp_path):
         "--repository",
         str(tmp_path / "r"),
     )
-    assert done.returncode == 2 and "--build-xclbin needs vivado and v++ on PATH" in done.stderr
+    assert done.returncode == 2 and "pass it with --xclbin FILE" in done.stderr
+    # the tools are checked before the model is even read (nope.pt does not exist)
+    done = subprocess.run(
+        [sys.executable, "-m", "fpgaserve.server.cli", "pack", "m", "--pytorch", str(tmp_path / "nope.pt")]
+        + ["--input-shape", "3", "--build-xclbin", "--repository", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": str(tmp_path / "no-tools")},
+    )
+    assert done.returncode == 2 and "--build-xclbin needs vivado_hls, vivado and v++ on PATH" in done.stderr
+    assert "Vivado <= 2020.1" in done.stderr and "Vitis >= 2022.1" in done.stderr
 
 
 def test_pack_existing_hls4ml_project(tmp_path, tmp_path_factory, cache_dir):
@@ -579,3 +589,96 @@ def test_pack_keras_and_qonnx_models_and_serve(tmp_path, tmp_path_factory, cache
         assert np.array_equal(csim.view(np.uint32), emulated.view(np.uint32)), name
         unit = slice(0, 300)  # in-range rows: the float network and the firmware agree closely
         assert np.abs(csim[unit] - by_mode["onnx"][unit]).max() < 0.25, name
+
+
+def _qonnx_bipolar_file(path: Path) -> None:
+    """A QONNX MLP with a BipolarQuant activation: hls4ml converts it (binary_tanh), but qonnx's
+    QCDQ conversion covers Quant only, so no ONNX Runtime float reference can be made from it."""
+    pytest.importorskip("qonnx", reason="the qonnx extra is not installed")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    arrays = {
+        "W1": rng.normal(0, 0.4, (10, 12)),
+        "b1": rng.normal(0, 0.1, 12),
+        "W2": rng.normal(0, 0.4, (12, 3)),
+        "b2": rng.normal(0, 0.1, 3),
+        "s_in": 2.0**-4,
+        "one": 1.0,
+        "zero": 0.0,
+        "bits8": 8.0,
+    }
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in arrays.items()]
+    general = "qonnx.custom_op.general"
+    nodes = [
+        helper.make_node(
+            "Quant",
+            ["input", "s_in", "zero", "bits8"],
+            ["xq"],
+            name="q_in",
+            domain=general,
+            signed=1,
+            narrow=0,
+            rounding_mode="ROUND",
+        ),
+        helper.make_node("MatMul", ["xq", "W1"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("BipolarQuant", ["hb", "one"], ["hq"], name="sign", domain=general),
+        helper.make_node("MatMul", ["hq", "W2"], ["o"], name="fc2"),
+        helper.make_node("Add", ["o", "b2"], ["output"], name="fc2_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bipolar",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 10])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3])],
+        initializer=inits,
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid(general, 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+
+
+def test_pack_qonnx_model_without_a_runnable_float_reference(tmp_path, tmp_path_factory, cache_dir):
+    """A QONNX model ONNX Runtime cannot run (BipolarQuant) is packed without model.onnx, with a
+    warning; its firmware serves, and --fpga-mode onnx says at load that no reference was packed."""
+    _qonnx_bipolar_file(tmp_path / "bipolar.onnx")
+    repo = tmp_path / "repo"
+    done = subprocess.run(
+        [sys.executable, "-m", "fpgaserve.server.cli", "pack", "bipolar", "--onnx", str(tmp_path / "bipolar.onnx")]
+        + ["--repository", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning: no float reference (model.onnx) is packed" in done.stderr
+    assert "BipolarQuant" in done.stderr and "--fpga-mode onnx will be unavailable for this model" in done.stderr
+    version = repo / "bipolar" / "1"
+    assert (version / "firmware" / "myproject.cpp").is_file() and not (version / "model.onnx").exists()
+    assert "nnet::binary_tanh<" in (version / "firmware" / "myproject.cpp").read_text()
+
+    x = np.random.default_rng(4).standard_normal((64, 10)).astype(np.float32) * 2
+    proc = _serve("csim", [repo], tmp_path_factory, cache_dir)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            meta = client.get_model_metadata("bipolar")
+            t = grpcclient.InferInput(meta.inputs[0].name, list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            y = client.infer("bipolar", [t]).as_numpy(meta.outputs[0].name)
+    finally:
+        proc.stop()
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    lib = CsimLibrary.load(Hls4mlProject.load(version), cache_dir=cache_dir)
+    assert np.array_equal(y, lib.predict(x).astype(np.float32))
+
+    proc = _serve("onnx", [repo], tmp_path_factory, cache_dir, "--model-control-mode", "explicit")
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            with pytest.raises(InferenceServerException) as err:
+                client.load_model("bipolar")
+            assert "no float reference (model.onnx) was packed for this model" in err.value.message()
+    finally:
+        proc.stop()
