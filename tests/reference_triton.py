@@ -30,10 +30,10 @@ Typical use::
 
 from __future__ import annotations
 
+import filecmp
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +41,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from tools import triton_stub_bin_dir
 
 __all__ = [
     "ALL_MODELS",
@@ -331,12 +333,32 @@ def write_python_backend_repository(
 # --------------------------------------------------------------------------- server process
 
 
-def _python_bin_dir() -> Path:
-    """Directory whose python3 the Python-backend stub should run (needs numpy<2)."""
-    venv_bin = PROJECT_ROOT / ".venv" / "bin"
-    if (venv_bin / "python3").exists():
-        return venv_bin
-    return Path(sys.executable).parent
+# the Python the stub is built for when it cannot be told from the installation: the one
+# ../shared/tools/get-tritonserver documents (it copies the stub for its own python3's version)
+DEFAULT_STUB_PYTHON = (3, 11)
+
+
+def stub_python_version(executable: PathLike | None = None) -> tuple[int, int]:
+    """The Python version of the Python-backend stub the tritonserver wrapper uses.
+
+    The installer copies ``python_backend_stubs/<X.Y>/triton_python_backend_stub`` (one per
+    Python, each linked against its libpython) into ``backends/python``; the copy identifies it.
+    """
+    wrapper = Path(executable) if executable is not None else TRITONSERVER_WRAPPER
+    root = wrapper.parent / "wheel" / "pytriton" / "tritonserver"
+    stub = root / "backends" / "python" / "triton_python_backend_stub"
+    if stub.is_file():
+        for candidate in sorted((root / "python_backend_stubs").glob("*/triton_python_backend_stub")):
+            if filecmp.cmp(stub, candidate, shallow=False):
+                major, _, minor = candidate.parent.name.partition(".")
+                return int(major), int(minor)
+    return DEFAULT_STUB_PYTHON
+
+
+def _python_bin_dir(executable: PathLike | None = None) -> Path:
+    """Directory whose python3 the Python-backend stub runs: the stub's Python version with
+    numpy<2 (with numpy 2 the stub returns empty outputs), a small venv tools.py builds once."""
+    return triton_stub_bin_dir(stub_python_version(executable))
 
 
 def wait_until_ready(
@@ -388,8 +410,9 @@ def start_tritonserver(
 
     The returned Popen has an extra attribute ``log_path`` (stdout+stderr of the server).
     The server runs in its own process group; stop it with :func:`stop_tritonserver`.
-    The venv's bin directory is put first on PATH, because the Python-backend stub runs
-    the first ``python3`` on PATH and needs numpy<2 (with numpy 2 it returns empty outputs).
+    A venv with only numpy<2 (``.tools/venv-triton-stub-<X.Y>``, built on first use) is put
+    first on PATH, because the Python-backend stub runs the first ``python3`` on PATH and needs
+    numpy<2 (with numpy 2 it returns empty outputs); the project's venv runs numpy 2.
     """
     exe = Path(executable) if executable is not None else find_tritonserver()
     if exe is None:
@@ -407,7 +430,7 @@ def start_tritonserver(
     cmd.extend(extra_args)
 
     env = dict(os.environ)
-    env["PATH"] = str(_python_bin_dir()) + os.pathsep + env.get("PATH", "")
+    env["PATH"] = str(_python_bin_dir(exe)) + os.pathsep + env.get("PATH", "")
     env.pop("PYTHONHOME", None)
 
     log = Path(log_path) if log_path is not None else repo.parent / f"tritonserver-{grpc_port}.log"

@@ -5,13 +5,29 @@ working, else ``<repo>/.tools/perf-analyzer/perf_analyzer``, installed (idempote
 ``<repo>/../shared/tools/get-perf-analyzer``. Tests ask for the ``perf_analyzer`` fixture by
 name: conftest.py imports it, which registers it for every test module (a fixture imported
 into each test module instead would make each test that uses it redefine the import, F811).
+
+Two virtual environments beside the project's own, built once under ``<repo>/.tools/`` and
+reused (rebuilt when what they install changes):
+
+* ``venv-card``: the ``card`` extra (PYNQ 3.0.1, numpy<2) for the tests that drive the
+  simulated card through PYNQ; the main venv runs numpy 2 without PYNQ. Tests ask for its
+  interpreter with :func:`card_venv_python` (skips, saying why, when it cannot be built).
+* ``venv-triton-stub-<X.Y>``: only ``numpy<2``, for NVIDIA's tritonserver (the reference in
+  tests/reference_triton.py): its Python-backend stub runs the first ``python3`` on PATH and,
+  with numpy 2, silently returns empty outputs. :func:`triton_stub_bin_dir`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
 import os
+import shutil
 import subprocess
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -65,3 +81,155 @@ def perf_analyzer_path() -> str:
 @pytest.fixture(scope="module")
 def perf_analyzer() -> str:
     return perf_analyzer_path()
+
+
+# ----------------------------------------------------------------------------- side venvs
+TOOLS = ROOT / ".tools"
+CARD_VENV = TOOLS / "venv-card"
+# What the card venv installs besides the project: the `card` extra (pynq and its caps) and
+# `pack` (torch and onnx: test_fpga_sim builds its hls4ml project from a PyTorch module, and the
+# FPGA tests pack models), plus the test tools those tests import, pinned as in the `test` extra.
+CARD_VENV_EXTRAS = "card,pack"
+CARD_VENV_TOOLS = ("pytest>=8", "pytest-timeout>=2", "tritonclient[grpc,http]==2.73.0")
+# PYNQ 3.0.1 needs numpy<2, which has no wheels for Python 3.13.
+CARD_PYTHONS = ((3, 12), (3, 11), (3, 10))
+# The Python-backend stub needs numpy 1.x (pybind11's numpy support in the 2.51 stub).
+STUB_REQUIREMENT = "numpy<2"
+
+
+def _tail(proc: subprocess.CompletedProcess, n: int = 3) -> str:
+    return " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-n:]) or "no output"
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """Serializes building one venv across processes: parallel pytest runs in one checkout
+    (and the tests' own servers) must not pip-install into the same folder at once."""
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    with open(TOOLS / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _interpreter(versions: Sequence[tuple[int, int]]) -> str | None:
+    """This interpreter if its version is one of ``versions``, else the first ``pythonX.Y`` on
+    PATH that runs (a pyenv shim of a version that is not selected is on PATH but fails)."""
+    if sys.version_info[:2] in versions:
+        return sys.executable
+    for major, minor in versions:
+        found = shutil.which(f"python{major}.{minor}")
+        if not found:
+            continue
+        try:
+            proc = subprocess.run(
+                [found, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0 and proc.stdout.strip() == str((major, minor)):
+            return found
+    return None
+
+
+def _build_venv(
+    venv: Path,
+    versions: Sequence[tuple[int, int]],
+    install: Sequence[str],
+    check: str,
+    timeout: float,
+    with_project: bool,
+) -> tuple[str | None, str]:
+    """Create ``venv`` with a Python of ``versions``, ``pip install`` ``install`` into it, and
+    return (its python, "") once ``python -c check`` passes, else (None, why not). Nothing is
+    installed when the stamp (a hash of ``install``, and of pyproject.toml if ``with_project``:
+    its dependencies and package list) matches and ``check`` passes; after a change pip runs
+    again in the same venv and brings it up to date."""
+    python = venv / "bin" / "python"
+    stamp_file = venv / ".fpgaserve-stamp"
+    project = (ROOT / "pyproject.toml").read_text() if with_project else ""
+    stamp = hashlib.sha256("\0".join([*install, project]).encode()).hexdigest()
+
+    def checked() -> tuple[bool, str]:
+        try:
+            proc = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return False, str(e)
+        return proc.returncode == 0, _tail(proc)
+
+    with _locked(venv.name):
+        if python.exists() and stamp_file.is_file() and stamp_file.read_text() == stamp and checked()[0]:
+            return str(python), ""
+        if not python.exists():
+            base = _interpreter(versions)
+            if base is None:
+                wanted = ", ".join(f"python{a}.{b}" for a, b in versions)
+                return None, f"building {venv} needs one of {wanted}; none is on PATH"
+            shutil.rmtree(venv, ignore_errors=True)
+            proc = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                return None, f"{base} -m venv {venv} failed (rc {proc.returncode}): {_tail(proc)}"
+        stamp_file.unlink(missing_ok=True)
+        cmd = [str(python), "-m", "pip", "install", "-q", *install]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            return None, f"pip install into {venv} timed out after {timeout:.0f} s (slow or no network?)"
+        if proc.returncode != 0:
+            return None, f"pip install {' '.join(install)} into {venv} failed (rc {proc.returncode}): {_tail(proc)}"
+        ok, why = checked()
+        if not ok:
+            return None, f"{venv} was built but its check failed ({check!r}): {why}"
+        stamp_file.write_text(stamp)
+        return str(python), ""
+
+
+@functools.cache
+def _locate_card_venv() -> tuple[str | None, str]:
+    return _build_venv(
+        CARD_VENV,
+        CARD_PYTHONS,
+        ["-e", f"{ROOT}[{CARD_VENV_EXTRAS}]", *CARD_VENV_TOOLS],
+        # the PYNQ path: pynq imports (with numpy 1.x, which it was built for) and so does the
+        # project's code that drives it
+        "import numpy, pynq, fpgaserve.backends.hls4ml.backend; assert numpy.__version__.startswith('1.'), numpy.__version__",
+        timeout=1800,
+        with_project=True,
+    )
+
+
+def card_venv_python() -> str:
+    """The python of ``.tools/venv-card`` (the project with its ``card`` extra, PYNQ 3.0.1 and
+    numpy<2, plus pytest and tritonclient), built on first use; ``pytest.skip`` with the reason
+    when it cannot be built (no Python 3.10-3.12, no network for the wheels, ...)."""
+    path, why = _locate_card_venv()
+    if path is None:
+        pytest.skip(f"the PYNQ venv {CARD_VENV} is unavailable: {why}")
+    return path
+
+
+@functools.cache
+def _locate_stub_venv(version: tuple[int, int]) -> tuple[str | None, str]:
+    major, minor = version
+    return _build_venv(
+        TOOLS / f"venv-triton-stub-{major}.{minor}",
+        [version],
+        [STUB_REQUIREMENT],
+        "import numpy; assert numpy.__version__.startswith('1.'), numpy.__version__",
+        timeout=900,
+        with_project=False,
+    )
+
+
+def triton_stub_bin_dir(version: tuple[int, int]) -> Path:
+    """A ``bin`` folder whose ``python3`` is Python ``version`` with numpy<2 and nothing else,
+    for tritonserver's Python-backend stub (put it first on PATH). Built on first use; raises
+    RuntimeError saying why when it cannot be (benchmarks call this outside pytest)."""
+    path, why = _locate_stub_venv(version)
+    if path is None:
+        raise RuntimeError(
+            f"no Python {version[0]}.{version[1]} with {STUB_REQUIREMENT} for tritonserver's stub: {why}"
+        )
+    return Path(path).parent
