@@ -12,7 +12,7 @@ bundled ``bitstreams/facile/1`` project (47->36->36->1, ap_fixed<16,6>, VivadoAc
 * csim      ``CsimLibrary`` (hls4ml's C-simulation compiled with the batch shim);
 * numpy     ``FixedPointModel`` (the vectorised ap_fixed emulation);
 * onnx      ``model.onnx`` in an ONNX Runtime session with 1 intra-op and 1 inter-op thread;
-* sim card  ``HardwareRunner`` on the simulated Alveo card of ``tests/fpga_sim`` (an xclbin
+* sim card  ``CardRunner`` on the simulated Alveo card of ``tests/fpga_sim`` (an xclbin
             written into a temporary copy of the version folder). The simulator runs the
             C-simulation as its "kernel", so this is the host path (encode, sync, start,
             poll, decode) plus csim, not an FPGA's speed;
@@ -259,7 +259,9 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
     sys.path.insert(0, str(ROOT / "bitstreams"))
     import build_bitstreams as bb  # the weights and the torch module the bundled project came from
 
-    from fpgaserve.backends.hls4ml import pack as pk
+    from fpgaserve.pack import hls_config as pk
+    from fpgaserve.pack.request import PackRequest
+    from fpgaserve.pack.toolchain import resolve_platform
 
     out_dir = workdir / "hls4ml-facile"
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -274,7 +276,7 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
             # The PackRequest build_bitstreams.py gives pack(); pack's own helpers turn it into
             # hls4ml's config and converter arguments (VivadoAccelerator, alveo-u250, io_parallel,
             # float I/O, granularity name, default ap_fixed<16,6>), so the settings cannot drift.
-            req = pk.PackRequest(
+            req = PackRequest(
                 name="facile",
                 repository=workdir / "unused",
                 pytorch_module=module,
@@ -287,11 +289,13 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
                 module,
                 input_shape=(N_IN,),
                 granularity=req.granularity,
-                backend="VivadoAccelerator",
+                backend=pk.HLS4ML_BACKEND,
                 default_precision=req.default_precision,
             )
             model = hls4ml.converters.convert_from_pytorch_model(
-                module, hls_config=pk._hls_config(req, generated), **pk._accelerator_kwargs(req, out_dir)
+                module,
+                hls_config=pk.hls_config(req, generated),
+                **pk.accelerator_kwargs(req, out_dir, resolve_platform(req.board, req.platform)),
             )
             model.compile()
     except Exception:
@@ -304,7 +308,7 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
     for path in sorted(p for p in bundled.rglob("*") if p.is_file()):
         rel = path.relative_to(bundled)
         if rel.name.endswith("_axi.h"):
-            continue  # pack rewrites hls4ml's "fixed<...>" typedefs there (see pack._fix_accelerator_types)
+            continue  # pack rewrites hls4ml's "fixed<...>" typedefs there (see fpgaserve.pack.project_files)
         compared += 1
         other = out_dir / "firmware" / rel
         if not other.is_file() or other.read_bytes() != path.read_bytes():
@@ -317,21 +321,29 @@ def hls4ml_reference(workdir: Path, notes: list[str]):
 
 
 def sim_card_runner(workdir: Path):
-    """HardwareRunner on the simulated card, with an xclbin in a copy of the version folder."""
-    import fpga_sim.device  # noqa: F401  (registers the simulated card before pynq.Device.devices is read)
-    from fpga_sim.xclbin import write_hls4ml_xclbin
-    from fpgaserve.backends.hls4ml.cards import CardPool
-    from fpgaserve.backends.hls4ml.hardware import HardwareRunner
+    """CardRunner on the simulated card (through the simulated pyxrt), with an xclbin and its
+    card.json in a copy of the version folder."""
+    sys.path.insert(0, str(ROOT / "tests" / "fpga_sim" / "xrt_python"))  # `import pyxrt`: the simulator
+    from fpga_sim.xclbin import write_xclbin
+    from fpgaserve.backends.hls4ml.card.axlf import read_xclbin
+    from fpgaserve.backends.hls4ml.card.cards import CardPool
+    from fpgaserve.backends.hls4ml.card.manifest import CardManifest, resolve
+    from fpgaserve.backends.hls4ml.card.runner import CardRunner, Placement
+    from fpgaserve.backends.hls4ml.card.runtime import open_api
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
 
     version = workdir / "sim-facile" / "1"
     shutil.rmtree(version.parent, ignore_errors=True)
     shutil.copytree(FACILE_VERSION, version)
     xclbin = version / "facile.xclbin"
-    write_hls4ml_xclbin(xclbin)
+    write_xclbin(xclbin, kernel_abi="krnl_rtl", project=version)
+    project = Hls4mlProject.load(version)
+    CardManifest.for_project(project, "krnl_rtl", read_xclbin(xclbin)).write(version)
+    binding = resolve(project, version, xclbin)
     with stdout_to(workdir / "sim-card.log"):
-        card = CardPool.instance().acquire(0, str(xclbin))
-    return HardwareRunner(Hls4mlProject.load(version), card, CU, 16384, 60.0), str(card)
+        card = CardPool(open_api("xrt")).card(0)
+        card.load(binding.xclbin)
+    return CardRunner(binding, [Placement(card, CU)], 0, 16384, 60.0, "facile/0"), str(card)
 
 
 def bits_differ(a: np.ndarray, b: np.ndarray) -> int:
@@ -390,7 +402,7 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
         ("csim", "CsimLibrary.predict (C-simulation + batch shim, g++ -O3)", csim.predict, x),
         ("numpy", "FixedPointModel.predict (vectorised ap_fixed emulation)", emu.predict, x),
         ("onnx", "onnxruntime session, 1 thread (float reference, not the firmware)", onnx_predict, x),
-        ("sim card", "HardwareRunner on the simulated Alveo card (host path + csim inside the sim)", runner.predict, x),
+        ("sim card", "CardRunner on the simulated Alveo card (host path + csim inside the sim)", runner.predict, x),
         ("hls4ml predict", "hls4ml HLSModel.predict, float64 input (one ctypes call per row)", hls_predict, x64),
     ]
     timings, waits = time_modes(modes, s.repeats, quiet)
