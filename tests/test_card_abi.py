@@ -60,7 +60,10 @@ def _xclbin(folder: Path, abi_name: str, name: str = "model.xclbin", **kw) -> Pa
         ("krnl_rtl", {}),
         ("krnl_rtl", {"cus": 2, "platform": "xilinx_u250_xdma_201830_2"}),  # flat shell: bank0..3
         ("kernel_wrapper", {"cus": 2}),
-        ("kernel_wrapper", {"cus": 2, "platform": "xilinx_u55c_gen3x16_xdma_3_202210_1", "cu_banks": ["HBM[0:3]", "HBM[4:7]"]}),
+        (
+            "kernel_wrapper",
+            {"cus": 2, "platform": "xilinx_u55c_gen3x16_xdma_3_202210_1", "cu_banks": ["HBM[0:3]", "HBM[4:7]"]},
+        ),
         ("kernel_wrapper", {"cus": 1, "legacy": True}),
         ("faast", {"platform": "xilinx_u250_xdma_201830_2"}),
         ("krnl_rtl", {"group_sections": False}),
@@ -294,7 +297,9 @@ def test_a_swapped_xclbin_is_refused(packed):
 
     recorded = CardManifest.read(packed).xclbin.uuid
     swapped = write_xclbin(packed / "model.xclbin", kernel_abi="krnl_rtl", project=packed)
-    with pytest.raises(ManifestError, match=f"records xclbin model.xclbin with uuid {recorded}, but model.xclbin has uuid {swapped}"):
+    with pytest.raises(
+        ManifestError, match=f"records xclbin model.xclbin with uuid {recorded}, but model.xclbin has uuid {swapped}"
+    ):
         resolve(Hls4mlProject.load(packed), packed, packed / "model.xclbin")
 
 

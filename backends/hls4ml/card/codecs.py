@@ -148,6 +148,8 @@ class Word32Codec:
     def for_precision(cls, precision: str, what: str = "port") -> Word32Codec:
         return cls(word_format(precision, what))
 
+    itemsize = 4  # every element is one 32-bit word
+
     @property
     def dtype(self) -> np.dtype:
         return self.fmt.dtype

@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,6 +88,10 @@ class KernelAbi(ABC):
     title: ClassVar[str]
     #: kernel name(s) the flow gives the kernel
     kernel_names: ClassVar[tuple[str, ...]]
+    #: the arguments the input and output buffers are passed as (their banks are where the
+    #: buffers go)
+    input_name: ClassVar[str] = "in"
+    output_name: ClassVar[str] = "out"
 
     def __init__(self, io: KernelIo, kernel: Kernel):
         self.io = io
@@ -95,6 +99,11 @@ class KernelAbi(ABC):
         why = self.check_signature(kernel)
         if why is not None:
             raise AbiError(why)
+        input_arg, output_arg = kernel.arg(self.input_name), kernel.arg(self.output_name)
+        if input_arg is None or output_arg is None:  # check_signature named them: cannot happen
+            raise AbiError(f"{kernel.signature()} lacks {self.input_name} or {self.output_name}")
+        self.input_arg: KernelArg = input_arg
+        self.output_arg: KernelArg = output_arg
 
     # ------------------------------------------------------------------ identification
     @classmethod
@@ -123,16 +132,6 @@ class KernelAbi(ABC):
 
     # ------------------------------------------------------------------ layout
     @property
-    @abstractmethod
-    def input_arg(self) -> KernelArg:
-        """The argument the input buffer is passed as (its bank is where the buffer goes)."""
-
-    @property
-    @abstractmethod
-    def output_arg(self) -> KernelArg:
-        """The argument the output buffer is passed as."""
-
-    @property
     def max_call_rows(self) -> int | None:
         """Most rows one call may carry (None: any); fixed-size kernels carry exactly this."""
         return self.io.rows_per_call
@@ -141,22 +140,33 @@ class KernelAbi(ABC):
         """Rows the kernel processes for a call carrying ``rows`` (padded for fixed-size kernels)."""
         return self.io.rows_per_call or rows
 
-    @abstractmethod
+    # The layout of krnl_rtl and kernel_wrapper, and the default: rows dense and row-major
+    # (element (i, j) at i * N_IN + j), one codec element per value. FaaST overrides it.
+    in_codec: Any
+    out_codec: Any
+
     def input_bytes(self, rows: int) -> int:
         """Bytes of the input buffer a call of ``rows`` rows (after :meth:`call_rows`) reads."""
+        return rows * self.io.n_in * self.in_codec.itemsize
 
-    @abstractmethod
     def output_bytes(self, rows: int) -> int:
         """Bytes of the output buffer a call of ``rows`` rows writes."""
+        return rows * self.io.n_out * self.out_codec.itemsize
 
-    @abstractmethod
     def encode(self, x: np.ndarray, buffer: np.ndarray) -> int:
         """Write batch ``x`` (rows, n_in) into the input ``buffer`` (uint8 host view); returns the
-        number of bytes from the start that must reach the card."""
+        number of bytes from the start that must reach the card. Rows beyond the batch (fixed-size
+        calls) keep what the buffer held: the kernel computes them and their results are dropped,
+        so they need neither zeroing nor a DMA."""
+        rows = x.shape[0]
+        elements = buffer[: self.input_bytes(rows)].view(self.in_codec.dtype).reshape(rows, self.io.n_in)
+        self.in_codec.encode(x, elements)
+        return elements.nbytes
 
-    @abstractmethod
     def decode(self, buffer: np.ndarray, rows: int, out: np.ndarray) -> None:
         """Read ``rows`` results from the output ``buffer`` (uint8 host view) into ``out`` (rows, n_out) float64."""
+        elements = buffer[: self.output_bytes(rows)].view(self.out_codec.dtype).reshape(rows, self.io.n_out)
+        self.out_codec.decode(elements, out)
 
     def result_bytes(self, rows: int) -> int:
         """Bytes at the start of the output buffer that hold the results of ``rows`` rows."""

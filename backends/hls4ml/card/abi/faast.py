@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..axlf import Kernel, KernelArg
+from ..axlf import Kernel
 from ..codecs import CodecError, NativeCodec
 from . import AbiError, KernelAbi, KernelIo, named_arg, register
 
@@ -41,8 +41,6 @@ class Faast(KernelAbi):
     def __init__(self, io: KernelIo, kernel: Kernel):
         super().__init__(io, kernel)
         self.in_codec, self.out_codec = self.codecs(io)
-        self._in = kernel.arg("in")
-        self._out = kernel.arg("out")
 
     @classmethod
     def codecs(cls, io: KernelIo) -> tuple[NativeCodec, NativeCodec]:
@@ -96,16 +94,6 @@ class Faast(KernelAbi):
                 "wraps a plain hls4ml io_parallel project (its kernel moves the raw input_t/result_t bits)"
             )
         return KernelIo(project.input.size, project.output.size, io.input_type, io.output_type, STREAMSIZE)
-
-    @property
-    def input_arg(self) -> KernelArg:
-        assert self._in is not None
-        return self._in
-
-    @property
-    def output_arg(self) -> KernelArg:
-        assert self._out is not None
-        return self._out
 
     @property
     def max_call_rows(self) -> int | None:

@@ -18,8 +18,6 @@ to ``input_t`` on chip).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...fixed_point import FixedType
 from ..axlf import Kernel, KernelArg
 from ..codecs import CodecError, Float32Codec, NativeCodec
@@ -91,8 +89,6 @@ class KernelWrapper(KernelAbi):
             why = _element_mismatch(kernel.arg(arg_name), precision)
             if why is not None:
                 raise AbiError(why)
-        self._in = kernel.arg("in")
-        self._out = kernel.arg("out")
 
     @classmethod
     def codecs(cls, io: KernelIo) -> tuple[NativeCodec | Float32Codec, NativeCodec | Float32Codec]:
@@ -131,36 +127,8 @@ class KernelWrapper(KernelAbi):
         )
 
     @property
-    def input_arg(self) -> KernelArg:
-        assert self._in is not None
-        return self._in
-
-    @property
-    def output_arg(self) -> KernelArg:
-        assert self._out is not None
-        return self._out
-
-    @property
     def max_call_rows(self) -> int | None:
         return self.io.rows_per_call or MAX_ROWS
-
-    def input_bytes(self, rows: int) -> int:
-        return rows * self.io.n_in * self.in_codec.itemsize
-
-    def output_bytes(self, rows: int) -> int:
-        return rows * self.io.n_out * self.out_codec.itemsize
-
-    def encode(self, x: np.ndarray, buffer: np.ndarray) -> int:
-        # rows beyond the batch (legacy fixed-size calls) keep what the buffer held: the kernel
-        # computes them and the results are dropped, so they need neither zeroing nor a DMA
-        rows = x.shape[0]
-        elements = buffer[: self.input_bytes(rows)].view(self.in_codec.dtype).reshape(rows, self.io.n_in)
-        self.in_codec.encode(x, elements)
-        return elements.nbytes
-
-    def decode(self, buffer: np.ndarray, rows: int, out: np.ndarray) -> None:
-        elements = buffer[: self.output_bytes(rows)].view(self.out_codec.dtype).reshape(rows, self.io.n_out)
-        self.out_codec.decode(elements, out)
 
     def arguments(self, input_buffer, output_buffer, rows: int) -> list:
         if self.legacy:

@@ -14,9 +14,7 @@ master carries both buffers: they share the CU's bank. io_stream projects get th
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..axlf import Kernel, KernelArg
+from ..axlf import Kernel
 from ..codecs import CodecError, Word32Codec
 from . import AbiError, KernelAbi, KernelIo, named_arg, register
 
@@ -29,11 +27,11 @@ class KrnlRtl(KernelAbi):
     name = "krnl_rtl"
     title = "hls4ml VivadoAccelerator"
     kernel_names = ("krnl_rtl",)
+    input_name, output_name = "fifo_in", "fifo_out"
 
     def __init__(self, io: KernelIo, kernel: Kernel):
         super().__init__(io, kernel)
         self.in_codec, self.out_codec = self.codecs(io)
-        self._args = [kernel.arg(n) for n in ARGS]
 
     @classmethod
     def codecs(cls, io: KernelIo) -> tuple[Word32Codec, Word32Codec]:
@@ -67,36 +65,8 @@ class KrnlRtl(KernelAbi):
         return KernelIo(project.input.size, project.output.size, io.input, io.output)
 
     @property
-    def input_arg(self) -> KernelArg:
-        arg = self._args[0]
-        assert arg is not None  # check_signature found it
-        return arg
-
-    @property
-    def output_arg(self) -> KernelArg:
-        arg = self._args[1]
-        assert arg is not None
-        return arg
-
-    @property
     def max_call_rows(self) -> int | None:
         return MAX_WORDS // max(self.io.n_in, self.io.n_out)
-
-    def input_bytes(self, rows: int) -> int:
-        return rows * self.io.n_in * 4
-
-    def output_bytes(self, rows: int) -> int:
-        return rows * self.io.n_out * 4
-
-    def encode(self, x: np.ndarray, buffer: np.ndarray) -> int:
-        rows = x.shape[0]
-        words = buffer[: self.input_bytes(rows)].view(self.in_codec.dtype).reshape(rows, self.io.n_in)
-        self.in_codec.encode(x, words)
-        return words.nbytes
-
-    def decode(self, buffer: np.ndarray, rows: int, out: np.ndarray) -> None:
-        words = buffer[: self.output_bytes(rows)].view(self.out_codec.dtype).reshape(rows, self.io.n_out)
-        self.out_codec.decode(words, out)
 
     def arguments(self, input_buffer, output_buffer, rows: int) -> list:
         len_in, len_out = rows * self.io.n_in, rows * self.io.n_out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -66,6 +67,15 @@ class SensorReading:
             return self.power_watts
         powers = [self.rails[r]["power"] for r in ("12v_aux", "12v_pex") if "power" in self.rails.get(r, {})]
         return sum(powers) if powers else None
+
+
+def finite_number(value) -> float | None:
+    """``value`` as a finite float, None for anything else (a sensor that says nothing)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 class DeviceBuffer(ABC):
@@ -250,6 +260,7 @@ __all__ = [
     "RunState",
     "SensorReading",
     "available_devices",
+    "finite_number",
     "open_api",
     "reset_api",
     "shell_mismatch",

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
-import math
 import re
 import struct
 import threading
@@ -45,6 +44,7 @@ from . import (
     RunHandle,
     RunState,
     SensorReading,
+    finite_number,
 )
 
 log = logging.getLogger("fpgaserve.hls4ml.card.pynq")
@@ -246,21 +246,13 @@ class PynqDevice(CardDevice):
         return reading
 
 
-def _num(value) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _device_info(info, reading: SensorReading) -> None:
     for rail, v_field, i_field in RAILS:
-        mv = _num(getattr(info, v_field, None))
+        mv = finite_number(getattr(info, v_field, None))
         if not mv:  # 0 mV: the card has no such rail
             continue
         values = {"voltage": mv / 1000.0}
-        ma = _num(getattr(info, i_field, None)) if i_field else None
+        ma = finite_number(getattr(info, i_field, None)) if i_field else None
         if ma is not None:
             values["current"] = ma / 1000.0
             values["power"] = values["voltage"] * values["current"]
@@ -272,10 +264,10 @@ def _device_info(info, reading: SensorReading) -> None:
         except TypeError:
             labelled = [(label, raw)]
         for sensor, t in labelled:
-            value = _num(t)
+            value = finite_number(t)
             if value:  # XRT reports 0 for a sensor the card does not have
                 reading.temperatures[sensor] = value
-    reading.fan_rpm = _num(getattr(info, "mFanRpm", None)) or None  # 0: no fan sensor
+    reading.fan_rpm = finite_number(getattr(info, "mFanRpm", None)) or None  # 0: no fan sensor
 
 
 def _rail_sensors(device, reading: SensorReading) -> None:
@@ -292,7 +284,7 @@ def _rail_sensors(device, reading: SensorReading) -> None:
             if sensor is None:
                 continue
             try:
-                v = _num(sensor.value)
+                v = finite_number(sensor.value)
             except Exception:
                 continue
             if v is not None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 
@@ -47,6 +46,7 @@ from . import (
     RunHandle,
     RunState,
     SensorReading,
+    finite_number,
     shell_mismatch,
 )
 
@@ -225,19 +225,11 @@ class XrtDevice(CardDevice):
                 _mechanical(data, reading)
             problems += [f"{key}: {m}" for m in _messages(data)]  # {"msg": "No sensors present"}: no sysfs nodes
         clock = self._info("max_clock_frequency_mhz")
-        if clock and _number(clock):
+        if clock and finite_number(clock):
             reading.clocks["kernel"] = float(clock)
         if not (reading.rails or reading.temperatures):
             reading.error = "sensors not readable (" + ("; ".join(dict.fromkeys(problems)) or "nothing reported") + ")"
         return reading
-
-
-def _number(value) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _messages(data) -> list[str]:
@@ -259,8 +251,8 @@ def _electrical(data: dict, reading: SensorReading) -> None:
         if not isinstance(rail, dict):
             continue
         name = str(rail.get("id") or rail.get("description") or "").strip()
-        volts = _number((rail.get("voltage") or {}).get("volts")) if _present(rail.get("voltage") or {}) else None
-        amps = _number((rail.get("current") or {}).get("amps")) if _present(rail.get("current") or {}) else None
+        volts = finite_number((rail.get("voltage") or {}).get("volts")) if _present(rail.get("voltage") or {}) else None
+        amps = finite_number((rail.get("current") or {}).get("amps")) if _present(rail.get("current") or {}) else None
         if not name or not volts:
             continue
         values = {"voltage": volts}
@@ -268,7 +260,7 @@ def _electrical(data: dict, reading: SensorReading) -> None:
             values["current"] = amps
             values["power"] = volts * amps
         reading.rails[name] = values
-    watts = _number(data.get("power_consumption_watts"))
+    watts = finite_number(data.get("power_consumption_watts"))
     if watts:
         reading.power_watts = watts
 
@@ -276,7 +268,7 @@ def _electrical(data: dict, reading: SensorReading) -> None:
 def _thermal(data: dict, reading: SensorReading) -> None:
     for item in data.get("thermals") or []:
         if isinstance(item, dict) and _present(item):
-            t = _number(item.get("temp_C"))
+            t = finite_number(item.get("temp_C"))
             name = str(item.get("location_id") or item.get("description") or "").strip()
             if name and t:
                 reading.temperatures[name] = t
@@ -285,7 +277,7 @@ def _thermal(data: dict, reading: SensorReading) -> None:
 def _mechanical(data: dict, reading: SensorReading) -> None:
     for item in data.get("fans") or []:
         if isinstance(item, dict) and _present(item):
-            rpm = _number(item.get("speed_rpm"))
+            rpm = finite_number(item.get("speed_rpm"))
             if rpm is not None:
                 reading.fan_rpm = rpm
                 return
