@@ -479,7 +479,8 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         "--fpga-mode",
         choices=FPGA_MODES,
         default=None,
-        help="how hls4ml models run: hardware (PYNQ card), csim (hls4ml C-simulation, bit-exact), numpy "
+        help="how hls4ml models run: hardware (an FPGA card, through XRT's pyxrt or PYNQ), csim (hls4ml "
+        "C-simulation, bit-exact), numpy "
         "(vectorized fixed-point emulation, bit-exact), onnx (float reference, not bit-exact); auto = "
         "hardware when a card and an xclbin are found, else numpy when every layer of the model is emulated "
         "bit-exactly, else csim (per model; the load log line says which and why). "
@@ -490,7 +491,10 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="BACKEND,SETTING=VALUE",
-        help="a backend setting, as tritonserver's flag (e.g. hls4ml,kernel-timeout-secs=2). Repeatable.",
+        help="a backend setting, as tritonserver's flag. Repeatable. hls4ml: fpga-mode, kernel-timeout-secs "
+        "(default 5), card-api (auto|xrt|pynq: auto takes XRT's pyxrt when it imports, else PYNQ 3.0.1), "
+        "card-reset (auto: run `xbutil reset` after a kernel hang; off: log the operator's command), "
+        "card-retry-secs (health probes retry a card waiting for a reset at most this often, default 10).",
     )
     g = p.add_argument_group("logging and shutdown")
     g.add_argument(
@@ -541,9 +545,21 @@ def parse_backend_config(items: list[str], fpga_mode: str | None) -> dict[str, d
         config.setdefault(backend, {})[key] = value
     if fpga_mode is not None:
         config.setdefault("hls4ml", {})["fpga-mode"] = fpga_mode
-    mode = config.get("hls4ml", {}).get("fpga-mode", "auto")
+    hls4ml = config.get("hls4ml", {})
+    mode = hls4ml.get("fpga-mode", "auto")
     if mode not in FPGA_MODES:
         raise SystemExit(f"error: unknown fpga-mode '{mode}' (choose from {', '.join(FPGA_MODES)})")
+    for key, choices in (("card-api", ("auto", "xrt", "pynq")), ("card-reset", ("auto", "off"))):
+        if key in hls4ml and hls4ml[key] not in choices:
+            raise SystemExit(f"error: hls4ml {key} '{hls4ml[key]}' (choose from {', '.join(choices)})")
+    for key in ("kernel-timeout-secs", "card-retry-secs"):
+        if key in hls4ml:
+            try:
+                ok = float(hls4ml[key]) > 0 or (key == "card-retry-secs" and float(hls4ml[key]) == 0)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise SystemExit(f"error: hls4ml {key} must be a positive number of seconds, got '{hls4ml[key]}'")
     return config
 
 

@@ -20,6 +20,7 @@ Checked against real server processes on loopback:
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,26 @@ def test_bad_values_are_errors(bad):
     proc = _run_to_exit(["--model-repository", str(CONFORMANCE_REPO), bad], timeout=60)
     assert proc.returncode != 0
     assert bad.split("=")[0] in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ("card-api=opencl", "hls4ml card-api 'opencl' (choose from auto, xrt, pynq)"),
+        ("card-reset=maybe", "hls4ml card-reset 'maybe' (choose from auto, off)"),
+        ("kernel-timeout-secs=0", "hls4ml kernel-timeout-secs must be a positive number of seconds, got '0'"),
+        ("card-retry-secs=soon", "hls4ml card-retry-secs must be a positive number of seconds, got 'soon'"),
+    ],
+)
+def test_bad_hls4ml_card_settings_are_errors(setting, message):
+    from fpgaserve.server.cli import parse_backend_config
+
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        parse_backend_config([f"hls4ml,{setting}"], None)
+    assert parse_backend_config(["hls4ml,card-retry-secs=0", "hls4ml,card-api=xrt"], None)["hls4ml"] == {
+        "card-retry-secs": "0",
+        "card-api": "xrt",
+    }
 
 
 def test_unknown_flag_is_an_error():

@@ -313,16 +313,16 @@ class FpgaCard(ComputeUnitAccounting):
         try:
             allowed, why_not = self._reset_allowed()
             with self._lock:
+                xclbin = self.xclbin
+                if xclbin is None:  # nothing was ever loaded: nothing to recover
+                    return
                 lost = not any(c.healthy for c in self._cus.values())
                 if not allowed and not lost and not self._closed:
                     # degraded but serving: a reset needs the card closed, which would stop the rest
                     self._log_operator(why_not, serving=True)
                     return
-                xclbin = self.xclbin
                 self.health_state = CardHealth.RESETTING
                 self._close_locked()
-            if xclbin is None:
-                return
             if allowed:
                 ok, text = self._run_reset()
                 if not ok:
