@@ -203,8 +203,8 @@ def test_overlapping_calls_count_once(monkeypatch):
     """Two model instances executing at once keep the device busy once, not twice; a call in
     flight at a scrape counts up to the scrape."""
     from fpgaserve.backends.hls4ml import accounting
-    from fpgaserve.backends.hls4ml.emulated import EmulatedDevices
     from fpgaserve.backends.hls4ml.card.telemetry import FpgaTelemetryCollector
+    from fpgaserve.backends.hls4ml.emulated import EmulatedDevices
 
     clock = FakeClock()
     monkeypatch.setattr(accounting.time, "perf_counter", clock)
@@ -260,8 +260,8 @@ def test_failed_execute_is_busy_and_counted(monkeypatch):
 def test_allow_gpu_and_cpu_metrics_switches():
     """``Metrics(gpu_metrics=False)`` drops every device family, ``cpu_metrics=False`` the host
     ones: tritonserver's --allow-gpu-metrics / --allow-cpu-metrics."""
-    from fpgaserve.backends.hls4ml.emulated import emulated_devices
     from fpgaserve.backends.hls4ml.card.telemetry import device_telemetry
+    from fpgaserve.backends.hls4ml.emulated import emulated_devices
     from fpgaserve.server.metrics import Metrics
 
     class NoModels:
