@@ -327,7 +327,7 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
     # otherwise be reported as queue time even on an idle server.
     ireq.arrival_ns = time.monotonic_ns()
     # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
-    ireq.encode = functools.partial(encode_outputs, ireq, shm=shm)
+    ireq.encode = functools.partial(encode_outputs, shm=shm)
     return ireq
 
 
@@ -358,8 +358,8 @@ def _classify(array: np.ndarray, k: int, labels: list[str], batched: bool) -> np
 def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm, sink=None) -> list[EncodedOutput]:
     """Serialize one request's output slices (runs in the instance's worker thread).
 
-    ``sink(array)``, when given, may take a numeric output's bytes somewhere else and return
-    what stands for them in ``raw`` (the engine's response arena; None: it did not)."""
+    ``sink(request, array)``, when given, may take a numeric output's bytes somewhere else and
+    return what stands for them in ``raw`` (the engine's response arena; None: it did not)."""
     encoded = []
     batched = ireq.model.max_batch_size > 0
     for req_out in ireq.outputs:
@@ -378,6 +378,6 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm, 
             raw = serialize_bytes(array)
         else:
             contiguous = np.ascontiguousarray(array)
-            raw = (sink(contiguous) if sink is not None else None) or contiguous.tobytes()
+            raw = (sink(ireq, contiguous) if sink is not None else None) or contiguous.tobytes()
         encoded.append(EncodedOutput(spec.name, datatype, array.shape, raw))
     return encoded

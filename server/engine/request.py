@@ -3,7 +3,7 @@
 A frontend's codec and the data plane build an ``InferenceRequest`` (numpy inputs, requested
 outputs, and ``encode``: how this request's outputs are prepared); the scheduler executes it
 (possibly batched with others) and resolves ``future`` with the list of ``EncodedOutput``s
-that ``encode`` made from the request's output slices, in the instance's worker thread, so
+that ``encode(request, slices)`` made from the request's output slices, in the instance's worker thread, so
 the event loop only copies references into the response message.
 """
 
@@ -64,6 +64,9 @@ class InferenceRequest:
     seq: int = 0
     # filled by the scheduler when the request starts executing
     exec_start_ns: int = 0
-    # the request's output slices -> its encoded outputs (bytes, shared-memory writes,
-    # classification); set by the data plane, called in the instance's worker thread
-    encode: Callable[[dict[str, np.ndarray]], list[EncodedOutput]] = None  # type: ignore[assignment]
+    # (request, its output slices) -> its encoded outputs (bytes, shared-memory writes,
+    # classification); set by the data plane, called in the instance's worker thread. It takes
+    # the request so that one callable serves every request of a channel (no object each)
+    encode: Callable[[InferenceRequest, dict[str, np.ndarray]], list[EncodedOutput]] = None  # type: ignore[assignment]
+    # the submitter's own handle for the request (the engine's IPC server: the frontend's token)
+    tag: Any = None

@@ -187,8 +187,9 @@ class ResponseArena:
 
     def hand_over(self, token: int) -> None:
         """The request's answer went to the frontend, which frees its blocks."""
-        with self._lock:
-            self._by_token.pop(token, None)
+        if token in self._by_token:  # most answers hold no block: no lock for them
+            with self._lock:
+                self._by_token.pop(token, None)
 
     def discard(self, token: int) -> None:
         """The request failed or was cancelled: its blocks are nobody's (it may still be

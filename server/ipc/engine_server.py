@@ -27,7 +27,6 @@ from ..engine.request import InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, internal, unavailable
 from .arena import ArenaReader, ResponseArena
 from .protocol import FrameWriter, read_frame, read_frames
-from .remote import InferHeader
 
 log = logging.getLogger("fpgaserve.engine")
 
@@ -59,6 +58,17 @@ class _Frontend:
         self.responses: ResponseArena | None = None
         self.pid = 0
         self.tasks: dict[int, asyncio.Future] = {}  # calls' tasks and requests' futures
+        # one encoder for every request of this channel (outputs of 16 KiB and more go to the
+        # response arena, tagged with the request's token), set at hello
+        self.encode = None
+        # (model version uid, requested output names) -> the RequestedOutputs, so a request
+        # asking for plain outputs builds none (they are the same for every such request)
+        self.plain_outputs: dict[tuple, list[RequestedOutput]] = {}
+
+    def put_response(self, request: InferenceRequest, array: np.ndarray):
+        """``encode_outputs``' sink: an output's bytes into the response arena (or None)."""
+        assert self.responses is not None
+        return self.responses.put(request.tag, array)
 
     def send(self, message) -> None:
         if not self.writer.is_closing():
@@ -104,6 +114,7 @@ class EngineServer:
             _, fe.pid, fd_number, size, response_fd, response_size = hello
             fe.arena = ArenaReader(fe.pid, fd_number, size)
             fe.responses = ResponseArena(fe.pid, response_fd, response_size)
+            fe.encode = functools.partial(encode_outputs, shm=self.dataplane.shm, sink=fe.put_response)
             regions = [(r.name, r.key, r.offset, r.byte_size) for r in self.dataplane.shm.status("")]
             fe.send(("welcome", regions))
             self.frontends.add(fe)
@@ -125,7 +136,7 @@ class EngineServer:
     def _dispatch(self, fe: _Frontend, message) -> None:
         kind = message[0]
         if kind == "infer":
-            self._infer(fe, message[1], message[2])
+            self._infer(fe, message)
         elif kind == "call":
             self._spawn(fe, message[1], self._call(fe, message[1], message[2], message[3]))
         elif kind == "free":
@@ -232,54 +243,65 @@ class EngineServer:
                 self._acks.pop(token, None)
 
     # ------------------------------------------------------------------ inference
-    def _resolve(self, h: InferHeader) -> ModelVersion:
-        entry = self.dataplane.repository.models.get(h.model)
-        mv = entry.versions.get(h.version) if entry is not None else None
-        if mv is None or mv.uid != h.uid:
+    def _resolve(self, name: str, version: int, uid: int) -> ModelVersion:
+        entry = self.dataplane.repository.models.get(name)
+        mv = entry.versions.get(version) if entry is not None else None
+        if mv is None or mv.uid != uid:
             # the version the frontend decoded against was unloaded (or replaced) meanwhile,
             # as an in-process request submitted to a stopped scheduler
-            raise unavailable(f"Request for unknown model: '{h.model}' version {h.version} is not at ready state")
+            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
         return mv
 
-    def _infer(self, fe: _Frontend, token: int, h: InferHeader) -> None:
+    def _outputs(self, fe: _Frontend, mv: ModelVersion, outputs) -> list[RequestedOutput]:
+        if isinstance(outputs, tuple):  # names of plain outputs (no shm, no classification)
+            key = (mv.uid, outputs)
+            requested = fe.plain_outputs.get(key)
+            if requested is None:
+                if len(fe.plain_outputs) >= 1024:  # versions come and go: keep it bounded
+                    fe.plain_outputs.clear()
+                requested = fe.plain_outputs[key] = [RequestedOutput(mv.outputs[name]) for name in outputs]
+            return requested
+        return [RequestedOutput(mv.outputs[name], ShmTarget(*shm) if shm else None, k) for name, shm, k in outputs]
+
+    def _infer(self, fe: _Frontend, message: tuple) -> None:
         """Submit to the scheduler; the answer is sent from the future's callback (no task
-        per request: the task and its coroutine were ~8 % of the engine's time, profiled)."""
+        per request: the task and its coroutine were ~8 % of the engine's time, profiled).
+        The frontend validated the request against this model version (``uid``): nothing is
+        checked again, the inputs become numpy views on its arena in the model's dtypes."""
+        _, token, name, version, uid, request_id, parameters, priority, timeout_us, batch_size, inputs, outputs = (
+            message
+        )
         try:
             self.dataplane.check_accepting()
-            mv = self._resolve(h)
-            arena = fe.arena
-            assert arena is not None  # set at hello, before any request
-            view = arena.view
-            inputs = {}
-            for name, dtype, shape, kind, payload in h.inputs:
-                if kind == "arena":
-                    offset, nbytes = payload
-                    dt = np.dtype(dtype)
-                    inputs[name] = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(
-                        shape
-                    )
-                else:
-                    inputs[name] = payload
+            mv = self._resolve(name, version, uid)
+            view = fe.arena.view  # type: ignore[union-attr]  (set at hello, before any request)
+            arrays = {}
+            specs = mv.inputs
+            for in_name, shape, payload in inputs:
+                if type(payload) is tuple:  # (offset, nbytes) in the arena
+                    dt = specs[in_name].datatype.dtype
+                    arrays[in_name] = np.frombuffer(
+                        view, dtype=dt, count=payload[1] // dt.itemsize, offset=payload[0]
+                    ).reshape(shape)
+                else:  # travelled in the frame (BYTES, or the arena was full)
+                    arrays[in_name] = payload
             ireq = InferenceRequest(
                 model=mv,
-                inputs=inputs,
-                outputs=[
-                    RequestedOutput(mv.outputs[name], ShmTarget(*shm) if shm else None, k) for name, shm, k in h.outputs
-                ],
-                batch_size=h.batch_size,
-                id=h.id,
-                parameters=h.parameters,
-                priority=h.priority,
-                timeout_us=h.timeout_us,
+                inputs=arrays,
+                outputs=self._outputs(fe, mv, outputs),
+                batch_size=batch_size,
+                id=request_id,
+                parameters=parameters,
+                priority=priority,
+                timeout_us=timeout_us,
                 arrival_ns=time.monotonic_ns(),
+                encode=fe.encode,  # type: ignore[arg-type]
+                tag=token,
             )
-            responses = fe.responses
-            assert responses is not None
-            sink = None if mv.decoupled else functools.partial(responses.put, token)
-            ireq.encode = functools.partial(encode_outputs, ireq, shm=self.dataplane.shm, sink=sink)
             if mv.decoupled:
                 loop = asyncio.get_running_loop()
                 ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, ("emit", token, encoded))
+                ireq.encode = functools.partial(encode_outputs, shm=self.dataplane.shm)
             future = self.dataplane.submit(ireq)
         except InferenceError as e:
             fe.send(("error", token, e.code.name, e.message))

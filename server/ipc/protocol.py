@@ -11,7 +11,11 @@ Messages (first element is the kind):
 frontend -> engine
   ("hello", pid, arena_fd, arena_size, response_arena_fd, response_arena_size)
   ("call", token, method, args)        a DataPlane method (allow-listed in the engine)
-  ("infer", token, InferHeader)        a normalized request
+  ("infer", token, model, version, uid, id, parameters, priority, timeout_us, batch_size,
+   inputs, outputs)                    a normalized request, flat (a tuple pickles fastest):
+                                       inputs [(name, shape, (arena offset, nbytes) or an
+                                       array inline)], outputs a tuple of names (plain ones)
+                                       or [(name, (region, offset, size) or None, top-k)]
   ("cancel", token)                    the client went away: withdraw it if still queued
   ("free", [(offset, nbytes), ...])    response-arena blocks copied out of (arena.py)
   ("ack", token)                       a broadcast was applied
