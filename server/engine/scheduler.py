@@ -659,6 +659,7 @@ class DirectScheduler(Scheduler):
                 instance.busy = True
                 self._running[instance.index] = request
             request.exec_start_ns = time.monotonic_ns()
+            outcome: tuple
             try:
                 results, timings = instance.run_batch([request])
                 outcome = (request, results[0], timings, None)

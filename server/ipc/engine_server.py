@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections import namedtuple
+from collections.abc import Callable
 
 import numpy as np
 from grpc import StatusCode
@@ -23,7 +24,7 @@ from grpc import StatusCode
 from ..dataplane import DataPlane
 from ..dataplane.tensors import encode_outputs
 from ..engine.repository import ModelVersion
-from ..engine.request import InferenceRequest, RequestedOutput, ShmTarget
+from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, internal, unavailable
 from .arena import ArenaReader, ResponseArena
 from .protocol import FrameWriter, read_frame, read_frames
@@ -60,7 +61,7 @@ class _Frontend:
         self.tasks: dict[int, asyncio.Future] = {}  # calls' tasks and requests' futures
         # one encoder for every request of this channel (outputs of 16 KiB and more go to the
         # response arena, tagged with the request's token), set at hello
-        self.encode = None
+        self.encode: Callable[..., list[EncodedOutput]] | None = None
         # (model version uid, requested output names) -> the RequestedOutputs, so a request
         # asking for plain outputs builds none (they are the same for every such request)
         self.plain_outputs: dict[tuple, list[RequestedOutput]] = {}
@@ -274,7 +275,8 @@ class EngineServer:
         try:
             self.dataplane.check_accepting()
             mv = self._resolve(name, version, uid)
-            view = fe.arena.view  # type: ignore[union-attr]  (set at hello, before any request)
+            assert fe.arena is not None  # set at hello, before any request
+            view = fe.arena.view
             arrays = {}
             specs = mv.inputs
             for in_name, shape, payload in inputs:
