@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -57,7 +56,7 @@ def _raise_fd_limit() -> None:
 
 from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
-from . import __version__  # noqa: E402
+from . import __version__, eventloop  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
 from .engine.repository import CONTROL_MODES  # noqa: E402
 from .frontends.access import CATEGORIES  # noqa: E402
@@ -655,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
             "--strict-model-config is deprecated (as in tritonserver); use --disable-auto-complete-config"
         )
     try:
-        asyncio.run(server.serve_forever())
+        # the engine process feeding frontend processes serves no gRPC: it runs on uvloop
+        eventloop.run(server.serve_forever(), fast=server.options.frontend_processes > 1)
     except KeyboardInterrupt:
         pass
     except SystemExit as e:

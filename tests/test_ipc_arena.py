@@ -18,7 +18,7 @@ import pytest
 
 from fpgaserve.server.errors import InferenceError
 from fpgaserve.server.ipc.arena import ALIGN, Arena, ArenaFull, ResponseArena
-from fpgaserve.server.ipc.protocol import MAX_FRAME, FrameWriter, read_frames
+from fpgaserve.server.ipc.protocol import MAX_FRAME, FrameChannel, FrameDecoder
 from fpgaserve.server.ipc.remote import ArenaShmMirror
 
 
@@ -118,57 +118,63 @@ def test_arena_full_falls_back_to_a_private_buffer(client_region):
     arena.close()
 
 
-def _stream(data: bytes, cut_points: list[int]) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader(limit=1 << 20)
-    last = 0
-    for cut in [*cut_points, len(data)]:
-        reader.feed_data(data[last:cut])
-        last = cut
-    reader.feed_eof()
-    return reader
-
-
 def test_frames_survive_any_split_and_keep_their_order():
+    messages = [("infer", i, "x" * (i * 37 % 300), list(range(i % 7))) for i in range(200)]
+    wire = b"".join(struct.pack("<I", len(b)) + b for b in (pickle.dumps(m) for m in messages))
+    rng = random.Random(3)
+    cuts = sorted(rng.sample(range(1, len(wire)), 150))
+    decoder = FrameDecoder(initial=256)  # small: the buffer has to grow and compact
+    got = []
+    last = 0
+    for cut in [*cuts, len(wire)]:
+        got += decoder.feed(wire[last:cut])
+        last = cut
+    assert got == messages
+
+
+def test_a_frame_larger_than_the_buffer_grows_it():
+    big = ("infer", 1, b"\x07" * 300_000)
+    decoder = FrameDecoder(initial=1024)
+    wire = struct.pack("<I", len(pickle.dumps(big))) + pickle.dumps(big)
+    assert decoder.feed(wire[:1000]) == []
+    assert decoder.feed(wire[1000:]) == [big]
+
+
+def test_channels_deliver_in_order_in_both_directions():
+    """Two FrameChannels over a real socket pair: what one sends the other receives, in order,
+    however the loop groups the frames into writes."""
+
     async def main():
-        messages = [("infer", i, "x" * (i * 37 % 300), list(range(i % 7))) for i in range(200)]
-        loop_reader, loop_writer = await _pipe()
-        writer = FrameWriter(loop_writer)
-        for m in messages:
-            writer.send(m)
-        await asyncio.sleep(0)  # the flush runs from call_soon
-        await loop_writer.drain()
-        writer.close()
-        got = [m async for batch in read_frames(loop_reader) for m in batch]
-        assert got == messages
-        # the same bytes split at random places, fed to a reader
-        wire = b"".join(struct.pack("<I", len(b)) + b for b in (pickle.dumps(m) for m in messages))
-        rng = random.Random(3)
-        cuts = sorted(rng.sample(range(1, len(wire)), 150))
-        got = [m async for batch in read_frames(_stream(wire, cuts)) for m in batch]
-        assert got == messages
+        import socket
+
+        loop = asyncio.get_running_loop()
+        received: list = []
+        done = loop.create_future()
+
+        def got(messages):
+            received.extend(messages)
+            if len(received) == 200 and not done.done():
+                done.set_result(None)
+
+        a, b = socket.socketpair()
+        _, left = await loop.create_connection(lambda: FrameChannel(lambda m: None), sock=a)
+        _, right = await loop.create_connection(lambda: FrameChannel(got), sock=b)
+        messages = [("infer", i, "x" * (i * 37 % 300)) for i in range(200)]
+        for i, m in enumerate(messages):
+            left.send(m)
+            if i % 17 == 0:
+                await asyncio.sleep(0)
+        await asyncio.wait_for(done, 10)
+        assert received == messages
+        left.close()
+        await asyncio.wait_for(right.closed.wait(), 10)  # the peer sees the end
 
     asyncio.run(main())
 
 
 def test_oversized_frame_length_is_refused():
-    async def main():
-        reader = _stream(struct.pack("<I", MAX_FRAME + 1) + b"\0" * 16, [])
-        with pytest.raises(ValueError, match="IPC frame"):
-            async for _ in read_frames(reader):
-                pass
-
-    asyncio.run(main())
-
-
-async def _pipe():
-    """A connected Unix socket pair as (reader of one end, writer of the other)."""
-    import socket
-
-    a, b = socket.socketpair()
-    reader, reader_side_writer = await asyncio.open_connection(sock=a)
-    _, writer = await asyncio.open_connection(sock=b)
-    reader.keepalive = reader_side_writer  # type: ignore[attr-defined]  (closes its socket when collected)
-    return reader, writer
+    with pytest.raises(ValueError, match="IPC frame"):
+        FrameDecoder().feed(struct.pack("<I", MAX_FRAME + 1) + b"\0" * 16)
 
 
 def test_response_arena_blocks_go_to_the_frontend_or_back_to_the_free_list():

@@ -355,18 +355,21 @@ def _classify(array: np.ndarray, k: int, labels: list[str], batched: bool) -> np
     return out if batched else out.reshape(k)
 
 
-def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm, sink=None) -> list[EncodedOutput]:
+def encode_outputs(
+    ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm, sink=None, sink_min_bytes: int = 0
+) -> list[EncodedOutput]:
     """Serialize one request's output slices (runs in the instance's worker thread).
 
-    ``sink(request, array)``, when given, may take a numeric output's bytes somewhere else and
-    return what stands for them in ``raw`` (the engine's response arena; None: it did not)."""
+    ``sink(request, array)``, when given, may take a numeric output of at least
+    ``sink_min_bytes`` somewhere else and return what stands for its bytes in ``raw`` (the
+    engine's response arena; None: it did not)."""
     encoded = []
-    batched = ireq.model.max_batch_size > 0
     for req_out in ireq.outputs:
         spec = req_out.spec
         array = outputs[spec.name]
         datatype = spec.datatype.wire
         if req_out.classification > 0:
+            batched = ireq.model.max_batch_size > 0
             array = _classify(array, req_out.classification, _labels(ireq.model, spec), batched)
             datatype = "BYTES"
         if req_out.shm is not None:
@@ -376,8 +379,10 @@ def encode_outputs(ireq: InferenceRequest, outputs: dict[str, np.ndarray], shm, 
             raw = b""
         elif datatype == "BYTES":
             raw = serialize_bytes(array)
-        else:
+        elif sink is not None and array.nbytes >= sink_min_bytes:
             contiguous = np.ascontiguousarray(array)
-            raw = (sink(ireq, contiguous) if sink is not None else None) or contiguous.tobytes()
+            raw = sink(ireq, contiguous) or contiguous.tobytes()
+        else:
+            raw = array.tobytes()  # C order whatever the layout
         encoded.append(EncodedOutput(spec.name, datatype, array.shape, raw))
     return encoded

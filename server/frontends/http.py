@@ -248,9 +248,10 @@ class _Listener:
             await self.runner.cleanup()
             self.runner = None
             raise
-        bound = site._server
-        assert isinstance(bound, asyncio.Server) and bound.sockets
-        return bound.sockets[0].getsockname()[1]
+        # an asyncio.Server, or uvloop's (the engine's /metrics): both have .sockets
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets
+        return sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         if self.runner is not None:

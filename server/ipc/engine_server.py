@@ -27,7 +27,7 @@ from ..engine.repository import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, internal, unavailable
 from .arena import ArenaReader, ResponseArena
-from .protocol import FrameWriter, read_frame, read_frames
+from .protocol import FrameChannel
 
 log = logging.getLogger("fpgaserve.engine")
 
@@ -53,8 +53,11 @@ _BROADCAST_TIMEOUT_S = 30.0
 
 
 class _Frontend:
-    def __init__(self, writer: asyncio.StreamWriter):
-        self.writer = FrameWriter(writer)
+    """One frontend process's channel, its arenas and its requests in flight."""
+
+    def __init__(self, server: EngineServer):
+        self.server = server
+        self.channel = FrameChannel(self._on_messages, self._on_closed)
         self.arena: ArenaReader | None = None
         self.responses: ResponseArena | None = None
         self.pid = 0
@@ -72,8 +75,46 @@ class _Frontend:
         return self.responses.put(request.tag, array)
 
     def send(self, message) -> None:
-        if not self.writer.is_closing():
-            self.writer.send(message)
+        if not self.channel.is_closing():
+            self.channel.send(message)
+
+    def _on_messages(self, messages: list) -> None:
+        try:
+            if self.arena is None:  # the first message of a channel is the hello
+                if not self._hello(messages[0]):
+                    return
+                messages = messages[1:]
+            dispatch = self.server._dispatch
+            for message in messages:
+                dispatch(self, message)
+        except Exception:
+            log.exception("frontend channel failed")
+            self.channel.close()
+
+    def _hello(self, hello) -> bool:
+        if not isinstance(hello, tuple) or not hello or hello[0] != "hello":
+            self.channel.close()
+            return False
+        _, self.pid, fd_number, size, response_fd, response_size = hello
+        self.arena = ArenaReader(self.pid, fd_number, size)
+        self.responses = ResponseArena(self.pid, response_fd, response_size)
+        dp = self.server.dataplane
+        self.encode = functools.partial(
+            encode_outputs, shm=dp.shm, sink=self.put_response, sink_min_bytes=ResponseArena.MIN_BYTES
+        )
+        regions = [(r.name, r.key, r.offset, r.byte_size) for r in dp.shm.status("")]
+        self.send(("welcome", regions))
+        self.server.frontends.add(self)
+        return True
+
+    def _on_closed(self) -> None:
+        self.server.frontends.discard(self)
+        for task in list(self.tasks.values()):
+            task.cancel()  # its client connections are gone with it
+        if self.arena is not None:
+            self.arena.close()
+        if self.responses is not None:
+            self.responses.close()
 
 
 class EngineServer:
@@ -94,7 +135,8 @@ class EngineServer:
         dataplane.repository.listeners.append(self._on_repository_change)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve, path=self.socket_path, limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: _Frontend(self).channel, path=self.socket_path)
         os.chmod(self.socket_path, 0o600)
 
     async def stop(self) -> None:
@@ -103,36 +145,7 @@ class EngineServer:
         for fe in list(self.frontends):
             for task in list(fe.tasks.values()):
                 task.cancel()
-            fe.writer.close()
-
-    # ------------------------------------------------------------------ connections
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        fe = _Frontend(writer)
-        try:
-            hello = await read_frame(reader)
-            if not hello or hello[0] != "hello":
-                return
-            _, fe.pid, fd_number, size, response_fd, response_size = hello
-            fe.arena = ArenaReader(fe.pid, fd_number, size)
-            fe.responses = ResponseArena(fe.pid, response_fd, response_size)
-            fe.encode = functools.partial(encode_outputs, shm=self.dataplane.shm, sink=fe.put_response)
-            regions = [(r.name, r.key, r.offset, r.byte_size) for r in self.dataplane.shm.status("")]
-            fe.send(("welcome", regions))
-            self.frontends.add(fe)
-            async for messages in read_frames(reader):
-                for message in messages:
-                    self._dispatch(fe, message)
-        except Exception:
-            log.exception("frontend channel failed")
-        finally:
-            self.frontends.discard(fe)
-            for task in list(fe.tasks.values()):
-                task.cancel()  # its client connections are gone with it
-            fe.writer.close()
-            if fe.arena is not None:
-                fe.arena.close()
-            if fe.responses is not None:
-                fe.responses.close()
+            fe.channel.close()
 
     def _dispatch(self, fe: _Frontend, message) -> None:
         kind = message[0]

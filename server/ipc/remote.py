@@ -34,7 +34,7 @@ from ..errors import InferenceError, unavailable
 from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
 from .arena import Arena, ArenaFull, ArenaSlice
-from .protocol import FrameWriter, frame, read_frame, read_frames
+from .protocol import FrameChannel
 
 log = logging.getLogger("fpgaserve.frontend")
 
@@ -133,38 +133,49 @@ class RemoteDataPlane:
         self._snapshots: dict[tuple[str, str], ModelVersion] = {}
         self._fetching: dict[tuple[str, str], asyncio.Task] = {}
         self._generation = 0  # bumped when the engine says the repository changed
-        self._writer: FrameWriter | None = None
-        self._reader_task: asyncio.Task | None = None
+        self._channel: FrameChannel | None = None
+        self._welcomed: asyncio.Future | None = None
 
     # ------------------------------------------------------------------ channel
     async def connect(self) -> None:
-        reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
-        hello = ("hello", os.getpid(), self.arena.fd, self.arena.size, self.responses.fd, self.responses.size)
-        writer.write(frame(hello))
-        self._writer = FrameWriter(writer)
-        welcome = await read_frame(reader)
-        if not welcome or welcome[0] != "welcome":
-            raise RuntimeError("the engine did not answer the frontend's hello")
-        for name, key, offset, byte_size in welcome[1]:
-            self._mirror("register", (name, key, offset, byte_size))
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        loop = asyncio.get_running_loop()
+        self._welcomed = loop.create_future()
+        _, channel = await loop.create_unix_connection(
+            lambda: FrameChannel(self._on_messages, self._on_closed), self.socket_path
+        )
+        self._channel = channel
+        self._channel.send(
+            ("hello", os.getpid(), self.arena.fd, self.arena.size, self.responses.fd, self.responses.size)
+        )
+        await self._welcomed
 
     def send(self, message) -> None:
-        if self._writer is None or self._writer.is_closing():
+        if self._channel is None or self._channel.is_closing():
             raise unavailable(ENGINE_GONE)
-        self._writer.send(message)
+        self._channel.send(message)
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            async for messages in read_frames(reader):
-                for message in messages:
-                    self._dispatch(message)
-        finally:
-            self.engine_lost.set()
-            for token, p in list(self._pending.items()):
-                if not p.future.done():
-                    p.future.set_exception(unavailable(ENGINE_GONE))
-                self._finish(token)
+    def _on_messages(self, messages: list) -> None:
+        welcomed = self._welcomed
+        if welcomed is not None and not welcomed.done():  # the engine's first message
+            welcome, messages = messages[0], messages[1:]
+            if welcome[0] != "welcome":
+                welcomed.set_exception(RuntimeError("the engine did not answer the frontend's hello"))
+                return
+            for name, key, offset, byte_size in welcome[1]:  # before any later registry change
+                self._mirror("register", (name, key, offset, byte_size))
+            welcomed.set_result(None)
+        dispatch = self._dispatch
+        for message in messages:
+            dispatch(message)
+
+    def _on_closed(self) -> None:
+        self.engine_lost.set()
+        if self._welcomed is not None and not self._welcomed.done():
+            self._welcomed.set_exception(RuntimeError("the engine closed the channel before its welcome"))
+        for token, p in list(self._pending.items()):
+            if not p.future.done():
+                p.future.set_exception(unavailable(ENGINE_GONE))
+            self._finish(token)
 
     def _finish(self, token: int) -> None:
         p = self._pending.pop(token, None)
@@ -240,10 +251,8 @@ class RemoteDataPlane:
         return await future
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._reader_task is not None:
-            self._reader_task.cancel()
+        if self._channel is not None:
+            self._channel.close()
 
     # ------------------------------------------------------------------ the DataPlane API
     async def live(self) -> bool:

@@ -8,7 +8,7 @@ signalled by an eventfd, between two processes that each run an asyncio loop.
 
 Two modes per channel: ping-pong (one message in flight: the latency and the CPU of a lone
 request) and a window of 64 in flight (what a loaded frontend does: several messages per
-wake-up). Messages are 120-byte pickled tuples, the size of an InferHeader for a batch-1
+wake-up). Messages are 120-byte pickled tuples, the size of an infer frame for a batch-1
 request. CPU is both processes' utime+stime per round trip.
 """
 

@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = ap.parse_args(argv)
     if opts.model == "simple" and opts.batch > 8:
         ap.error("simple takes batch <= 8")
-    return asyncio.run(_engine(opts))
+    from fpgaserve.server import eventloop
+
+    return eventloop.run(_engine(opts), fast=True)  # the engine's loop, as the server runs it
 
 
 if __name__ == "__main__":
