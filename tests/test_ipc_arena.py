@@ -186,8 +186,8 @@ def test_response_arena_blocks_go_to_the_frontend_or_back_to_the_free_list():
     assert engine_side.put(1, small) is None  # inline: below MIN_BYTES
     big = np.arange(ResponseArena.MIN_BYTES, dtype=np.float32).reshape(-1, 64)
     piece = engine_side.put(1, big)
-    assert piece is not None and piece.nbytes == big.nbytes
-    seen = np.frombuffer(frontend_side.view, np.float32, count=big.size, offset=piece.offset)
+    assert piece is not None and piece[1] == big.nbytes  # (offset, nbytes)
+    seen = np.frombuffer(frontend_side.view, np.float32, count=big.size, offset=piece[0])
     np.testing.assert_array_equal(seen, big.ravel())
     del seen
     # request 1 answered: the frontend owns the block and frees it

@@ -73,6 +73,8 @@ class _Level:
         self.policy = policy
         self.live: collections.deque[InferenceRequest] = collections.deque()
         self.delayed: collections.deque[InferenceRequest] = collections.deque()
+        # live requests with a queue deadline (0: _expire has nothing to look at here)
+        self.timed = 0
 
     def __len__(self) -> int:
         return len(self.live) + len(self.delayed)
@@ -112,6 +114,8 @@ class DynamicBatcher(Scheduler):
         self._equal_shape_inputs = [
             s.name for s in model.inputs.values() if s.has_variable_dims and not s.allow_ragged_batch
         ]
+        # requests may differ in which inputs they carry only when some are optional
+        self._optional_inputs = model.required_input_count < len(model.inputs)
         self._form_lock = asyncio.Lock()
         # preserve_ordering: responses released strictly in arrival order
         self._next_seq = 0
@@ -144,6 +148,7 @@ class DynamicBatcher(Scheduler):
         self._next_seq += 1
         level.live.append(request)
         if request.deadline_ns:
+            level.timed += 1
             # expire it on time even if no instance is free to run next_batch (Triton's
             # batcher rejects timed-out requests while it waits for a payload slot)
             delay_s = (request.deadline_ns - time.monotonic_ns()) / 1e9 + 0.001
@@ -159,7 +164,7 @@ class DynamicBatcher(Scheduler):
         """Apply queue timeouts; return the nearest future deadline (0 = none)."""
         nearest = 0
         for level in self.levels.values():
-            if not any(r.deadline_ns for r in level.live):
+            if not level.timed:
                 continue
             keep: collections.deque[InferenceRequest] = collections.deque()
             for r in level.live:
@@ -173,6 +178,7 @@ class DynamicBatcher(Scheduler):
                     nearest = r.deadline_ns
                 keep.append(r)
             level.live = keep
+            level.timed = sum(1 for r in keep if r.deadline_ns)
         return nearest
 
     def _drop_withdrawn(self) -> None:
@@ -185,6 +191,7 @@ class DynamicBatcher(Scheduler):
                             self._withdrawn(r)
                     q.clear()
                     q.extend(live)
+            level.timed = sum(1 for r in level.live if r.deadline_ns)
 
     def _shapes(self, r: InferenceRequest):
         return tuple(r.inputs[n].shape[1:] for n in self._equal_shape_inputs if n in r.inputs)
@@ -194,45 +201,67 @@ class DynamicBatcher(Scheduler):
 
         Returns (requests in order, rows, best prefix length (0 = none): the largest prefix
         at a preferred size, or the prefix before the walk passed the largest preferred size,
-        send_now).
+        send_now, the oldest arrival among them, whether it met a withdrawn request). A walk
+        that met a withdrawn request is to be repeated once they are dropped.
         """
         picked: list[InferenceRequest] = []
         rows = 0
         best = 0
         send_now = False
-        shapes = None
-        inputs_present = None
+        oldest = 0
+        first = None
+        equal_shapes = self._equal_shape_inputs
+        optional = self._optional_inputs
         for p in self._order:
             for r in self.levels[p]:
-                size = max(1, r.batch_size)
-                if picked:
+                if r.future.done():
+                    return picked, rows, best, send_now, oldest, True
+                size = r.batch_size or 1
+                if first is not None:
                     if rows + size > self.max_preferred and best == 0:
                         best = len(picked)  # past every preferred size: this prefix is "best"
                     if rows + size > self.max_batch_size:
                         send_now = True
                         break
-                    if self._shapes(r) != shapes or frozenset(r.inputs) != inputs_present:
+                    if (equal_shapes and self._shapes(r) != self._shapes(first)) or (
+                        optional and r.inputs.keys() != first.inputs.keys()
+                    ):
                         send_now = True
                         break
                 else:
-                    shapes = self._shapes(r)
-                    inputs_present = frozenset(r.inputs)
+                    first = r
+                    oldest = r.arrival_ns
                 picked.append(r)
                 rows += size
+                oldest = min(oldest, r.arrival_ns)
                 if rows in self.preferred:
                     best = len(picked)
             else:
                 continue
             break
-        return picked, rows, best, send_now
+        return picked, rows, best, send_now, oldest, False
 
     def _take(self, batch: list[InferenceRequest]) -> list[InferenceRequest]:
+        for p in self._order:  # the common case: the head of the first non-empty level
+            level = self.levels[p]
+            if not level:
+                continue
+            live = level.live
+            n = len(batch)
+            if len(live) >= n and live[0] is batch[0] and live[n - 1] is batch[-1]:
+                for _ in range(n):
+                    live.popleft()
+                if level.timed:
+                    level.timed -= sum(1 for r in batch if r.deadline_ns)
+                return batch
+            break
         ids = {id(r) for r in batch}
         for level in self.levels.values():
             if not any(id(r) in ids for r in level):
                 continue
             level.live = collections.deque(r for r in level.live if id(r) not in ids)
             level.delayed = collections.deque(r for r in level.delayed if id(r) not in ids)
+            level.timed = sum(1 for r in level.live if r.deadline_ns)
         return batch
 
     async def next_batch(self, instance: ModelInstance) -> list[InferenceRequest]:
@@ -241,15 +270,16 @@ class DynamicBatcher(Scheduler):
         async with self._form_lock:
             while True:
                 now = time.monotonic_ns()
-                self._drop_withdrawn()
                 nearest_deadline = self._expire(now)
-                picked, rows, best, send_now = self._walk()
+                picked, rows, best, send_now, oldest, withdrawn = self._walk()
+                if withdrawn:  # cancelled while queued: answered now, and the walk redone
+                    self._drop_withdrawn()
+                    continue
                 if not picked:
                     if self._stopping:
                         return []
                     await self._sleep(_IDLE_WAKEUP_S)
                     continue
-                oldest = min(r.arrival_ns for r in picked)
                 waited = now - oldest
                 delay_exceeded = self.delay_ns != 0 and waited >= self.delay_ns
                 if best and not delay_exceeded:

@@ -558,7 +558,9 @@ class Scheduler:
     def _settle(self, batch: list[InferenceRequest], results, timings, end: int) -> None:
         """Statistics and answers for an executed batch (``run_batch``'s results)."""
         stats = self.model.stats
-        stats.record_execution(sum(r.batch_size for r in batch), timings)
+        rows = total_ns = 0
+        queue_ns = []
+        succeeded = []
         for r, result in zip(batch, results):
             if r.padding:
                 continue
@@ -566,8 +568,15 @@ class Scheduler:
                 stats.record_failure(end - r.arrival_ns, "OTHER")
                 self._complete(r, None, result)
             else:
-                stats.record_success(r.batch_size, end - r.arrival_ns, r.exec_start_ns - r.arrival_ns, timings)
-                self._complete(r, result, None)
+                rows += r.batch_size
+                total_ns += end - r.arrival_ns
+                queue_ns.append(r.exec_start_ns - r.arrival_ns)
+                succeeded.append((r, result))
+        stats.record_execution(sum(r.batch_size for r in batch), timings)
+        stats.record_successes(rows, total_ns, queue_ns, timings)
+        complete = self._complete
+        for r, result in succeeded:  # answered once the statistics count them
+            complete(r, result, None)
 
     def _fail_batch(self, batch: list[InferenceRequest], error: InferenceError, end: int) -> None:
         """A batch whose execution failed as a whole (the backend raised, or was abandoned)."""

@@ -71,14 +71,23 @@ class ModelStatistics:
         stat.compute_output.add(t.compute_output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_success(self, batch_size: int, total_ns: int, queue_ns: int, t: BatchTimings) -> None:
-        self.success.add(total_ns)
-        self.queue.add(queue_ns)
-        self.queue_hist[bisect.bisect_left(QUEUE_BUCKETS_US, queue_ns / 1000)] += 1
-        self.compute_input.add(t.compute_input_ns)
-        self.compute_infer.add(t.compute_infer_ns)
-        self.compute_output.add(t.compute_output_ns)
-        self.inference_count += batch_size
+    def record_successes(self, rows: int, total_ns: int, queue_ns: list[int], t: BatchTimings) -> None:
+        """The ``len(queue_ns)`` requests of one execution that succeeded (``rows``: their
+        batch sizes summed, ``total_ns``: their durations summed, ``queue_ns``: each one's
+        queue time): the batch's compute durations are charged to every one of them, as
+        Triton does. One update per execution, not per request."""
+        count = len(queue_ns)
+        self.success.count += count
+        self.success.ns += total_ns
+        self.queue.count += count
+        self.queue.ns += sum(queue_ns)
+        hist = self.queue_hist
+        for q in queue_ns:
+            hist[bisect.bisect_left(QUEUE_BUCKETS_US, q / 1000)] += 1
+        self.compute_input.add(t.compute_input_ns * count, count)
+        self.compute_infer.add(t.compute_infer_ns * count, count)
+        self.compute_output.add(t.compute_output_ns * count, count)
+        self.inference_count += rows
 
     def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
         self.fail.add(total_ns)

@@ -100,7 +100,11 @@ class _Frontend:
         self.responses = ResponseArena(self.pid, response_fd, response_size)
         dp = self.server.dataplane
         self.encode = functools.partial(
-            encode_outputs, shm=dp.shm, sink=self.put_response, sink_min_bytes=ResponseArena.MIN_BYTES
+            encode_outputs,
+            shm=dp.shm,
+            sink=self.put_response,
+            sink_min_bytes=ResponseArena.MIN_BYTES,
+            as_tuples=True,  # pickled straight into the result frame
         )
         regions = [(r.name, r.key, r.offset, r.byte_size) for r in dp.shm.status("")]
         self.send(("welcome", regions))

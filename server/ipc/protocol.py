@@ -29,8 +29,9 @@ frontend -> engine
   ("bound", port)                      the frontend's gRPC listener is up
 engine -> frontend
   ("welcome", regions)                 the shared-memory registry to mirror
-  ("result", token, value)             a call's result / an infer's encoded outputs (large
-                                       numeric ones as ArenaSlices in the response arena)
+  ("result", token, value)             a call's result / an infer's encoded outputs, as plain
+                                       (name, datatype, shape, raw) tuples; raw is bytes, or
+                                       (offset, nbytes) in the response arena for large ones
   ("error", token, code_name, message) an InferenceError, to re-raise as is
   ("emit", token, encoded)             one response of a decoupled model
   ("stale", token)                     the model snapshot used to decode is out of date

@@ -33,7 +33,7 @@ from ..engine.request import EncodedOutput, InferenceRequest
 from ..errors import InferenceError, unavailable
 from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
-from .arena import Arena, ArenaFull, ArenaSlice
+from .arena import Arena, ArenaFull
 from .protocol import FrameChannel
 
 log = logging.getLogger("fpgaserve.frontend")
@@ -213,18 +213,18 @@ class RemoteDataPlane:
         else:
             log.error("unknown message from the engine: %s", kind)
 
-    def _take_outputs(self, encoded: list[EncodedOutput]) -> list[EncodedOutput]:
-        """Copy outputs the engine left in the response arena out of it (the one copy into
-        the response) and give their blocks back."""
-        pieces = [out.raw for out in encoded if isinstance(out.raw, ArenaSlice)]
+    def _take_outputs(self, encoded: list[tuple]) -> list[EncodedOutput]:
+        """The engine's encoded outputs (plain tuples on the wire) as EncodedOutputs; bytes
+        the engine left in the response arena (``raw`` an ``(offset, nbytes)`` tuple) are
+        copied out of it (the one copy into the response) and their blocks given back."""
+        outputs = [EncodedOutput(*out) for out in encoded]
+        pieces = [out.raw for out in outputs if type(out.raw) is tuple]
         if not pieces:
-            return encoded
+            return outputs
         view = self.responses.view
         taken = [
-            out._replace(raw=bytes(view[out.raw.offset : out.raw.offset + out.raw.nbytes]))
-            if isinstance(out.raw, ArenaSlice)
-            else out
-            for out in encoded
+            out._replace(raw=bytes(view[out.raw[0] : out.raw[0] + out.raw[1]])) if type(out.raw) is tuple else out
+            for out in outputs
         ]
         self.send(("free", pieces))
         return taken
