@@ -73,6 +73,7 @@ class OnnxRuntimeBackend(Backend):
         super().__init__(config, version_dir, instance_index, backend_config)
         self.session = _session(_model_path(config, version_dir), config)
         self._inputs = {a.name: a.type for a in self.session.get_inputs()}
+        self._string_inputs = frozenset(n for n, t in self._inputs.items() if t == "tensor(string)")
         self._output_names = [o["name"] for o in config.get("output", [])] or [
             o.name for o in self.session.get_outputs()
         ]
@@ -92,18 +93,17 @@ class OnnxRuntimeBackend(Backend):
         )
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feed = {}
-        for name, array in inputs.items():
-            if self._inputs.get(name) == "tensor(string)":
+        feed = inputs
+        if self._string_inputs:
+            feed = dict(inputs)
+            for name in self._string_inputs.intersection(inputs):
                 # ORT wants str objects; Triton BYTES are raw bytes
-                array = np.vectorize(lambda b: b.decode("utf-8", "surrogateescape"), otypes=[object])(array)
-            feed[name] = array
+                feed[name] = np.vectorize(lambda b: b.decode("utf-8", "surrogateescape"), otypes=[object])(inputs[name])
         results = self.session.run(self._output_names, feed)
-        out = {}
-        for name, value in zip(self._output_names, results):
+        out = dict(zip(self._output_names, results))
+        for name, value in out.items():
             if value.dtype.kind in ("U", "O"):
-                value = np.vectorize(
+                out[name] = np.vectorize(
                     lambda s: s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s, otypes=[object]
                 )(value)
-            out[name] = value
         return out

@@ -129,7 +129,8 @@ class DynamicBatcher(Scheduler):
 
     def submit(self, request: InferenceRequest) -> asyncio.Future:
         loop = asyncio.get_running_loop()
-        request.future = loop.create_future()
+        if request.future is None:  # else the submitter brought its own (see InferenceRequest.future)
+            request.future = loop.create_future()
         p = request.priority
         if self.priority_levels == 0:
             p = 0

@@ -51,9 +51,11 @@ class InferenceRequest:
     priority: int = 0
     timeout_us: int = 0
     arrival_ns: int = 0
-    # set by the scheduler when the request is submitted, before anything reads it
+    # how the request is answered: an asyncio.Future the scheduler creates at submit, unless
+    # the submitter brings an object with the same methods (done, set_result, set_exception,
+    # cancel), resolved on the event loop thread; the engine's IPC server brings one that
+    # sends the answer to the frontend at once (no callback to schedule per request)
     future: asyncio.Future = None  # type: ignore[assignment]
-    cancelled: bool = False
     # decoupled models: called from the instance thread with each response's
     # list[EncodedOutput] as the model yields it (the future then resolves to [])
     emit: Callable[[list[EncodedOutput]], object] | None = None

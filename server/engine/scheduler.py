@@ -503,7 +503,8 @@ class Scheduler:
         Cancelling the future (the RPC was cancelled or its deadline passed) withdraws the
         request: a cancelled request still in the queue never executes.
         """
-        request.future = asyncio.get_running_loop().create_future()
+        if request.future is None:  # else the submitter brought its own (see InferenceRequest.future)
+            request.future = asyncio.get_running_loop().create_future()
         self._queue.append(request)
         self._wakeup.set()
         return request.future
@@ -671,7 +672,8 @@ class DirectScheduler(Scheduler):
     def submit(self, request: InferenceRequest) -> asyncio.Future:
         loop = self._loop
         assert loop is not None  # started before any request reaches it
-        request.future = loop.create_future()
+        if request.future is None:  # else the submitter brought its own (see InferenceRequest.future)
+            request.future = loop.create_future()
         with self._lock:
             self._queue.append(request)
             if self._idle:

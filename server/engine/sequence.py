@@ -107,7 +107,8 @@ class SequenceBatcher(Scheduler):
     # ------------------------------------------------------------------ enqueue
     def submit(self, request: InferenceRequest) -> asyncio.Future:
         loop = asyncio.get_running_loop()
-        request.future = loop.create_future()
+        if request.future is None:  # else the submitter brought its own (see InferenceRequest.future)
+            request.future = loop.create_future()
         if self.model.max_batch_size > 0 and request.batch_size > 1:
             request.future.set_exception(
                 invalid_argument(
