@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import grpc
-
 from .. import __version__
 from ..engine.repository import ModelRepository, ModelVersion, parse_version
 from ..engine.request import EncodedOutput, InferenceRequest
-from ..errors import InferenceError, invalid_argument, not_found, unimplemented
+from ..errors import InferenceError, Status, invalid_argument, not_found, unavailable, unimplemented
 from ..log_settings import LogSettings
 from ..shared_memory import Region, SystemSharedMemoryManager
 
@@ -118,7 +116,7 @@ class DataPlane:
         try:
             return [self.repository.get(name, version)]
         except InferenceError as e:
-            if e.code == grpc.StatusCode.INVALID_ARGUMENT:
+            if e.status is Status.INVALID_ARG:
                 raise
             raise invalid_argument(f"requested model version is not available for model '{name}'") from None
 
@@ -126,7 +124,7 @@ class DataPlane:
     def check_accepting(self) -> None:
         if self.exiting:
             # a call dispatched while shutdown was starting; in-flight ones are past this
-            raise InferenceError(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            raise unavailable(SHUTTING_DOWN)
 
     async def infer(self, request: InferenceRequest) -> list[EncodedOutput]:
         """Execute a normalized request (see tensors.normalize); resolves to its encoded

@@ -13,7 +13,7 @@ meets the server:
 * bytes that do not parse as the RPC's message become INVALID_ARGUMENT (gRPC's own
   deserializer failure would be UNKNOWN with a Python exception text); over ModelStreamInfer
   they get an in-stream error response, with the request id when it can be read;
-* ``InferenceError`` becomes its status code and text; anything else is a bug of ours and
+* ``InferenceError`` becomes its status's gRPC code (``GRPC_STATUS``) and its text; anything else is a bug of ours and
   becomes INTERNAL with a plain text (logged with its traceback), never UNKNOWN or a repr;
 * every text sent is bounded (``errors.bound_message``).
 """
@@ -39,7 +39,7 @@ from fpgaserve.protos import (
 )
 
 from ..dataplane import DataPlane
-from ..errors import InferenceError, bound_message, internal, invalid_argument, unimplemented
+from ..errors import InferenceError, Status, bound_message, internal, invalid_argument, unavailable, unimplemented
 from . import grpc_codec as codec
 from .access import GRPC_METHOD_CATEGORIES, Restriction
 
@@ -52,6 +52,19 @@ _SERVING = health_pb.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb.HealthCheckResponse.NOT_SERVING
 _UNKNOWN = health_pb.HealthCheckResponse.UNKNOWN
 
+
+# Status -> gRPC code: one to one, but INVALID_ARG -> INVALID_ARGUMENT and UNSUPPORTED ->
+# UNIMPLEMENTED, as Triton's grpc_utils.cc maps its core codes
+GRPC_STATUS = {
+    Status.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Status.CANCELLED: grpc.StatusCode.CANCELLED,
+    Status.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+}
 
 _MALFORMED_ID_LIMIT = 256  # characters of a salvaged request id echoed in an error
 MAX_STREAM_IN_FLIGHT = 1024  # requests per ModelStreamInfer stream not yet answered on the wire
@@ -147,7 +160,7 @@ def _failure(method: str, e: Exception) -> InferenceError:
         return e
     if isinstance(e, MemoryError):
         log.error("%s: out of memory", method)
-        return InferenceError(grpc.StatusCode.UNAVAILABLE, "the server ran out of memory handling the request")
+        return unavailable("the server ran out of memory handling the request")
     log.error("%s failed unexpectedly", method, exc_info=e)
     return internal(f"internal error in {method} ({type(e).__name__}); the server log has the details")
 
@@ -170,7 +183,7 @@ def _guard_unary(method: str, fn, restriction: Restriction | None):
             raise
         except Exception as e:
             err = _failure(method, e)
-        await context.abort(err.code, bound_message(err.message))
+        await context.abort(GRPC_STATUS[err.status], bound_message(err.message))
 
     return handler
 
@@ -188,7 +201,7 @@ def _guard_stream(method: str, fn, restriction: Restriction | None):
             raise
         except Exception as e:
             err = _failure(method, e)
-        await context.abort(err.code, bound_message(err.message))
+        await context.abort(GRPC_STATUS[err.status], bound_message(err.message))
 
     return handler
 

@@ -38,10 +38,9 @@ import orjson
 from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 from google.protobuf.descriptor import FieldDescriptor
-from grpc import StatusCode
 
 from ..dataplane.tensors import normalize
-from ..errors import InferenceError, bound_message, escape_control, internal, invalid_argument, unimplemented
+from ..errors import InferenceError, Status, bound_message, escape_control, internal, invalid_argument, unimplemented
 from . import http_codec as codec
 from .access import Restriction
 
@@ -58,12 +57,17 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # tritonserver's --http-max-input-siz
 DEFAULT_MAX_CONNECTIONS = 1024
 _OFFLOAD_BYTES = 256 * 1024  # (de)compressing more than this runs off the event loop
 
-_HTTP_STATUS = {
-    StatusCode.INTERNAL: 500,
-    StatusCode.NOT_FOUND: 404,
-    StatusCode.UNAVAILABLE: 503,
-    StatusCode.UNIMPLEMENTED: 501,
-}  # anything else is 400, as Triton's HttpCodeFromError has it
+# Status -> HTTP status, as Triton's HttpCodeFromError maps its core codes (400 for the rest)
+HTTP_STATUS = {
+    Status.INVALID_ARG: 400,
+    Status.NOT_FOUND: 404,
+    Status.UNAVAILABLE: 503,
+    Status.INTERNAL: 500,
+    Status.UNSUPPORTED: 501,
+    Status.ALREADY_EXISTS: 400,
+    Status.CANCELLED: 400,
+    Status.PERMISSION_DENIED: 400,
+}
 
 _JSON = "application/json"
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
@@ -91,10 +95,6 @@ def http_ssl_context(o) -> ssl.SSLContext | None:
     return context
 
 
-def http_status(code: StatusCode) -> int:
-    return _HTTP_STATUS.get(code, 400)
-
-
 class HttpReject(Exception):
     """Answer ``status`` (with an optional JSON error text) and close the connection."""
 
@@ -112,9 +112,13 @@ def error_response(status: int, text: str) -> web.Response:
     return web.Response(status=status, body=orjson.dumps({"error": bound_message(text)}), content_type=_JSON)
 
 
+def inference_error_response(e: InferenceError) -> web.Response:
+    return error_response(HTTP_STATUS[e.status], e.message)
+
+
 def _failure(where: str, e: Exception) -> web.Response:
     if isinstance(e, InferenceError):
-        return error_response(http_status(e.code), e.message)
+        return inference_error_response(e)
     if isinstance(e, MemoryError):
         log.error("%s: out of memory", where)
         return error_response(503, "the server ran out of memory handling the request")
@@ -542,7 +546,7 @@ class HttpFrontend:
         try:
             return await fn(request, body, *args)
         except InferenceError as e:
-            return error_response(http_status(e.code), e.message)
+            return inference_error_response(e)
 
     # ------------------------------------------------------------------ health
     async def _health(self, request, kind: str) -> web.StreamResponse:
@@ -566,7 +570,7 @@ class HttpFrontend:
         try:
             ready = await self.dataplane.model_ready(name, version)
         except InferenceError as e:
-            return error_response(http_status(e.code), e.message)
+            return inference_error_response(e)
         if not ready:
             return error_response(400, "Model version not ready")
         return web.Response(status=200, content_type="text/plain")
@@ -773,7 +777,7 @@ class HttpFrontend:
             shm_outputs = {o.spec.name for o in ireq.outputs if o.shm is not None}
             head, binaries = codec.build_response(model, ireq.id, encoded, plan, shm_outputs)
         except InferenceError as e:
-            return error_response(http_status(e.code), e.message)
+            return inference_error_response(e)
         headers = {}
         if binaries:
             headers[codec.HEADER_LENGTH] = str(len(head))

@@ -18,13 +18,12 @@ import time
 from collections import namedtuple
 
 import numpy as np
-from grpc import StatusCode
 
 from ..dataplane import DataPlane
 from ..dataplane.tensors import encode_outputs
 from ..engine.repository import ModelVersion
 from ..engine.request import InferenceRequest, RequestedOutput, ShmTarget
-from ..errors import InferenceError, internal, unavailable
+from ..errors import InferenceError, Status, internal, unavailable
 from .arena import ArenaReader, ResponseArena
 from .protocol import FrameWriter, read_frame, read_frames
 from .remote import InferHeader
@@ -194,7 +193,7 @@ class EngineServer:
                 raise internal(f"unknown data-plane call '{method}'")
             fe.send(("result", token, value))
         except InferenceError as e:
-            fe.send(("error", token, e.code.name, e.message))
+            fe.send(("error", token, e.status.name, e.message))
         except asyncio.CancelledError:
             fe.send(("error", token, "CANCELLED", "the call was cancelled"))
             raise
@@ -282,7 +281,7 @@ class EngineServer:
                 ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, ("emit", token, encoded))
             future = self.dataplane.submit(ireq)
         except InferenceError as e:
-            fe.send(("error", token, e.code.name, e.message))
+            fe.send(("error", token, e.status.name, e.message))
             return
         except Exception as e:
             log.exception("request from frontend %d failed", fe.pid)
@@ -298,7 +297,7 @@ class EngineServer:
         assert responses is not None
         if future.cancelled():
             responses.discard(token)
-            fe.send(("error", token, StatusCode.CANCELLED.name, "the request was cancelled"))
+            fe.send(("error", token, Status.CANCELLED.name, "the request was cancelled"))
             return
         e = future.exception()
         if e is None:
@@ -307,7 +306,7 @@ class EngineServer:
             return
         responses.discard(token)
         if isinstance(e, InferenceError):
-            fe.send(("error", token, e.code.name, e.message))
+            fe.send(("error", token, e.status.name, e.message))
         else:
             log.error("request from frontend %d failed: %s", fe.pid, type(e).__name__, exc_info=e)
             fe.send(("error", token, "INTERNAL", f"internal error in ModelInfer ({type(e).__name__})"))

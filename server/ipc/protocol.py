@@ -20,7 +20,7 @@ engine -> frontend
   ("welcome", regions)                 the shared-memory registry to mirror
   ("result", token, value)             a call's result / an infer's encoded outputs (large
                                        numeric ones as ArenaSlices in the response arena)
-  ("error", token, code_name, message) an InferenceError, to re-raise as is
+  ("error", token, status, message)    an InferenceError (its Status member name), re-raised as is
   ("emit", token, encoded)             one response of a decoupled model
   ("stale", token)                     the model snapshot used to decode is out of date
   ("shm", token, op, args)             mirror a registry change, then ack

@@ -26,11 +26,10 @@ import weakref
 from typing import Any, NamedTuple, cast
 
 import numpy as np
-from grpc import StatusCode
 
 from ..engine.repository import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest
-from ..errors import InferenceError, unavailable
+from ..errors import InferenceError, Status, unavailable
 from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
 from .arena import Arena, ArenaFull, ArenaSlice
@@ -203,7 +202,7 @@ class RemoteDataPlane:
         elif kind == "error":
             p = self._pending.get(message[1])
             if p is not None and not p.future.done():
-                p.future.set_exception(InferenceError(StatusCode[message[2]], message[3]))
+                p.future.set_exception(InferenceError(Status[message[2]], message[3]))
             self._finish(message[1])
         elif kind == "emit":
             p = self._pending.get(message[1])
@@ -310,7 +309,7 @@ class RemoteDataPlane:
 
     def check_accepting(self) -> None:
         if self.exiting:
-            raise InferenceError(StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            raise unavailable(SHUTTING_DOWN)
 
     async def infer(self, request: InferenceRequest) -> list[EncodedOutput]:
         self.check_accepting()

@@ -1,0 +1,86 @@
+"""The seam between the transports and the core (issue 19): statuses are wire-neutral and
+mapped at the edge only, so the core never imports grpc.
+
+Unit tests: no server is started.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from fpgaserve.server.errors import InferenceError, Status
+from fpgaserve.server.frontends.grpc import GRPC_STATUS
+from fpgaserve.server.frontends.http import HTTP_STATUS
+from server_process import ROOT
+
+# the modules below the frontends: they speak Status, never a wire's codes
+CORE = [
+    *sorted((ROOT / "server" / "engine").glob("*.py")),
+    *sorted((ROOT / "server" / "dataplane").glob("*.py")),
+    *sorted((ROOT / "server" / "ipc").glob("*.py")),
+    *(ROOT / "server" / name for name in ("errors.py", "shared_memory.py", "log_settings.py")),
+]
+
+
+# ----------------------------------------------------------------------------- statuses
+
+
+def test_every_status_has_a_grpc_code_and_an_http_status():
+    assert set(GRPC_STATUS) == set(Status)
+    assert set(HTTP_STATUS) == set(Status)
+
+
+def test_status_mapping_is_tritons():
+    # grpc_utils.cc: one to one but for the two renamed codes
+    assert GRPC_STATUS[Status.INVALID_ARG] is grpc.StatusCode.INVALID_ARGUMENT
+    assert GRPC_STATUS[Status.UNSUPPORTED] is grpc.StatusCode.UNIMPLEMENTED
+    for status in set(Status) - {Status.INVALID_ARG, Status.UNSUPPORTED}:
+        assert GRPC_STATUS[status] is grpc.StatusCode[status.name]
+    # HttpCodeFromError: four classes, 400 for everything else
+    special = {Status.INTERNAL: 500, Status.NOT_FOUND: 404, Status.UNAVAILABLE: 503, Status.UNSUPPORTED: 501}
+    assert HTTP_STATUS == {status: special.get(status, 400) for status in Status}
+
+
+def test_inference_error_carries_a_status_and_its_text():
+    e = InferenceError(Status.NOT_FOUND, "no such thing")
+    assert (e.status, e.message, str(e)) == (Status.NOT_FOUND, "no such thing", "no such thing")
+    assert repr(e) == "InferenceError(NOT_FOUND, 'no such thing')"
+    # between processes a status travels as its member name
+    assert Status[e.status.name] is Status.NOT_FOUND
+
+
+# ----------------------------------------------------------------------------- no grpc below the frontends
+
+
+def _imported_modules(path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", CORE, ids=[str(p.relative_to(ROOT)) for p in CORE])
+def test_core_module_does_not_import_grpc(path):
+    grpc_imports = {n for n in _imported_modules(path) if n == "grpc" or n.startswith("grpc.")}
+    assert not grpc_imports, f"{path.relative_to(ROOT)} imports {sorted(grpc_imports)}"
+
+
+def test_core_loads_without_grpc():
+    """What the engine's side of the IPC channel loads, in a fresh interpreter: grpc is not
+    among it (the protos' compiler, grpc_tools, is a different package)."""
+    code = (
+        "import sys\n"
+        "import fpgaserve.server.dataplane, fpgaserve.server.engine.repository\n"
+        "import fpgaserve.server.ipc.engine_server, fpgaserve.server.ipc.remote, fpgaserve.server.ipc.supervisor\n"
+        "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('grpc.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
