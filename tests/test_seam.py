@@ -16,7 +16,7 @@ import pytest
 from fpgaserve.server.errors import InferenceError, Status
 from fpgaserve.server.frontends.grpc import GRPC_STATUS
 from fpgaserve.server.frontends.http import HTTP_STATUS
-from server_process import ROOT
+from server_process import CONFORMANCE_REPO, ROOT
 
 # the modules below the frontends: they speak Status, never a wire's codes
 CORE = [
@@ -84,3 +84,39 @@ def test_core_loads_without_grpc():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ----------------------------------------------------------------------------- StartupError
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fpgaserve.server.cli", "--model-repository", str(CONFORMANCE_REPO), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        # raised while the server is built, before logging is set up: the line alone on stderr
+        (["--grpc-restricted-protocol=health"], "error: --grpc-restricted-protocol option format is"),
+        (["--http-use-ssl=true"], "error: --http-use-ssl needs --http-server-cert"),
+    ],
+)
+def test_startup_error_before_logging_is_its_line_on_stderr(args, line):
+    done = _run_cli(*args, "--http-port=0", "--grpc-port=0", "--metrics-port=-1")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(line), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_startup_error_while_starting_is_logged_and_exits_1():
+    done = _run_cli("--grpc-use-ssl=true", "--http-port=-1", "--grpc-port=0", "--metrics-port=-1")
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error: " in line]
+    assert errors and errors[-1].endswith("fpgaserve] error: --grpc-use-ssl needs --grpc-server-cert"), done.stderr
+    assert "Traceback" not in done.stderr

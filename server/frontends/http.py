@@ -40,7 +40,16 @@ from aiohttp.web_protocol import RequestHandler
 from google.protobuf.descriptor import FieldDescriptor
 
 from ..dataplane.tensors import normalize
-from ..errors import InferenceError, Status, bound_message, escape_control, internal, invalid_argument, unimplemented
+from ..errors import (
+    InferenceError,
+    StartupError,
+    Status,
+    bound_message,
+    escape_control,
+    internal,
+    invalid_argument,
+    unimplemented,
+)
 from . import http_codec as codec
 from .access import Restriction
 
@@ -76,20 +85,20 @@ _NOT_FOUND = b'{"error":"Not Found"}'
 
 def http_ssl_context(o) -> ssl.SSLContext | None:
     """HTTPS from --http-use-ssl, --http-server-cert, --http-server-key; None = plain HTTP.
-    Unusable files end the server at start with a line that names them."""
+    Unusable files are a ``StartupError`` that names them."""
     if not o.http_use_ssl:
         return None
     for flag, path in (("--http-server-cert", o.http_server_cert), ("--http-server-key", o.http_server_key)):
         if not path:
-            raise SystemExit(f"error: --http-use-ssl needs {flag}")
+            raise StartupError(f"--http-use-ssl needs {flag}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(o.http_server_cert, o.http_server_key)
     except (ssl.SSLError, OSError) as e:
         why = e.reason if isinstance(e, ssl.SSLError) else (e.strerror or e)
-        raise SystemExit(
-            f"error: --http-server-cert {o.http_server_cert} and --http-server-key {o.http_server_key} "
+        raise StartupError(
+            f"--http-server-cert {o.http_server_cert} and --http-server-key {o.http_server_key} "
             f"are not a usable PEM certificate chain and private key ({why})"
         ) from None
     return context
