@@ -1,5 +1,7 @@
-"""The seam between the transports and the core (issue 19): statuses are wire-neutral and
-mapped at the edge only, so the core never imports grpc.
+"""The seam between the transports and the core (issue 19): one data-plane interface that
+both data planes implement and both frontends call with a wire-neutral request; statuses
+are wire-neutral and mapped at the edge only, so the core never imports grpc; only the CLI
+ends the process.
 
 Unit tests: no server is started.
 """
@@ -7,15 +9,18 @@ Unit tests: no server is started.
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 
 import grpc
 import pytest
 
+from fpgaserve.server.dataplane import DataPlane, DataPlaneAPI
 from fpgaserve.server.errors import InferenceError, Status
 from fpgaserve.server.frontends.grpc import GRPC_STATUS
 from fpgaserve.server.frontends.http import HTTP_STATUS
+from fpgaserve.server.ipc.remote import RemoteDataPlane
 from server_process import CONFORMANCE_REPO, ROOT
 
 # the modules below the frontends: they speak Status, never a wire's codes
@@ -25,6 +30,43 @@ CORE = [
     *sorted((ROOT / "server" / "ipc").glob("*.py")),
     *(ROOT / "server" / name for name in ("errors.py", "shared_memory.py", "log_settings.py")),
 ]
+FRONTENDS = sorted((ROOT / "server" / "frontends").glob("*.py"))
+
+
+# ----------------------------------------------------------------------------- one data-plane interface
+
+ABSTRACT = sorted(DataPlaneAPI.__abstractmethods__)
+
+
+def test_the_interface_lists_what_the_frontends_call():
+    assert {"infer", "model", "statistics", "load", "shm_register", "trace_settings"} <= set(ABSTRACT)
+    assert "shm" in DataPlaneAPI.__annotations__  # the codecs' shared-memory checks
+
+
+@pytest.mark.parametrize("cls", [DataPlane, RemoteDataPlane])
+def test_both_data_planes_implement_every_method(cls):
+    assert issubclass(cls, DataPlaneAPI)
+    assert not inspect.isabstract(cls), sorted(cls.__abstractmethods__)
+    for name in ABSTRACT:
+        method = getattr(cls, name)
+        assert inspect.iscoroutinefunction(method), name
+        declared = inspect.signature(getattr(DataPlaneAPI, name)).parameters
+        assert list(inspect.signature(method).parameters) == list(declared), name
+
+
+@pytest.mark.parametrize("path", FRONTENDS, ids=[p.name for p in FRONTENDS])
+def test_frontends_use_the_interface_only(path):
+    """Frontends see ``DataPlaneAPI``: they neither normalize, nor check whether the server
+    accepts work, nor name either implementation."""
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            used.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.Name):
+            used.add(node.id)
+    assert not used & {"normalize", "check_accepting", "DataPlane", "RemoteDataPlane"}, path.name
 
 
 # ----------------------------------------------------------------------------- statuses
@@ -43,7 +85,7 @@ def test_status_mapping_is_tritons():
         assert GRPC_STATUS[status] is grpc.StatusCode[status.name]
     # HttpCodeFromError: four classes, 400 for everything else
     special = {Status.INTERNAL: 500, Status.NOT_FOUND: 404, Status.UNAVAILABLE: 503, Status.UNSUPPORTED: 501}
-    assert HTTP_STATUS == {status: special.get(status, 400) for status in Status}
+    assert {status: special.get(status, 400) for status in Status} == HTTP_STATUS
 
 
 def test_inference_error_carries_a_status_and_its_text():

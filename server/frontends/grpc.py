@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import grpc
 
@@ -38,13 +37,10 @@ from fpgaserve.protos import (
     inference as pb,
 )
 
-from ..dataplane import DataPlane
+from ..dataplane.api import DataPlaneAPI
 from ..errors import InferenceError, Status, bound_message, internal, invalid_argument, unavailable, unimplemented
 from . import grpc_codec as codec
 from .access import GRPC_METHOD_CATEGORIES, Restriction
-
-if TYPE_CHECKING:  # the same API, served by the engine (--frontend-processes > 1)
-    from ..ipc.remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.grpc")
 
@@ -227,7 +223,7 @@ class InferenceServicer:
     """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
     turn errors into statuses (or in-stream error responses)."""
 
-    def __init__(self, dataplane: DataPlane | RemoteDataPlane):
+    def __init__(self, dataplane: DataPlaneAPI):
         self.dataplane = dataplane
 
     # ------------------------------------------------------------------ health
@@ -294,13 +290,10 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ inference
     async def _infer(self, request, model):
-        """Decode against the model, execute, await the encoded outputs. Raises InferenceError."""
-        self.dataplane.check_accepting()
-        ireq = codec.decode_request(request, model, self.dataplane.shm)
-        return await self.dataplane.infer(ireq)
+        """Collect against the model, execute, await the encoded outputs. Raises InferenceError."""
+        return await self.dataplane.infer(codec.collect(request, model, self.dataplane.shm))
 
     async def ModelInfer(self, request, context):
-        self.dataplane.check_accepting()
         model = await self.dataplane.model(request.model_name, request.model_version)
         if model.decoupled:
             raise unimplemented("ModelInfer RPC doesn't support models with decoupled transaction policy")
@@ -311,8 +304,7 @@ class InferenceServicer:
         """Stream each response of a decoupled model as the model yields it; then an empty
         final response if the client asked for one (triton_enable_empty_final_response)."""
         loop = asyncio.get_running_loop()
-        self.dataplane.check_accepting()
-        ireq = codec.decode_request(request, model, self.dataplane.shm)
+        wire = codec.collect(request, model, self.dataplane.shm)
 
         def put(encoded):
             msg = pb.ModelStreamInferResponse()
@@ -320,9 +312,9 @@ class InferenceServicer:
             responses.put_nowait((msg, None))
 
         # called from the instance thread; call_soon_threadsafe keeps the order
-        ireq.emit = lambda encoded: loop.call_soon_threadsafe(put, encoded)
-        await self.dataplane.infer(ireq)
-        if ireq.parameters.get("triton_enable_empty_final_response"):
+        wire.emit = lambda encoded: loop.call_soon_threadsafe(put, encoded)
+        await self.dataplane.infer(wire)
+        if wire.parameters.get("triton_enable_empty_final_response"):
             msg = pb.ModelStreamInferResponse()
             msg.infer_response.CopyFrom(codec.build_response(model, request.id, [], final_flag=True))
             responses.put_nowait((msg, None))

@@ -1,9 +1,9 @@
 """HTTP/REST: the KServe v2 protocol with Triton's extensions, on aiohttp's HTTP server.
 
-``HttpFrontend`` is the gRPC frontend's sibling over the same data plane (``DataPlane`` in the
-engine's process, ``RemoteDataPlane`` in a frontend process): validation, errors, scheduling,
-statistics and shared memory are the data plane's and ``tensors.normalize``'s; this module
-only speaks the wire (routes as Triton's ``http_server.cc`` matches them, JSON and binary
+``HttpFrontend`` is the gRPC frontend's sibling over the same ``DataPlaneAPI`` (``DataPlane`` in
+the engine's process, ``RemoteDataPlane`` in a frontend process): validation, errors,
+scheduling, statistics and shared memory are the data plane's; this module only speaks the
+wire (routes as Triton's ``http_server.cc`` matches them, JSON and binary
 bodies, compression, status codes). ``MetricsFrontend`` serves Prometheus ``/metrics`` on the
 same server machinery.
 
@@ -31,7 +31,7 @@ import re
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
 import orjson
@@ -39,7 +39,7 @@ from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 from google.protobuf.descriptor import FieldDescriptor
 
-from ..dataplane.tensors import normalize
+from ..dataplane.api import DataPlaneAPI
 from ..errors import (
     InferenceError,
     StartupError,
@@ -52,10 +52,6 @@ from ..errors import (
 )
 from . import http_codec as codec
 from .access import Restriction
-
-if TYPE_CHECKING:
-    from ..dataplane import DataPlane
-    from ..ipc.remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.http")
 
@@ -397,7 +393,7 @@ class HttpFrontend:
 
     def __init__(
         self,
-        dataplane: DataPlane | RemoteDataPlane,
+        dataplane: DataPlaneAPI,
         restrictions: dict[str, Restriction] | None = None,
         *,
         header_timeout_s: float = 10.0,
@@ -760,7 +756,6 @@ class HttpFrontend:
     async def _infer(self, request: web.BaseRequest, name: str, version: str) -> web.StreamResponse:
         dp = self.dataplane
         try:
-            dp.check_accepting()
             model = await dp.model(name, version)
             if model.decoupled:
                 raise unimplemented("HTTP end point doesn't support models with decoupled transaction policy")
@@ -777,14 +772,13 @@ class HttpFrontend:
             mv = memoryview(body)
             header_length = _header_length(request.headers.get(codec.HEADER_LENGTH), len(body))
             if header_length == 0:
-                ireq, received, plan = codec.collect_raw(mv, model)
+                wire, plan = codec.collect_raw(mv, model)
             else:
                 header = codec.parse_json(mv[:header_length])
-                ireq, received, plan = codec.collect(header, mv[header_length:], model, dp.shm)
-            ireq = normalize(ireq, received, model, dp.shm)
-            encoded = await dp.infer(ireq)
-            shm_outputs = {o.spec.name for o in ireq.outputs if o.shm is not None}
-            head, binaries = codec.build_response(model, ireq.id, encoded, plan, shm_outputs)
+                wire, plan = codec.collect(header, mv[header_length:], model, dp.shm)
+            encoded = await dp.infer(wire)
+            shm_outputs = {o.spec.name for o in wire.outputs if o.shm is not None}
+            head, binaries = codec.build_response(model, wire.id, encoded, plan, shm_outputs)
         except InferenceError as e:
             return inference_error_response(e)
         headers = {}
