@@ -9,7 +9,9 @@ Unit tests: no server is started.
 from __future__ import annotations
 
 import ast
+import collections
 import inspect
+import logging
 import subprocess
 import sys
 
@@ -17,7 +19,9 @@ import grpc
 import pytest
 
 from fpgaserve.server.dataplane import DataPlane, DataPlaneAPI
-from fpgaserve.server.errors import InferenceError, Status
+from fpgaserve.server.engine.statistics import BatchStat, Duration, ModelStatistics
+from fpgaserve.server.errors import MAX_CLIENT_MESSAGE_BYTES, InferenceError, Status
+from fpgaserve.server.frontends import common
 from fpgaserve.server.frontends.grpc import GRPC_STATUS
 from fpgaserve.server.frontends.http import HTTP_STATUS
 from fpgaserve.server.ipc.remote import RemoteDataPlane
@@ -162,3 +166,58 @@ def test_startup_error_while_starting_is_logged_and_exits_1():
     errors = [line for line in done.stderr.splitlines() if "error: " in line]
     assert errors and errors[-1].endswith("fpgaserve] error: --grpc-use-ssl needs --grpc-server-cert"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ----------------------------------------------------------------------------- what both frontends share
+
+
+def test_failure_never_sends_a_repr_or_an_unbounded_text(caplog):
+    log = logging.getLogger("fpgaserve.test")
+    err = InferenceError(Status.NOT_FOUND, "gone")
+    assert common.failure("X", err, log) is err
+    assert common.failure("X", MemoryError(), log).status is Status.UNAVAILABLE
+    bug = common.failure("ModelInfer", KeyError("secret <object at 0x7f>"), log)
+    assert bug.status is Status.INTERNAL
+    assert bug.message == "internal error in ModelInfer (KeyError); the server log has the details"
+    assert "failed unexpectedly" in caplog.text  # with its traceback, in the log only
+    long = common.failure("X", InferenceError(Status.INVALID_ARG, "x" * 100_000), log)
+    assert long.status is Status.INVALID_ARG
+    assert len(long.message.encode()) <= MAX_CLIENT_MESSAGE_BYTES and "truncated" in long.message
+
+
+def test_load_parameters_follow_tritons_rules():
+    def text(key, value):
+        return value
+
+    def data(key, value):
+        return value.encode()
+
+    assert common.load_parameters([], text, data) == (None, None)
+    got = common.load_parameters([("config", "{}"), ("file:1/model.onnx", "ab")], text, data)
+    assert got == ("{}", {"1/model.onnx": b"ab"})
+    with pytest.raises(InferenceError, match=r"^unrecognized load parameter 'bogus'\.$") as e:
+        common.load_parameters([("config", "{}"), ("bogus", "")], text, data)
+    assert e.value.status is Status.INVALID_ARG
+    with pytest.raises(InferenceError, match="'repository_name' specification is not supported") as e:
+        common.refuse_repository_name("other")
+    assert e.value.status is Status.UNSUPPORTED
+
+
+def test_statistics_rows_name_the_proto_fields():
+    stats = ModelStatistics(success=Duration(2, 30), inference_count=5, execution_count=1, last_inference_ms=9)
+    stats.batch_stats[4] = BatchStat(compute_infer=Duration(1, 7))
+    view = collections.namedtuple("View", "name version_str stats")("m", "1", stats)
+    (row,) = common.statistics_rows([view])
+    assert list(row) == ["name", "version", "last_inference", "inference_count", "execution_count"] + [
+        "inference_stats",
+        "batch_stats",
+    ]
+    assert row["inference_stats"]["success"] == {"count": 2, "ns": 30}
+    assert row["batch_stats"] == [
+        {
+            "batch_size": 4,
+            "compute_input": {"count": 0, "ns": 0},
+            "compute_infer": {"count": 1, "ns": 7},
+            "compute_output": {"count": 0, "ns": 0},
+        }
+    ]

@@ -78,6 +78,11 @@ class WireRequest:
     emit: Callable[[list[EncodedOutput]], object] | None = None
 
 
+def all_outputs(model) -> list[RequestedOutput]:
+    """What a request that names no outputs gets: every output of the model, in its order."""
+    return [RequestedOutput(spec) for spec in model.outputs.values()]
+
+
 def id_prefix(request_id: str) -> str:
     """Triton core prefixes request-validation errors with the request id."""
     return f"[request id: {request_id or '<id_unknown>'}] "

@@ -20,6 +20,7 @@ from ..dataplane.tensors import (
     SPARE_INPUTS,
     WireInput,
     WireRequest,
+    all_outputs,
     id_prefix,
 )
 from ..engine.request import EncodedOutput, RequestedOutput, ShmTarget
@@ -247,9 +248,7 @@ def collect(request, model, shm) -> WireRequest:
                     f"class result not available for output '{out.name}' due to unsupported type '{spec.datatype.wire}'"
                 )
         requested.append(RequestedOutput(spec, target, k))
-    if not requested:
-        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
-    wire.outputs = requested
+    wire.outputs = requested or all_outputs(model)
     return wire
 
 

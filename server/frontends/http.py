@@ -46,10 +46,10 @@ from ..errors import (
     Status,
     bound_message,
     escape_control,
-    internal,
     invalid_argument,
     unimplemented,
 )
+from . import common
 from . import http_codec as codec
 from .access import Restriction
 
@@ -119,17 +119,6 @@ def error_response(status: int, text: str) -> web.Response:
 
 def inference_error_response(e: InferenceError) -> web.Response:
     return error_response(HTTP_STATUS[e.status], e.message)
-
-
-def _failure(where: str, e: Exception) -> web.Response:
-    if isinstance(e, InferenceError):
-        return inference_error_response(e)
-    if isinstance(e, MemoryError):
-        log.error("%s: out of memory", where)
-        return error_response(503, "the server ran out of memory handling the request")
-    log.error("%s failed unexpectedly", where, exc_info=e)
-    err = internal(f"internal error in {where} ({type(e).__name__}); the server log has the details")
-    return error_response(500, err.message)
 
 
 # ----------------------------------------------------------------------------- connections
@@ -384,8 +373,8 @@ def _field_value(fd, value):
 # ----------------------------------------------------------------------------- the API
 
 
-def _stat(d) -> dict:
-    return {"count": d.count, "ns": d.ns}
+# what Triton's HTTP statistics always show and fpgaserve does not measure (no response cache)
+_UNMEASURED_INFER_STATS = {"cache_hit": {"count": 0, "ns": 0}, "cache_miss": {"count": 0, "ns": 0}}
 
 
 class HttpFrontend:
@@ -437,7 +426,9 @@ class HttpFrontend:
             response.force_close()
             return response
         except Exception as e:
-            return _failure(f"{request.method} {escape_control(request.path[:200])}", e)
+            return inference_error_response(
+                common.failure(f"{request.method} {escape_control(request.path[:200])}", e, log)
+            )
         if request.method == "CONNECT":  # the parser now treats the connection as a tunnel
             response.force_close()
         return response
@@ -587,57 +578,18 @@ class HttpFrontend:
         return json_response({"name": info.name, "version": info.version, "extensions": extensions})
 
     async def _model_metadata(self, request, body, name: str, version: str) -> web.Response:
-        model = await self.dataplane.model(name, version)
-        batch = [-1] if model.max_batch_size > 0 else []
-
-        def tensors(specs):
-            return [
-                {"name": s.name, "datatype": s.datatype.wire, "shape": batch + list(s.dims)} for s in specs.values()
-            ]
-
-        return json_response(
-            {
-                "name": model.name,
-                "versions": [str(v) for v in await self.dataplane.ready_versions(model.name)],
-                "platform": model.platform,
-                "inputs": tensors(model.inputs),
-                "outputs": tensors(model.outputs),
-            }
-        )
+        return json_response(await common.model_metadata(self.dataplane, name, version))
 
     async def _model_config(self, request, body, name: str, version: str) -> web.Response:
         model = await self.dataplane.model(name, version)
         return json_response(message_json(model.config))
 
     async def _stats(self, request, body, name: str, version: str) -> web.Response:
-        stats = []
-        for mv in await self.dataplane.statistics(name, version):
-            s = mv.stats
-            stats.append(
-                {
-                    "name": mv.name,
-                    "version": mv.version_str,
-                    "last_inference": s.last_inference_ms,
-                    "inference_count": s.inference_count,
-                    "execution_count": s.execution_count,
-                    "inference_stats": {
-                        f: _stat(getattr(s, f))
-                        for f in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-                    }
-                    | {"cache_hit": {"count": 0, "ns": 0}, "cache_miss": {"count": 0, "ns": 0}},
-                    "batch_stats": [
-                        {
-                            "batch_size": size,
-                            "compute_input": _stat(s.batch_stats[size].compute_input),
-                            "compute_infer": _stat(s.batch_stats[size].compute_infer),
-                            "compute_output": _stat(s.batch_stats[size].compute_output),
-                        }
-                        for size in sorted(s.batch_stats)
-                    ],
-                    "memory_usage": [],
-                }
-            )
-        return json_response({"model_stats": stats})
+        rows = await common.model_statistics(self.dataplane, name, version)
+        for row in rows:
+            row["inference_stats"] |= _UNMEASURED_INFER_STATS
+            row["memory_usage"] = []
+        return json_response({"model_stats": rows})
 
     # ------------------------------------------------------------------ repository
     @staticmethod
@@ -670,8 +622,7 @@ class HttpFrontend:
         return json_response(rows)
 
     async def _control(self, request, body, repo: str, name: str, action: str) -> web.Response:
-        if repo:
-            raise unimplemented("'repository_name' specification is not supported")
+        common.refuse_repository_name(repo)
         if action == "unload":
             req = self._json_body(body, "unload model")
             params = req.get("parameters") or {}
@@ -680,24 +631,13 @@ class HttpFrontend:
             await self.dataplane.unload(name)
             return web.Response(status=200, content_type=_JSON)
         req = self._json_body(body, "load model")
-        config_json = None
-        files: dict[str, bytes] = {}
         params = req.get("parameters", {})
         if not isinstance(params, dict):
             raise invalid_argument(f"Unable to parse 'parameters': {codec._NOT_OBJECT}")
-        for key, value in params.items():
-            if not isinstance(value, str):
-                raise invalid_argument(f"Unable to parse '{key}': {codec._NOT_STRING}")
-            if key == "config":
-                config_json = value
-            elif key.startswith("file:"):
-                try:
-                    files[key[len("file:") :]] = base64.b64decode(value, validate=True)
-                except (binascii.Error, ValueError):
-                    raise invalid_argument(f"unable to decode base64 content of '{key}'") from None
-            else:
-                raise invalid_argument(f"unrecognized load parameter '{key}'.")
-        await self.dataplane.load(name, config_json, files or None)
+        # every value is a JSON string, checked as it is reached (before its key's meaning)
+        strings = ((key, codec.as_string(value, key)) for key, value in params.items())
+        config_json, files = common.load_parameters(strings, _config_text, _file_bytes)
+        await self.dataplane.load(name, config_json, files)
         return web.Response(status=200, content_type=_JSON)
 
     # ------------------------------------------------------------------ shared memory
@@ -807,6 +747,18 @@ class HttpFrontend:
         await response.write(binaries[0])
         await response.write_eof()
         return response
+
+
+def _config_text(key: str, value: str) -> str:
+    return value
+
+
+def _file_bytes(key: str, value: str) -> bytes:
+    """A ``file:`` load parameter: its content, base64."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_argument(f"unable to decode base64 content of '{key}'") from None
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")

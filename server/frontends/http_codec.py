@@ -26,6 +26,7 @@ from ..dataplane.tensors import (
     SPARE_INPUTS,
     WireInput,
     WireRequest,
+    all_outputs,
     deserialize_bytes,
     id_prefix,
 )
@@ -367,9 +368,7 @@ def collect(header, binary: memoryview, model, shm) -> tuple[WireRequest, Output
             elif "binary_data" in params:
                 plan.binary[out_name] = as_bool(params["binary_data"], "binary_data")
             requested.append(RequestedOutput(spec, target, k))
-    if not requested:
-        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
-    wire.outputs = requested
+    wire.outputs = requested or all_outputs(model)
     return wire, plan
 
 
@@ -393,8 +392,7 @@ def collect_raw(body: memoryview, model) -> tuple[WireRequest, OutputPlan]:
         dims[dims.index(-1)] = body.nbytes // fixed if fixed else 0
     shape = ([1] if batched else []) + dims
     inputs = {spec.name: WireInput(spec.datatype.wire, shape, body)}
-    outputs = [RequestedOutput(s) for s in model.outputs.values()]
-    return WireRequest(model, "", inputs, outputs, {}), OutputPlan(default_binary=True)
+    return WireRequest(model, "", inputs, all_outputs(model), {}), OutputPlan(default_binary=True)
 
 
 # ----------------------------------------------------------------------------- responses
