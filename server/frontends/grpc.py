@@ -2,8 +2,8 @@
 
 Handlers are registered with ``grpc.method_handlers_generic_handler`` on message classes from
 our private descriptor pool (fpgaserve.protos), so nothing collides with tritonclient's
-generated modules. Tensor work is the codec's, model lifecycle the repository's, execution the
-scheduler's.
+generated modules. This module and its codec only speak the wire: everything else is behind
+``DataPlaneAPI``, the same for both protocols and in or out of the engine's process.
 
 Every RPC goes through one wrapper (``_guard_*``), which is where a hostile or broken client
 meets the server:

@@ -1,11 +1,12 @@
 """HTTP/REST: the KServe v2 protocol with Triton's extensions, on aiohttp's HTTP server.
 
 ``HttpFrontend`` is the gRPC frontend's sibling over the same ``DataPlaneAPI`` (``DataPlane`` in
-the engine's process, ``RemoteDataPlane`` in a frontend process): validation, errors,
-scheduling, statistics and shared memory are the data plane's; this module only speaks the
-wire (routes as Triton's ``http_server.cc`` matches them, JSON and binary
-bodies, compression, status codes). ``MetricsFrontend`` serves Prometheus ``/metrics`` on the
-same server machinery.
+the engine's process, ``RemoteDataPlane`` in a frontend process): validation, scheduling and
+shared memory are the data plane's; statistics, model metadata, load parameters and failure
+mapping are ``common``'s, shared with gRPC; this module only speaks the wire
+(routes as Triton's ``http_server.cc`` matches them, JSON and binary bodies, compression,
+status codes: ``HTTP_STATUS`` is the only place statuses meet HTTP's). ``MetricsFrontend``
+serves Prometheus ``/metrics`` on the same server machinery.
 
 aiohttp's low-level server (``web.Server``) parses HTTP/1.1 (llhttp, in C), keeps connections
 alive, reads chunked bodies; routing is a handful of string comparisons here, not a router.
