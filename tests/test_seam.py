@@ -9,6 +9,7 @@ Unit tests: no server is started.
 from __future__ import annotations
 
 import ast
+import asyncio
 import collections
 import inspect
 import logging
@@ -16,15 +17,21 @@ import subprocess
 import sys
 
 import grpc
+import numpy as np
 import pytest
 
+from fpgaserve.server import model_config
 from fpgaserve.server.dataplane import DataPlane, DataPlaneAPI
+from fpgaserve.server.dataplane.tensors import WireInput, WireRequest, all_outputs
+from fpgaserve.server.engine.repository import ModelVersion
+from fpgaserve.server.engine.request import InferenceRequest
 from fpgaserve.server.engine.statistics import BatchStat, Duration, ModelStatistics
 from fpgaserve.server.errors import MAX_CLIENT_MESSAGE_BYTES, InferenceError, Status
 from fpgaserve.server.frontends import common
 from fpgaserve.server.frontends.grpc import GRPC_STATUS
 from fpgaserve.server.frontends.http import HTTP_STATUS
 from fpgaserve.server.ipc.remote import RemoteDataPlane
+from fpgaserve.server.shared_memory import SystemSharedMemoryManager
 from server_process import CONFORMANCE_REPO, ROOT
 
 # the modules below the frontends: they speak Status, never a wire's codes
@@ -56,6 +63,67 @@ def test_both_data_planes_implement_every_method(cls):
         assert inspect.iscoroutinefunction(method), name
         declared = inspect.signature(getattr(DataPlaneAPI, name)).parameters
         assert list(inspect.signature(method).parameters) == list(declared), name
+
+
+def _simple_model() -> ModelVersion:
+    model_dir = CONFORMANCE_REPO / "simple"
+    config = model_config.read_config_file(model_dir / "config.pbtxt")
+    model_config.normalize(config, "simple")
+    return ModelVersion("simple", 1, config, str(model_dir / "1"), str(model_dir))
+
+
+class _Scheduler:
+    """Takes the InferenceRequest that DataPlane.infer submits and answers it at once."""
+
+    def __init__(self):
+        self.submitted: list[InferenceRequest] = []
+
+    def submit(self, ireq: InferenceRequest) -> asyncio.Future:
+        self.submitted.append(ireq)
+        future = asyncio.get_running_loop().create_future()
+        future.set_result([])
+        return future
+
+
+def test_dataplane_normalizes_the_wire_request_and_keeps_what_the_frontend_collected():
+    model = _simple_model()
+    scheduler = _Scheduler()
+    model.scheduler = scheduler
+    dataplane = DataPlane(None, SystemSharedMemoryManager(), None)  # no repository: infer needs none
+    a, b = np.arange(32, dtype=np.int32).reshape(2, 16), np.ones((2, 16), np.int32)
+    wire = WireRequest(
+        model,
+        "req-7",
+        {"INPUT1": WireInput("INT32", [2, 16], b.tobytes()), "INPUT0": WireInput("INT32", [2, 16], a.tobytes())},
+        all_outputs(model)[1:],
+        {"sequence_id": 3},
+        priority=2,
+        timeout_us=5000,
+        emit=print,
+    )
+    assert asyncio.run(dataplane.infer(wire)) == []
+    (ireq,) = scheduler.submitted
+    assert (ireq.model, ireq.id, ireq.parameters, ireq.priority, ireq.timeout_us) == (
+        model,
+        "req-7",
+        {"sequence_id": 3},
+        2,
+        5000,
+    )
+    assert ireq.outputs == wire.outputs and ireq.emit is print and ireq.batch_size == 2 and ireq.arrival_ns > 0
+    assert list(ireq.inputs) == ["INPUT0", "INPUT1"]  # Triton core's order: the reverse of the wire's
+    assert (ireq.inputs["INPUT0"] == a).all() and (ireq.inputs["INPUT1"] == b).all()
+    assert ireq.encode is not None
+    # a request that does not fit the model never reaches the scheduler
+    wire.inputs["INPUT0"].shape = [2, 15]
+    with pytest.raises(InferenceError, match="unexpected shape for input 'INPUT0'") as e:
+        asyncio.run(dataplane.infer(wire))
+    assert e.value.status is Status.INVALID_ARG and len(scheduler.submitted) == 1
+    # nor does any once shutdown has begun
+    dataplane.exiting = True
+    with pytest.raises(InferenceError, match="shutting down") as e:
+        asyncio.run(dataplane.infer(wire))
+    assert e.value.status is Status.UNAVAILABLE
 
 
 @pytest.mark.parametrize("path", FRONTENDS, ids=[p.name for p in FRONTENDS])

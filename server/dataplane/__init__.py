@@ -138,23 +138,25 @@ class DataPlane(DataPlaneAPI):
         is still queued."""
         self.check_accepting()
         inputs, batch_size = normalize(request, self.shm)
+        # Positional, in InferenceRequest's field order: keyword arguments cost ~0.25 us more
+        # per request (measured), as much as the WireRequest itself. The arrival time: the
+        # request enters the server's statistics (success and queue time) now, as in Triton,
+        # where decoding the gRPC message is frontend time outside ModelStatistics: reading a
+        # raw input copies it out of the message (up to ~1 ms for a 16k-row FACILE batch),
+        # which would otherwise be reported as queue time even on an idle server.
         ireq = InferenceRequest(
-            model=request.model,
-            inputs=inputs,
-            outputs=request.outputs,
-            batch_size=batch_size,
-            id=request.id,
-            parameters=request.parameters,
-            priority=request.priority,
-            timeout_us=request.timeout_us,
-            # The request enters the server's statistics (success and queue time) now, as in
-            # Triton, where decoding the gRPC message is frontend time outside
-            # ModelStatistics: reading a raw input copies it out of the message (up to ~1 ms
-            # for a 16k-row FACILE batch), which would otherwise be reported as queue time
-            # even on an idle server.
-            arrival_ns=time.monotonic_ns(),
-            emit=request.emit,
+            request.model,
+            inputs,
+            request.outputs,
+            batch_size,
+            request.id,
+            request.parameters,
+            request.priority,
+            request.timeout_us,
+            time.monotonic_ns(),
         )
+        if request.emit is not None:
+            ireq.emit = request.emit
         # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
         ireq.encode = functools.partial(encode_outputs, ireq, shm=self.shm)
         return await self.submit(ireq)
