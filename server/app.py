@@ -1,5 +1,9 @@
 """The running server: wires the engine (repository), the data plane and the frontends together.
 
+A server that cannot start (a malformed option, an unusable TLS file, a port it cannot bind,
+a model that failed with --exit-on-error) raises ``StartupError``; the command line turns it
+into its ``error:`` line and exit status.
+
 Shutdown (SIGTERM/SIGINT): ServerReady turns false, the gRPC server stops accepting new
 RPCs and lets in-flight ones finish for up to ``exit_timeout_secs``, then the repository
 drains its schedulers and releases the models; the process exits 0.
@@ -16,9 +20,10 @@ from typing import TYPE_CHECKING
 
 from .dataplane import DataPlane
 from .engine.repository import ModelRepository
+from .errors import StartupError
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
-from .frontends.grpc_listener import GrpcListener
+from .frontends.grpc_listener import GrpcListener, grpc_credentials
 from .frontends.http import DEFAULT_MAX_BODY_BYTES, HttpFrontend, MetricsFrontend, http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
@@ -112,7 +117,7 @@ class InferenceServer:
             self.grpc_restrictions = grpc_restrictions(options.grpc_restricted_protocols)
             self.http_restrictions = http_restrictions(options.http_restricted_apis)
         except RestrictionError as e:
-            raise SystemExit(f"error: {e}") from None
+            raise StartupError(str(e)) from None
         self.log_settings = LogSettings(
             options.log_verbose,
             options.log_file,
@@ -169,10 +174,15 @@ class InferenceServer:
         await self.repository.start()
         try:
             if o.exit_on_error and not self.repository.all_ready():
-                raise SystemExit("error: some models failed to load and --exit-on-error is set")
+                raise StartupError("some models failed to load and --exit-on-error is set")
             serve_http = o.allow_http and o.http_port >= 0
             if o.frontend_processes > 1 and (o.allow_grpc or serve_http):
                 from .ipc.supervisor import FrontendSupervisor
+
+                if o.allow_grpc:
+                    # unusable TLS files are named here, once, as the single-process server
+                    # names them, rather than by every frontend process that then fails to start
+                    grpc_credentials(o)
 
                 # the frontend processes serve gRPC and HTTP, each sharing its port
                 self.frontends = FrontendSupervisor(o, self.dataplane)
@@ -213,7 +223,7 @@ class InferenceServer:
             # asyncio rewords the error ("error while attempting to bind on address ...: address
             # already in use"); log the system's text, as tritonserver does
             why = os.strerror(e.errno) if e.errno else str(e)
-            raise SystemExit(f"error: cannot bind {what} to {address}:{port}: {why}") from None
+            raise StartupError(f"cannot bind {what} to {address}:{port}: {why}") from None
 
     async def stop(self) -> None:
         """Drain, then release. Everything shares one --exit-timeout-secs budget: a backend

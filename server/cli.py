@@ -59,6 +59,7 @@ from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 from . import __version__, eventloop  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
 from .engine.repository import CONTROL_MODES  # noqa: E402
+from .errors import StartupError  # noqa: E402
 from .frontends.access import CATEGORIES  # noqa: E402
 
 
@@ -628,6 +629,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the server (or ``pack``, ``doctor``); the process's exit status. The one place a
+    failure to start ends the process: a ``StartupError`` from anywhere below becomes its
+    ``error: <message>`` line on stderr (logged once logging is set up) and status 1."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pack"]:
         # `fpgaserve pack ...`: the model packer (hls4ml conversion), not the server
@@ -644,7 +648,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
     _keep_freed_memory()
     _raise_fd_limit()
-    server = InferenceServer(options_from_args(args))
+    try:
+        server = InferenceServer(options_from_args(args))
+    except StartupError as e:  # a malformed option or TLS file, said before logging is set up
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     for flag, why in ignored_flags_used(args):
         logging.getLogger("fpgaserve").warning(
             "%s is accepted for tritonserver compatibility and ignored: %s", flag, why
@@ -658,10 +666,9 @@ def main(argv: list[str] | None = None) -> int:
         eventloop.run(server.serve_forever(), fast=server.options.frontend_processes > 1)
     except KeyboardInterrupt:
         pass
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            logging.getLogger("fpgaserve").error("%s", e.code)
-            return 1
+    except StartupError as e:
+        logging.getLogger("fpgaserve").error("error: %s", e)
+        return 1
     if server.abandoned:
         # a backend thread is stuck in execute(); interpreter shutdown would wait for it
         logging.shutdown()

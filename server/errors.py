@@ -1,51 +1,84 @@
-"""The one exception type that crosses module boundaries on the request path.
+"""The exceptions that cross module boundaries: ``InferenceError`` on the request path,
+``StartupError`` when the server cannot start.
 
-Triton maps its internal error codes one-to-one onto gRPC status codes (INVALID_ARG ->
-INVALID_ARGUMENT, UNSUPPORTED -> UNIMPLEMENTED), so we carry the gRPC code directly and
-the transport only has to copy it onto the wire.
+``InferenceError`` carries a ``Status`` named after Triton core's error codes
+(``TRITONSERVER_Error_Code``), not a wire's: the engine, the data planes and the IPC channel
+know nothing of gRPC or HTTP, and each frontend maps the status onto its own wire at the edge
+(grpc.py: gRPC status codes, one to one except INVALID_ARG -> INVALID_ARGUMENT and
+UNSUPPORTED -> UNIMPLEMENTED, as Triton's grpc_utils.cc does; http.py: HTTP statuses, as
+Triton's HttpCodeFromError does). Between processes a status travels as its member name.
 """
 
 from __future__ import annotations
 
-from grpc import StatusCode
+import enum
+
+
+class Status(enum.Enum):
+    """What kind of failure an ``InferenceError`` is, in Triton core's terms.
+
+    Triton's own codes, plus PERMISSION_DENIED: a request this server refuses by policy
+    (``--allow-log-file-update``, ``--allow-model-code-upload``), which a client must be able
+    to tell from a malformed one."""
+
+    INVALID_ARG = enum.auto()
+    NOT_FOUND = enum.auto()
+    UNAVAILABLE = enum.auto()
+    INTERNAL = enum.auto()
+    UNSUPPORTED = enum.auto()
+    ALREADY_EXISTS = enum.auto()
+    CANCELLED = enum.auto()
+    PERMISSION_DENIED = enum.auto()
 
 
 class InferenceError(Exception):
-    """An error with the gRPC status code and the exact message Triton would send."""
+    """A failure a client is told about: its status and the exact text Triton would send."""
 
-    __slots__ = ("code", "message")
+    __slots__ = ("message", "status")
 
-    def __init__(self, code: StatusCode, message: str):
+    def __init__(self, status: Status, message: str):
         super().__init__(message)
-        self.code = code
+        self.status = status
         self.message = message
 
     def __repr__(self) -> str:
-        return f"InferenceError({self.code.name}, {self.message!r})"
+        return f"InferenceError({self.status.name}, {self.message!r})"
 
 
 def invalid_argument(message: str) -> InferenceError:
-    return InferenceError(StatusCode.INVALID_ARGUMENT, message)
+    return InferenceError(Status.INVALID_ARG, message)
 
 
 def not_found(message: str) -> InferenceError:
-    return InferenceError(StatusCode.NOT_FOUND, message)
+    return InferenceError(Status.NOT_FOUND, message)
 
 
 def unavailable(message: str) -> InferenceError:
-    return InferenceError(StatusCode.UNAVAILABLE, message)
+    return InferenceError(Status.UNAVAILABLE, message)
 
 
 def internal(message: str) -> InferenceError:
-    return InferenceError(StatusCode.INTERNAL, message)
+    return InferenceError(Status.INTERNAL, message)
 
 
 def unimplemented(message: str) -> InferenceError:
-    return InferenceError(StatusCode.UNIMPLEMENTED, message)
+    """Triton's UNSUPPORTED (gRPC's UNIMPLEMENTED, HTTP 501)."""
+    return InferenceError(Status.UNSUPPORTED, message)
 
 
 def already_exists(message: str) -> InferenceError:
-    return InferenceError(StatusCode.ALREADY_EXISTS, message)
+    return InferenceError(Status.ALREADY_EXISTS, message)
+
+
+def permission_denied(message: str) -> InferenceError:
+    return InferenceError(Status.PERMISSION_DENIED, message)
+
+
+class StartupError(Exception):
+    """The server cannot start (an unusable option, TLS file or address; a model that failed
+    with --exit-on-error). Library code raises it; only the command line (``cli.main``) turns
+    it into the ``error: <message>`` line and exit status 1, so the server can also be
+    started, and its failures caught, from Python."""
 
 
 # Error texts that reach a client are bounded: gRPC carries the status message in a trailer

@@ -18,9 +18,7 @@ import logging
 import sys
 from typing import Any
 
-from grpc import StatusCode
-
-from .errors import InferenceError, escape_control, invalid_argument
+from .errors import escape_control, invalid_argument, permission_denied
 
 LOG_FILE_UPDATE_REFUSED = (
     "changing log_file through LogSettings is disabled on this server "
@@ -118,7 +116,7 @@ class LogSettings:
             raise invalid_argument(f"invalid log format '{value}', expected one of {sorted(_FORMATS)}")
         if key == "log_file" and value != current and not self.allow_log_file_update:
             # PERMISSION_DENIED: the request is well formed, this server does not allow it
-            raise InferenceError(StatusCode.PERMISSION_DENIED, LOG_FILE_UPDATE_REFUSED)
+            raise permission_denied(LOG_FILE_UPDATE_REFUSED)
 
     def apply(self) -> None:
         v = self.values

@@ -35,7 +35,6 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-from grpc import StatusCode
 
 from .errors import (
     InferenceError,
@@ -278,8 +277,7 @@ class SystemSharedMemoryManager:
         view = data.reshape(-1).view(np.uint8).data if isinstance(data, np.ndarray) else memoryview(data).cast("B")
         n = view.nbytes
         if n > byte_size:
-            raise InferenceError(
-                StatusCode.INTERNAL,
+            raise internal(
                 f"shared memory size specified with the request for output '{output}' "
                 f"({byte_size} bytes) should be at least {n} bytes to hold the results",
             )

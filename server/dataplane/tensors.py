@@ -1,11 +1,13 @@
-"""Protocol-free request handling shared by every frontend: the core half of validation
-(``normalize``), BYTES (de)serialization, and output preparation (``encode_outputs``).
+"""Protocol-free request handling shared by every frontend: the wire-neutral request
+(``WireRequest``), the core half of validation (``normalize``), BYTES (de)serialization, and
+output preparation (``encode_outputs``).
 
-A frontend collects a request's wire inputs (its own format: protobuf, JSON, binary
-extension) into ``WireInput``s and the parts every protocol shares into an
-``InferenceRequest``; ``normalize`` then checks them against the model exactly as Triton's
-core does (the order in which errors are found and their texts, see triton-protocol.md) and
-builds numpy views on the bytes.
+A frontend collects a request from its own format (protobuf, JSON, binary extension) into a
+``WireRequest``: its inputs as ``WireInput``s (datatype, shape and the data as sent), and the
+parts every protocol shares, checked in the frontend's order. The data plane behind the seam
+(``DataPlaneAPI.infer``) then calls ``normalize``, which checks the inputs against the model
+exactly as Triton's core does (the order in which errors are found and their texts, see
+triton-protocol.md) and builds numpy views on the bytes. Frontends never normalize.
 
 Zero-copy: raw inputs become ``np.frombuffer`` views on the request's bytes (read once);
 outputs are serialized once with ``tobytes`` (protobuf ``bytes`` fields reject memoryviews).
@@ -13,18 +15,20 @@ outputs are serialized once with ``tobytes`` (protobuf ``bytes`` fields reject m
 
 from __future__ import annotations
 
-import functools
 import struct
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .. import datatypes
-from ..engine.request import EncodedOutput, InferenceRequest, ShmTarget
+from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import invalid_argument
 from ..model_config import TensorSpec
+
+if TYPE_CHECKING:
+    from ..engine.repository import ModelVersion
 
 _U32 = struct.Struct("<I")
 
@@ -44,9 +48,39 @@ class TypedValues(Protocol):
 
 @dataclass
 class WireInput:
+    """One input as the client sent it, not yet checked against the model."""
+
     datatype: str
     shape: list[int]
     data: Any  # bytes | memoryview (raw), TypedValues, or ShmTarget
+
+
+@dataclass(slots=True, eq=False)
+class WireRequest:
+    """An inference request as a frontend collected it: what every wire format carries, with
+    the frontend's own checks done (parameter types, duplicate inputs and outputs, data
+    presence, shared-memory locations) and the inputs not yet validated against the model.
+
+    It is what crosses the seam (``DataPlaneAPI.infer``), in or out of the engine's process;
+    the data plane normalizes it exactly once. The one object a request costs the frontend
+    beyond its wire message: the engine's ``InferenceRequest`` is built from it, after
+    normalizing, only where the request executes.
+    """
+
+    model: ModelVersion  # the snapshot the request was collected (and is normalized) against
+    id: str
+    inputs: dict[str, WireInput]  # in the order they were sent (Triton's texts depend on it)
+    outputs: list[RequestedOutput]  # the model's outputs in its order when none were named
+    parameters: dict[str, Any]  # Triton's and custom ones, passed on to the model
+    priority: int = 0
+    timeout_us: int = 0
+    # decoupled models: called from the instance thread with each response as it comes
+    emit: Callable[[list[EncodedOutput]], object] | None = None
+
+
+def all_outputs(model) -> list[RequestedOutput]:
+    """What a request that names no outputs gets: every output of the model, in its order."""
+    return [RequestedOutput(spec) for spec in model.outputs.values()]
 
 
 def id_prefix(request_id: str) -> str:
@@ -177,15 +211,19 @@ def _check_element_count(shape, dt: datatypes.DataType, in_name: str, model: str
                 )
 
 
-def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm) -> InferenceRequest:
+def normalize(request: WireRequest, shm) -> tuple[dict[str, np.ndarray], int]:
     """The core half of request validation, whatever the wire: counts, names, batch size,
-    then per input datatype, shape, batch dim and byte size, and the numpy views.
+    then per input datatype, shape, batch dim and byte size; Triton's order and texts
+    (triton-protocol.md). Returns the inputs as numpy views (shared-memory ones read through
+    ``shm``), in Triton core's order, and the batch size (1 for a model without batching).
 
-    ``ireq`` carries what the frontend collected (id, parameters, requested outputs);
-    ``received`` the inputs in send order. Triton's order and texts (triton-protocol.md).
+    Called by the data plane that executes or forwards the request, never by a frontend, so
+    each request is validated exactly once.
     """
+    model = request.model
+    received = request.inputs
     name = model.name
-    prefix = id_prefix(ireq.id)
+    prefix = id_prefix(request.id)
     # --- input count, unknown inputs. Triton's core keeps inputs in a hash map whose
     # iteration order is the reverse of insertion, which shows in its texts; we match it.
     order = list(reversed(received))
@@ -231,12 +269,14 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
             batch = shape[0]
         elif shape[0] != batch or batch < 0:
             raise invalid_argument(f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'")
+    batch_size = 1
     if max_batch > 0:
         if batch > max_batch:
             raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
-        ireq.batch_size = batch
+        batch_size = batch
 
     # --- per input, in core order: datatype, shape, batch dim, size; then the numpy view
+    arrays: dict[str, np.ndarray] = {}
     for in_name in order:
         wire = received[in_name]
         datatype, shape, data = wire.datatype, wire.shape, wire.data
@@ -266,7 +306,7 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
                 f"{prefix}unexpected shape for input '{in_name}' for model '{name}'. Expected "
                 f"{_fmt_shape(expected_shape)}, got {_fmt_shape(shape)}." + (_SHAPE_NOTE if max_batch > 0 else " ")
             )
-        if max_batch > 0 and ireq.batch_size < 0:
+        if max_batch > 0 and batch_size < 0:
             # a single input with dim 0 = -1 (Triton overflows here; we name the problem)
             raise invalid_argument(
                 f"{prefix}All input dimensions should be specified for input '{in_name}' for model "
@@ -275,7 +315,7 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
         _check_element_count(shape, dt, in_name, name, prefix)
         # Triton sizes a batch-0 request as if it had no batch dimension
         count = 1
-        for d in dims if max_batch > 0 and ireq.batch_size == 0 else shape:
+        for d in dims if max_batch > 0 and batch_size == 0 else shape:
             count *= d
         if isinstance(data, ShmTarget):
             if dt.wire != "BYTES" and data.byte_size != count * dt.itemsize:
@@ -316,19 +356,12 @@ def normalize(ireq: InferenceRequest, received: dict[str, WireInput], model, shm
                         f"{prefix}input byte size mismatch for input '{in_name}' for model '{name}'. "
                         f"Expected {expected_bytes}, got {array.size * dt.itemsize}"
                     )
-        if max_batch > 0 and ireq.batch_size == 0 and array.size:
+        if max_batch > 0 and batch_size == 0 and array.size:
             # batch 0 with one row's worth of data: passes Triton's size check, but there is no
             # batch to run (what Triton would do next is backend-specific)
             raise invalid_argument(f"{prefix}inference request batch-size must be >= 1 for '{name}'")
-        ireq.inputs[in_name] = array.reshape(shape)
-    # The request enters the server's statistics (success and queue time) now, as in Triton,
-    # where decoding the gRPC message is frontend time outside ModelStatistics: reading a raw
-    # input copies it out of the message (up to ~1 ms for a 16k-row FACILE batch), which would
-    # otherwise be reported as queue time even on an idle server.
-    ireq.arrival_ns = time.monotonic_ns()
-    # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
-    ireq.encode = functools.partial(encode_outputs, shm=shm)
-    return ireq
+        arrays[in_name] = array.reshape(shape)
+    return arrays, batch_size
 
 
 # ----------------------------------------------------------------------------- encode

@@ -28,14 +28,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpc import StatusCode
-
 from fpgaserve.backends import BackendError, backend_class
 from fpgaserve.backends.base import path_inside
 
 from .. import datatypes
 from .. import model_config as mc
-from ..errors import InferenceError, escape_control, internal, invalid_argument, not_found, unavailable
+from ..errors import (
+    InferenceError,
+    escape_control,
+    internal,
+    invalid_argument,
+    not_found,
+    permission_denied,
+    unavailable,
+)
 from .batcher import DynamicBatcher
 from .scheduler import DirectScheduler, ModelInstance, Scheduler
 from .sequence import SequenceBatcher
@@ -472,8 +478,7 @@ class ModelRepository:
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
             if uploaded and cls.executes_model_files and not self.allow_code_upload:
-                raise InferenceError(
-                    StatusCode.PERMISSION_DENIED,
+                raise permission_denied(
                     f"failed to load '{name}': backend '{mc.backend_name(config)}' would run the code in the "
                     "uploaded 'file:' parameters, which this server does not accept (start it with "
                     "--allow-model-code-upload=true to allow it)",

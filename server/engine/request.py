@@ -1,10 +1,11 @@
 """Protocol-free request/response objects that travel from the data plane through the engine.
 
-A frontend's codec and the data plane build an ``InferenceRequest`` (numpy inputs, requested
-outputs, and ``encode``: how this request's outputs are prepared); the scheduler executes it
-(possibly batched with others) and resolves ``future`` with the list of ``EncodedOutput``s
-that ``encode(request, slices)`` made from the request's output slices, in the instance's worker thread, so
-the event loop only copies references into the response message.
+The data plane builds an ``InferenceRequest`` from a normalized ``WireRequest`` where the
+request executes (``DataPlane.infer``, or the engine's IPC server for a frontend process):
+numpy inputs, requested outputs, and ``encode``, how this request's outputs are prepared.
+The scheduler executes it (possibly batched with others) and resolves ``future`` with the
+list of ``EncodedOutput``s that ``encode(request, slices)`` made from its output slices, in the
+instance's worker thread, so the event loop only copies references into the response message.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Handlers are registered with ``grpc.method_handlers_generic_handler`` on message classes from
 our private descriptor pool (fpgaserve.protos), so nothing collides with tritonclient's
-generated modules. Tensor work is the codec's, model lifecycle the repository's, execution the
-scheduler's.
+generated modules. This module and its codec only speak the wire: everything else is behind
+``DataPlaneAPI``, the same for both protocols and in or out of the engine's process.
 
 Every RPC goes through one wrapper (``_guard_*``), which is where a hostile or broken client
 meets the server:
@@ -13,18 +13,22 @@ meets the server:
 * bytes that do not parse as the RPC's message become INVALID_ARGUMENT (gRPC's own
   deserializer failure would be UNKNOWN with a Python exception text); over ModelStreamInfer
   they get an in-stream error response, with the request id when it can be read;
-* ``InferenceError`` becomes its status code and text; anything else is a bug of ours and
-  becomes INTERNAL with a plain text (logged with its traceback), never UNKNOWN or a repr;
-* every text sent is bounded (``errors.bound_message``).
+* an exception becomes what ``common.failure`` says, as over HTTP: an ``InferenceError`` its
+  own status and text, anything else (a bug of ours) INTERNAL with a plain text, logged with
+  its traceback, never UNKNOWN or a repr; every text bounded. The status's gRPC code is
+  ``GRPC_STATUS``'s, the only place statuses meet gRPC codes.
+
+Statistics, model metadata and load parameters are ``common``'s too, shared with HTTP; this
+module only renders them as messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import grpc
+from google.protobuf import json_format
 
 from fpgaserve.protos import (
     HEALTH_SERVICE_NAME,
@@ -38,13 +42,11 @@ from fpgaserve.protos import (
     inference as pb,
 )
 
-from ..dataplane import DataPlane
-from ..errors import InferenceError, bound_message, internal, invalid_argument, unimplemented
+from ..dataplane.api import DataPlaneAPI
+from ..errors import InferenceError, Status, invalid_argument, unimplemented
+from . import common
 from . import grpc_codec as codec
 from .access import GRPC_METHOD_CATEGORIES, Restriction
-
-if TYPE_CHECKING:  # the same API, served by the engine (--frontend-processes > 1)
-    from ..ipc.remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.grpc")
 
@@ -53,14 +55,22 @@ _NOT_SERVING = health_pb.HealthCheckResponse.NOT_SERVING
 _UNKNOWN = health_pb.HealthCheckResponse.UNKNOWN
 
 
+# Status -> gRPC code: one to one, but INVALID_ARG -> INVALID_ARGUMENT and UNSUPPORTED ->
+# UNIMPLEMENTED, as Triton's grpc_utils.cc maps its core codes
+GRPC_STATUS = {
+    Status.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Status.CANCELLED: grpc.StatusCode.CANCELLED,
+    Status.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+}
+
 _MALFORMED_ID_LIMIT = 256  # characters of a salvaged request id echoed in an error
 MAX_STREAM_IN_FLIGHT = 1024  # requests per ModelStreamInfer stream not yet answered on the wire
 _ANSWERED = object()  # queued after a stream request's last response
-
-
-def _fill_stat(dst, src) -> None:
-    dst.count = src.count
-    dst.ns = src.ns
 
 
 def _salvage_request_id(data: bytes) -> str:
@@ -141,17 +151,6 @@ def _granted(context, restriction: Restriction) -> bool:
     return False
 
 
-def _failure(method: str, e: Exception) -> InferenceError:
-    """An exception that is not an InferenceError is a bug of ours: log it, answer INTERNAL."""
-    if isinstance(e, InferenceError):
-        return e
-    if isinstance(e, MemoryError):
-        log.error("%s: out of memory", method)
-        return InferenceError(grpc.StatusCode.UNAVAILABLE, "the server ran out of memory handling the request")
-    log.error("%s failed unexpectedly", method, exc_info=e)
-    return internal(f"internal error in {method} ({type(e).__name__}); the server log has the details")
-
-
 async def _admit(context, restriction: Restriction | None, request) -> None:
     """Every RPC's prologue: the protocol restriction first (Triton checks it before it
     reads the request), then the request must have parsed (a stream's iterator always has)."""
@@ -169,8 +168,8 @@ def _guard_unary(method: str, fn, restriction: Restriction | None):
         except grpc.aio.AbortError:
             raise
         except Exception as e:
-            err = _failure(method, e)
-        await context.abort(err.code, bound_message(err.message))
+            err = common.failure(method, e, log)
+        await context.abort(GRPC_STATUS[err.status], err.message)
 
     return handler
 
@@ -187,8 +186,8 @@ def _guard_stream(method: str, fn, restriction: Restriction | None):
         except grpc.aio.AbortError:
             raise
         except Exception as e:
-            err = _failure(method, e)
-        await context.abort(err.code, bound_message(err.message))
+            err = common.failure(method, e, log)
+        await context.abort(GRPC_STATUS[err.status], err.message)
 
     return handler
 
@@ -214,7 +213,7 @@ class InferenceServicer:
     """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
     turn errors into statuses (or in-stream error responses)."""
 
-    def __init__(self, dataplane: DataPlane | RemoteDataPlane):
+    def __init__(self, dataplane: DataPlaneAPI):
         self.dataplane = dataplane
 
     # ------------------------------------------------------------------ health
@@ -236,20 +235,8 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ model info
     async def ModelMetadata(self, request, context):
-        model = await self.dataplane.model(request.name, request.version)
-        response = pb.ModelMetadataResponse(
-            name=model.name,
-            versions=[str(v) for v in await self.dataplane.ready_versions(model.name)],
-            platform=model.platform,
-        )
-        batch = [-1] if model.max_batch_size > 0 else []
-        for specs, dst in ((model.inputs, response.inputs), (model.outputs, response.outputs)):
-            for spec in specs.values():
-                t = dst.add()
-                t.name = spec.name
-                t.datatype = spec.datatype.wire
-                t.shape.extend(batch + list(spec.dims))
-        return response
+        metadata = await common.model_metadata(self.dataplane, request.name, request.version)
+        return json_format.ParseDict(metadata, pb.ModelMetadataResponse())
 
     async def ModelConfig(self, request, context):
         model = await self.dataplane.model(request.name, request.version)
@@ -258,36 +245,15 @@ class InferenceServicer:
         return response
 
     async def ModelStatistics(self, request, context):
-        response = pb.ModelStatisticsResponse()
-        for mv in await self.dataplane.statistics(request.name, request.version):
-            s = mv.stats
-            ms = response.model_stats.add()
-            ms.name = mv.name
-            ms.version = mv.version_str
-            ms.last_inference = s.last_inference_ms
-            ms.inference_count = s.inference_count
-            ms.execution_count = s.execution_count
-            st = ms.inference_stats
-            for field in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
-                _fill_stat(getattr(st, field), getattr(s, field))
-            for size in sorted(s.batch_stats):
-                b = s.batch_stats[size]
-                bs = ms.batch_stats.add()
-                bs.batch_size = size
-                _fill_stat(bs.compute_input, b.compute_input)
-                _fill_stat(bs.compute_infer, b.compute_infer)
-                _fill_stat(bs.compute_output, b.compute_output)
-        return response
+        rows = await common.model_statistics(self.dataplane, request.name, request.version)
+        return json_format.ParseDict({"model_stats": rows}, pb.ModelStatisticsResponse())
 
     # ------------------------------------------------------------------ inference
     async def _infer(self, request, model):
-        """Decode against the model, execute, await the encoded outputs. Raises InferenceError."""
-        self.dataplane.check_accepting()
-        ireq = codec.decode_request(request, model, self.dataplane.shm)
-        return await self.dataplane.infer(ireq)
+        """Collect against the model, execute, await the encoded outputs. Raises InferenceError."""
+        return await self.dataplane.infer(codec.collect(request, model, self.dataplane.shm))
 
     async def ModelInfer(self, request, context):
-        self.dataplane.check_accepting()
         model = await self.dataplane.model(request.model_name, request.model_version)
         if model.decoupled:
             raise unimplemented("ModelInfer RPC doesn't support models with decoupled transaction policy")
@@ -298,8 +264,7 @@ class InferenceServicer:
         """Stream each response of a decoupled model as the model yields it; then an empty
         final response if the client asked for one (triton_enable_empty_final_response)."""
         loop = asyncio.get_running_loop()
-        self.dataplane.check_accepting()
-        ireq = codec.decode_request(request, model, self.dataplane.shm)
+        wire = codec.collect(request, model, self.dataplane.shm)
 
         def put(encoded):
             msg = pb.ModelStreamInferResponse()
@@ -307,9 +272,9 @@ class InferenceServicer:
             responses.put_nowait((msg, None))
 
         # called from the instance thread; call_soon_threadsafe keeps the order
-        ireq.emit = lambda encoded: loop.call_soon_threadsafe(put, encoded)
-        await self.dataplane.infer(ireq)
-        if ireq.parameters.get("triton_enable_empty_final_response"):
+        wire.emit = lambda encoded: loop.call_soon_threadsafe(put, encoded)
+        await self.dataplane.infer(wire)
+        if wire.parameters.get("triton_enable_empty_final_response"):
             msg = pb.ModelStreamInferResponse()
             msg.infer_response.CopyFrom(codec.build_response(model, request.id, [], final_flag=True))
             responses.put_nowait((msg, None))
@@ -355,9 +320,9 @@ class InferenceServicer:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                err = _failure("ModelStreamInfer", e)
+                err = common.failure("ModelStreamInfer", e, log)
                 # Triton 2.51 echoes only the id with an in-stream error
-                msg = pb.ModelStreamInferResponse(error_message=bound_message(err.message))
+                msg = pb.ModelStreamInferResponse(error_message=err.message)
                 msg.infer_response.id = request.id
                 responses.put_nowait((msg, err))
 
@@ -404,8 +369,7 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ repository
     async def RepositoryIndex(self, request, context):
-        if request.repository_name:
-            raise unimplemented("'repository_name' specification is not supported")
+        common.refuse_repository_name(request.repository_name)
         response = pb.RepositoryIndexResponse()
         rows = await self.dataplane.repository_index(request.ready)
         for name, version, state, reason in rows:
@@ -414,28 +378,13 @@ class InferenceServicer:
         return response
 
     async def RepositoryModelLoad(self, request, context):
-        if request.repository_name:
-            raise unimplemented("'repository_name' specification is not supported")
-        config_json = None
-        files: dict[str, bytes] = {}
-        for key, p in request.parameters.items():
-            kind = p.WhichOneof("parameter_choice")
-            if key == "config":
-                if kind != "string_param":
-                    raise invalid_argument("invalid value type for load parameter 'config', expected string_param.")
-                config_json = p.string_param
-            elif key.startswith("file:"):
-                if kind != "bytes_param":
-                    raise invalid_argument(f"invalid value type for load parameter '{key}', expected bytes_param.")
-                files[key[len("file:") :]] = p.bytes_param
-            else:
-                raise invalid_argument(f"unrecognized load parameter '{key}'.")
-        await self.dataplane.load(request.model_name, config_json, files or None)
+        common.refuse_repository_name(request.repository_name)
+        config_json, files = common.load_parameters(request.parameters.items(), _config_param, _file_param)
+        await self.dataplane.load(request.model_name, config_json, files)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):
-        if request.repository_name:
-            raise unimplemented("'repository_name' specification is not supported")
+        common.refuse_repository_name(request.repository_name)
         await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
@@ -495,6 +444,18 @@ class InferenceServicer:
     # ------------------------------------------------------------------ registration
     def generic_handler(self, restrictions: dict[str, Restriction] | None = None):
         return _generic_handler(SERVICE_NAME, self, restrictions or {})
+
+
+def _config_param(key: str, p) -> str:
+    if p.WhichOneof("parameter_choice") != "string_param":
+        raise invalid_argument(f"invalid value type for load parameter '{key}', expected string_param.")
+    return p.string_param
+
+
+def _file_param(key: str, p) -> bytes:
+    if p.WhichOneof("parameter_choice") != "bytes_param":
+        raise invalid_argument(f"invalid value type for load parameter '{key}', expected bytes_param.")
+    return p.bytes_param
 
 
 def _setting(value):

@@ -1,7 +1,8 @@
-"""gRPC wire format: ModelInferRequest -> InferenceRequest, encoded outputs -> ModelInferResponse.
+"""gRPC wire format: ModelInferRequest -> WireRequest, encoded outputs -> ModelInferResponse.
 
 ``collect`` is the frontend half of decoding (protobuf parameters, raw vs typed vs shared
-memory, requested outputs); ``tensors.normalize`` the protocol-free core half.
+memory, requested outputs); the data plane does the protocol-free core half
+(``tensors.normalize``) behind ``DataPlaneAPI.infer``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from ..dataplane.tensors import (
     RESERVED_PARAMETER_ERROR,
     SPARE_INPUTS,
     WireInput,
+    WireRequest,
+    all_outputs,
     id_prefix,
-    normalize,
 )
-from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
+from ..engine.request import EncodedOutput, RequestedOutput, ShmTarget
 from ..errors import invalid_argument
 
 
@@ -30,7 +32,7 @@ def parameter_value(p) -> Any:
     return None if kind is None else getattr(p, kind)
 
 
-def _request_parameters(request, ireq: InferenceRequest) -> None:
+def _request_parameters(request, wire: WireRequest) -> None:
     for key, p in request.parameters.items():
         kind = p.WhichOneof("parameter_choice")
         value: Any = None if kind is None else getattr(p, kind)
@@ -49,11 +51,11 @@ def _request_parameters(request, ireq: InferenceRequest) -> None:
                 )
             if value < 0:
                 raise invalid_argument("invalid value for 'priority', expected value >= 0.")
-            ireq.priority = int(value)
+            wire.priority = int(value)
         elif key == "timeout":
             if kind != "int64_param":
                 raise invalid_argument("invalid value type for 'timeout' parameter, expected int64_param.")
-            ireq.timeout_us = max(0, int(value))
+            wire.timeout_us = max(0, int(value))
         elif key.startswith("triton_"):
             if key not in ALLOWED_TRITON_PARAMETERS:
                 raise invalid_argument(RESERVED_PARAMETER_ERROR)
@@ -64,7 +66,7 @@ def _request_parameters(request, ireq: InferenceRequest) -> None:
             raise invalid_argument(
                 f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
             )
-        ireq.parameters[key] = value
+        wire.parameters[key] = value
 
 
 def _tensor_shm(params, tensor: str) -> ShmTarget | None:
@@ -152,15 +154,17 @@ class _PbTypedValues:
         return _typed_contents(self.contents, dt)
 
 
-def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]]:
-    """The frontend half of decoding a ModelInferRequest, in Triton 2.51's order: parameters;
-    per input in send order: duplicates, raw/typed mixing, data presence, shared-memory
-    location; then the requested outputs. The core half is ``tensors.normalize``."""
+def collect(request, model, shm) -> WireRequest:
+    """The frontend half of decoding a ModelInferRequest against ``model`` (a snapshot), in
+    Triton 2.51's order: parameters; per input in send order: duplicates, raw/typed mixing,
+    data presence, shared-memory location; then the requested outputs. The core half is
+    the data plane's (``tensors.normalize``, in ``DataPlaneAPI.infer``)."""
     name = model.name
-    ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1, id=request.id)
+    received: dict[str, WireInput] = {}
+    wire = WireRequest(model, request.id, received, [], {})
     prefix = id_prefix(request.id)
     if request.parameters:
-        _request_parameters(request, ireq)
+        _request_parameters(request, wire)
 
     if len(request.inputs) > len(model.inputs) + SPARE_INPUTS:
         # far more inputs than the model has: answered before a per-input walk (Python work
@@ -180,7 +184,6 @@ def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]
     # --- frontend: collect inputs (raw vs typed vs shm)
     raw_contents = request.raw_input_contents  # read the repeated field once
     has_raw = len(raw_contents) > 0
-    received: dict[str, WireInput] = {}
     data: Any  # raw bytes, typed values or a shared-memory location
     raw_index = 0
     for tensor in request.inputs:
@@ -245,16 +248,8 @@ def collect(request, model, shm) -> tuple[InferenceRequest, dict[str, WireInput]
                     f"class result not available for output '{out.name}' due to unsupported type '{spec.datatype.wire}'"
                 )
         requested.append(RequestedOutput(spec, target, k))
-    if not requested:
-        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
-    ireq.outputs = requested
-    return ireq, received
-
-
-def decode_request(request, model, shm) -> InferenceRequest:
-    """Validate ``request`` against ``model`` (a model snapshot) and build the numpy views."""
-    ireq, received = collect(request, model, shm)
-    return normalize(ireq, received, model, shm)
+    wire.outputs = requested or all_outputs(model)
+    return wire
 
 
 def build_response(model, request_id: str, encoded: list[EncodedOutput], final_flag: bool | None = None):

@@ -12,6 +12,7 @@ import ssl
 
 import grpc
 
+from ..errors import StartupError
 from .access import Restriction
 from .grpc import HealthServicer, InferenceServicer
 
@@ -51,18 +52,19 @@ def _bind_error(address: str, port: int) -> str:
 
 
 def grpc_credentials(o) -> grpc.ServerCredentials | None:
-    """TLS as tritonserver configures it (--grpc-use-ssl[-mutual], PEM files); None = plaintext."""
+    """TLS as tritonserver configures it (--grpc-use-ssl[-mutual], PEM files); None = plaintext.
+    A missing or unusable file is a ``StartupError`` that names it."""
     if not o.grpc_use_ssl:
         return None
 
     def read(flag: str, path: str) -> bytes:
         if not path:
-            raise SystemExit(f"error: --grpc-use-ssl needs {flag}")
+            raise StartupError(f"--grpc-use-ssl needs {flag}")
         try:
             with open(path, "rb") as f:
                 return f.read()
         except OSError as e:
-            raise SystemExit(f"error: cannot read {flag} {path}: {e.strerror}") from None
+            raise StartupError(f"cannot read {flag} {path}: {e.strerror}") from None
 
     cert = read("--grpc-server-cert", o.grpc_server_cert)
     key = read("--grpc-server-key", o.grpc_server_key)
@@ -74,15 +76,15 @@ def grpc_credentials(o) -> grpc.ServerCredentials | None:
         context.load_cert_chain(o.grpc_server_cert, o.grpc_server_key)
     except (ssl.SSLError, OSError) as e:
         why = e.reason if isinstance(e, ssl.SSLError) else e
-        raise SystemExit(
-            f"error: --grpc-server-cert {o.grpc_server_cert} and --grpc-server-key {o.grpc_server_key} "
+        raise StartupError(
+            f"--grpc-server-cert {o.grpc_server_cert} and --grpc-server-key {o.grpc_server_key} "
             f"are not a PEM certificate chain and its private key ({why})"
         ) from None
     if root is not None:
         try:
             context.load_verify_locations(cadata=root.decode("ascii", "replace"))
         except (ssl.SSLError, ValueError) as e:
-            raise SystemExit(f"error: --grpc-root-cert {o.grpc_root_cert} holds no PEM CA certificate ({e})") from None
+            raise StartupError(f"--grpc-root-cert {o.grpc_root_cert} holds no PEM CA certificate ({e})") from None
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=root, require_client_auth=o.grpc_use_ssl_mutual)
 
 
@@ -148,6 +150,8 @@ class GrpcListener:
         )
 
     async def start(self, announce: bool = True) -> int:
+        """Bind and start serving; the port bound. ``StartupError`` (naming the address and the
+        system's reason) when TLS is unusable or the address cannot be bound."""
         o = self.options
         credentials = grpc_credentials(o)
         self._grpc = grpc.aio.server(options=self._grpc_options())
@@ -161,7 +165,7 @@ class GrpcListener:
         try:
             addresses = resolve_bind_address(o.grpc_address)
         except socket.gaierror as e:
-            raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{o.grpc_port}: {e.strerror}") from None
+            raise StartupError(f"cannot bind gRPC to {o.grpc_address}:{o.grpc_port}: {e.strerror}") from None
         port = o.grpc_port
         for address in addresses:
             try:
@@ -175,7 +179,7 @@ class GrpcListener:
                 # grpcio says only "Failed to bind"; a plain socket tells why in the system's
                 # words ("Address already in use", which cmsTriton watches for to retry on
                 # other ports)
-                raise SystemExit(f"error: cannot bind gRPC to {o.grpc_address}:{port}: {_bind_error(address, port)}")
+                raise StartupError(f"cannot bind gRPC to {o.grpc_address}:{port}: {_bind_error(address, port)}")
             port = bound  # port 0: the other addresses of the name take the same port
         self.port = port
         await self._grpc.start()

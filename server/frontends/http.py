@@ -1,11 +1,12 @@
 """HTTP/REST: the KServe v2 protocol with Triton's extensions, on aiohttp's HTTP server.
 
-``HttpFrontend`` is the gRPC frontend's sibling over the same data plane (``DataPlane`` in the
-engine's process, ``RemoteDataPlane`` in a frontend process): validation, errors, scheduling,
-statistics and shared memory are the data plane's and ``tensors.normalize``'s; this module
-only speaks the wire (routes as Triton's ``http_server.cc`` matches them, JSON and binary
-bodies, compression, status codes). ``MetricsFrontend`` serves Prometheus ``/metrics`` on the
-same server machinery.
+``HttpFrontend`` is the gRPC frontend's sibling over the same ``DataPlaneAPI`` (``DataPlane`` in
+the engine's process, ``RemoteDataPlane`` in a frontend process): validation, scheduling and
+shared memory are the data plane's; statistics, model metadata, load parameters and failure
+mapping are ``common``'s, shared with gRPC; this module only speaks the wire
+(routes as Triton's ``http_server.cc`` matches them, JSON and binary bodies, compression,
+status codes: ``HTTP_STATUS`` is the only place statuses meet HTTP's). ``MetricsFrontend``
+serves Prometheus ``/metrics`` on the same server machinery.
 
 aiohttp's low-level server (``web.Server``) parses HTTP/1.1 (llhttp, in C), keeps connections
 alive, reads chunked bodies; routing is a handful of string comparisons here, not a router.
@@ -31,23 +32,27 @@ import re
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
 import orjson
 from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 from google.protobuf.descriptor import FieldDescriptor
-from grpc import StatusCode
 
-from ..dataplane.tensors import normalize
-from ..errors import InferenceError, bound_message, escape_control, internal, invalid_argument, unimplemented
+from ..dataplane.api import DataPlaneAPI
+from ..errors import (
+    InferenceError,
+    StartupError,
+    Status,
+    bound_message,
+    escape_control,
+    invalid_argument,
+    unimplemented,
+)
+from . import common
 from . import http_codec as codec
 from .access import Restriction
-
-if TYPE_CHECKING:
-    from ..dataplane import DataPlane
-    from ..ipc.remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.http")
 
@@ -58,12 +63,17 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # tritonserver's --http-max-input-siz
 DEFAULT_MAX_CONNECTIONS = 1024
 _OFFLOAD_BYTES = 256 * 1024  # (de)compressing more than this runs off the event loop
 
-_HTTP_STATUS = {
-    StatusCode.INTERNAL: 500,
-    StatusCode.NOT_FOUND: 404,
-    StatusCode.UNAVAILABLE: 503,
-    StatusCode.UNIMPLEMENTED: 501,
-}  # anything else is 400, as Triton's HttpCodeFromError has it
+# Status -> HTTP status, as Triton's HttpCodeFromError maps its core codes (400 for the rest)
+HTTP_STATUS = {
+    Status.INVALID_ARG: 400,
+    Status.NOT_FOUND: 404,
+    Status.UNAVAILABLE: 503,
+    Status.INTERNAL: 500,
+    Status.UNSUPPORTED: 501,
+    Status.ALREADY_EXISTS: 400,
+    Status.CANCELLED: 400,
+    Status.PERMISSION_DENIED: 400,
+}
 
 _JSON = "application/json"
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
@@ -72,27 +82,23 @@ _NOT_FOUND = b'{"error":"Not Found"}'
 
 def http_ssl_context(o) -> ssl.SSLContext | None:
     """HTTPS from --http-use-ssl, --http-server-cert, --http-server-key; None = plain HTTP.
-    Unusable files end the server at start with a line that names them."""
+    Unusable files are a ``StartupError`` that names them."""
     if not o.http_use_ssl:
         return None
     for flag, path in (("--http-server-cert", o.http_server_cert), ("--http-server-key", o.http_server_key)):
         if not path:
-            raise SystemExit(f"error: --http-use-ssl needs {flag}")
+            raise StartupError(f"--http-use-ssl needs {flag}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(o.http_server_cert, o.http_server_key)
     except (ssl.SSLError, OSError) as e:
         why = e.reason if isinstance(e, ssl.SSLError) else (e.strerror or e)
-        raise SystemExit(
-            f"error: --http-server-cert {o.http_server_cert} and --http-server-key {o.http_server_key} "
+        raise StartupError(
+            f"--http-server-cert {o.http_server_cert} and --http-server-key {o.http_server_key} "
             f"are not a usable PEM certificate chain and private key ({why})"
         ) from None
     return context
-
-
-def http_status(code: StatusCode) -> int:
-    return _HTTP_STATUS.get(code, 400)
 
 
 class HttpReject(Exception):
@@ -112,15 +118,8 @@ def error_response(status: int, text: str) -> web.Response:
     return web.Response(status=status, body=orjson.dumps({"error": bound_message(text)}), content_type=_JSON)
 
 
-def _failure(where: str, e: Exception) -> web.Response:
-    if isinstance(e, InferenceError):
-        return error_response(http_status(e.code), e.message)
-    if isinstance(e, MemoryError):
-        log.error("%s: out of memory", where)
-        return error_response(503, "the server ran out of memory handling the request")
-    log.error("%s failed unexpectedly", where, exc_info=e)
-    err = internal(f"internal error in {where} ({type(e).__name__}); the server log has the details")
-    return error_response(500, err.message)
+def inference_error_response(e: InferenceError) -> web.Response:
+    return error_response(HTTP_STATUS[e.status], e.message)
 
 
 # ----------------------------------------------------------------------------- connections
@@ -376,8 +375,8 @@ def _field_value(fd, value):
 # ----------------------------------------------------------------------------- the API
 
 
-def _stat(d) -> dict:
-    return {"count": d.count, "ns": d.ns}
+# what Triton's HTTP statistics always show and fpgaserve does not measure (no response cache)
+_UNMEASURED_INFER_STATS = {"cache_hit": {"count": 0, "ns": 0}, "cache_miss": {"count": 0, "ns": 0}}
 
 
 class HttpFrontend:
@@ -385,7 +384,7 @@ class HttpFrontend:
 
     def __init__(
         self,
-        dataplane: DataPlane | RemoteDataPlane,
+        dataplane: DataPlaneAPI,
         restrictions: dict[str, Restriction] | None = None,
         *,
         header_timeout_s: float = 10.0,
@@ -429,7 +428,9 @@ class HttpFrontend:
             response.force_close()
             return response
         except Exception as e:
-            return _failure(f"{request.method} {escape_control(request.path[:200])}", e)
+            return inference_error_response(
+                common.failure(f"{request.method} {escape_control(request.path[:200])}", e, log)
+            )
         if request.method == "CONNECT":  # the parser now treats the connection as a tunnel
             response.force_close()
         return response
@@ -543,7 +544,7 @@ class HttpFrontend:
         try:
             return await fn(request, body, *args)
         except InferenceError as e:
-            return error_response(http_status(e.code), e.message)
+            return inference_error_response(e)
 
     # ------------------------------------------------------------------ health
     async def _health(self, request, kind: str) -> web.StreamResponse:
@@ -567,7 +568,7 @@ class HttpFrontend:
         try:
             ready = await self.dataplane.model_ready(name, version)
         except InferenceError as e:
-            return error_response(http_status(e.code), e.message)
+            return inference_error_response(e)
         if not ready:
             return error_response(400, "Model version not ready")
         return web.Response(status=200, content_type="text/plain")
@@ -579,57 +580,18 @@ class HttpFrontend:
         return json_response({"name": info.name, "version": info.version, "extensions": extensions})
 
     async def _model_metadata(self, request, body, name: str, version: str) -> web.Response:
-        model = await self.dataplane.model(name, version)
-        batch = [-1] if model.max_batch_size > 0 else []
-
-        def tensors(specs):
-            return [
-                {"name": s.name, "datatype": s.datatype.wire, "shape": batch + list(s.dims)} for s in specs.values()
-            ]
-
-        return json_response(
-            {
-                "name": model.name,
-                "versions": [str(v) for v in await self.dataplane.ready_versions(model.name)],
-                "platform": model.platform,
-                "inputs": tensors(model.inputs),
-                "outputs": tensors(model.outputs),
-            }
-        )
+        return json_response(await common.model_metadata(self.dataplane, name, version))
 
     async def _model_config(self, request, body, name: str, version: str) -> web.Response:
         model = await self.dataplane.model(name, version)
         return json_response(message_json(model.config))
 
     async def _stats(self, request, body, name: str, version: str) -> web.Response:
-        stats = []
-        for mv in await self.dataplane.statistics(name, version):
-            s = mv.stats
-            stats.append(
-                {
-                    "name": mv.name,
-                    "version": mv.version_str,
-                    "last_inference": s.last_inference_ms,
-                    "inference_count": s.inference_count,
-                    "execution_count": s.execution_count,
-                    "inference_stats": {
-                        f: _stat(getattr(s, f))
-                        for f in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-                    }
-                    | {"cache_hit": {"count": 0, "ns": 0}, "cache_miss": {"count": 0, "ns": 0}},
-                    "batch_stats": [
-                        {
-                            "batch_size": size,
-                            "compute_input": _stat(s.batch_stats[size].compute_input),
-                            "compute_infer": _stat(s.batch_stats[size].compute_infer),
-                            "compute_output": _stat(s.batch_stats[size].compute_output),
-                        }
-                        for size in sorted(s.batch_stats)
-                    ],
-                    "memory_usage": [],
-                }
-            )
-        return json_response({"model_stats": stats})
+        rows = await common.model_statistics(self.dataplane, name, version)
+        for row in rows:
+            row["inference_stats"] |= _UNMEASURED_INFER_STATS
+            row["memory_usage"] = []
+        return json_response({"model_stats": rows})
 
     # ------------------------------------------------------------------ repository
     @staticmethod
@@ -662,8 +624,7 @@ class HttpFrontend:
         return json_response(rows)
 
     async def _control(self, request, body, repo: str, name: str, action: str) -> web.Response:
-        if repo:
-            raise unimplemented("'repository_name' specification is not supported")
+        common.refuse_repository_name(repo)
         if action == "unload":
             req = self._json_body(body, "unload model")
             params = req.get("parameters") or {}
@@ -672,24 +633,13 @@ class HttpFrontend:
             await self.dataplane.unload(name)
             return web.Response(status=200, content_type=_JSON)
         req = self._json_body(body, "load model")
-        config_json = None
-        files: dict[str, bytes] = {}
         params = req.get("parameters", {})
         if not isinstance(params, dict):
             raise invalid_argument(f"Unable to parse 'parameters': {codec._NOT_OBJECT}")
-        for key, value in params.items():
-            if not isinstance(value, str):
-                raise invalid_argument(f"Unable to parse '{key}': {codec._NOT_STRING}")
-            if key == "config":
-                config_json = value
-            elif key.startswith("file:"):
-                try:
-                    files[key[len("file:") :]] = base64.b64decode(value, validate=True)
-                except (binascii.Error, ValueError):
-                    raise invalid_argument(f"unable to decode base64 content of '{key}'") from None
-            else:
-                raise invalid_argument(f"unrecognized load parameter '{key}'.")
-        await self.dataplane.load(name, config_json, files or None)
+        # every value is a JSON string, checked as it is reached (before its key's meaning)
+        strings = ((key, codec.as_string(value, key)) for key, value in params.items())
+        config_json, files = common.load_parameters(strings, _config_text, _file_bytes)
+        await self.dataplane.load(name, config_json, files)
         return web.Response(status=200, content_type=_JSON)
 
     # ------------------------------------------------------------------ shared memory
@@ -748,7 +698,6 @@ class HttpFrontend:
     async def _infer(self, request: web.BaseRequest, name: str, version: str) -> web.StreamResponse:
         dp = self.dataplane
         try:
-            dp.check_accepting()
             model = await dp.model(name, version)
             if model.decoupled:
                 raise unimplemented("HTTP end point doesn't support models with decoupled transaction policy")
@@ -765,16 +714,15 @@ class HttpFrontend:
             mv = memoryview(body)
             header_length = _header_length(request.headers.get(codec.HEADER_LENGTH), len(body))
             if header_length == 0:
-                ireq, received, plan = codec.collect_raw(mv, model)
+                wire, plan = codec.collect_raw(mv, model)
             else:
                 header = codec.parse_json(mv[:header_length])
-                ireq, received, plan = codec.collect(header, mv[header_length:], model, dp.shm)
-            ireq = normalize(ireq, received, model, dp.shm)
-            encoded = await dp.infer(ireq)
-            shm_outputs = {o.spec.name for o in ireq.outputs if o.shm is not None}
-            head, binaries = codec.build_response(model, ireq.id, encoded, plan, shm_outputs)
+                wire, plan = codec.collect(header, mv[header_length:], model, dp.shm)
+            encoded = await dp.infer(wire)
+            shm_outputs = {o.spec.name for o in wire.outputs if o.shm is not None}
+            head, binaries = codec.build_response(model, wire.id, encoded, plan, shm_outputs)
         except InferenceError as e:
-            return error_response(http_status(e.code), e.message)
+            return inference_error_response(e)
         headers = {}
         if binaries:
             headers[codec.HEADER_LENGTH] = str(len(head))
@@ -801,6 +749,18 @@ class HttpFrontend:
         await response.write(binaries[0])
         await response.write_eof()
         return response
+
+
+def _config_text(key: str, value: str) -> str:
+    return value
+
+
+def _file_bytes(key: str, value: str) -> bytes:
+    """A ``file:`` load parameter: its content, base64."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_argument(f"unable to decode base64 content of '{key}'") from None
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")

@@ -2,8 +2,9 @@
 
 ``collect`` is the frontend half of decoding an inference body -- the JSON header, binary
 tensors after it (``Inference-Header-Content-Length``), shared-memory locations -- into the
-same ``WireInput``s the gRPC codec builds; ``tensors.normalize`` then validates them against
-the model with the texts every frontend shares. ``build_response`` turns encoded outputs
+same ``WireRequest`` the gRPC codec builds; the data plane then validates it against the
+model (``tensors.normalize``, behind ``DataPlaneAPI.infer``) with the texts every frontend
+shares. ``build_response`` turns encoded outputs
 back into a JSON header plus the binary outputs that follow it.
 
 Every value comes from a client: sizes are checked against the bytes present before
@@ -24,10 +25,12 @@ from ..dataplane.tensors import (
     ALLOWED_TRITON_PARAMETERS,
     SPARE_INPUTS,
     WireInput,
+    WireRequest,
+    all_outputs,
     deserialize_bytes,
     id_prefix,
 )
-from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
+from ..engine.request import EncodedOutput, RequestedOutput, ShmTarget
 from ..errors import InferenceError, invalid_argument
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -176,7 +179,7 @@ class OutputPlan:
         return self.binary.get(name, self.default_binary)
 
 
-def _request_parameters(params, ireq: InferenceRequest, plan: OutputPlan) -> None:
+def _request_parameters(params, wire: WireRequest, plan: OutputPlan) -> None:
     if not isinstance(params, dict):
         raise invalid_argument(f"failed to get request params.: {_NOT_OBJECT}")
     for key, value in params.items():
@@ -188,9 +191,9 @@ def _request_parameters(params, ireq: InferenceRequest, plan: OutputPlan) -> Non
         elif key in ("sequence_start", "sequence_end"):
             value = as_bool(value, key)
         elif key == "priority":
-            ireq.priority = as_uint(value, "priority")
+            wire.priority = as_uint(value, "priority")
         elif key == "timeout":
-            ireq.timeout_us = as_uint(value, "timeout")
+            wire.timeout_us = as_uint(value, "timeout")
         elif key == "binary_data_output":
             plan.default_binary = as_bool(value, "binary_data_output")
             continue
@@ -206,7 +209,7 @@ def _request_parameters(params, ireq: InferenceRequest, plan: OutputPlan) -> Non
             raise invalid_argument(
                 f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
             )
-        ireq.parameters[key] = value
+        wire.parameters[key] = value
 
 
 def _shm_location(params: dict, tensor: str) -> ShmTarget | None:
@@ -253,20 +256,22 @@ def _shape(value) -> list[int]:
     return value
 
 
-def collect(header, binary: memoryview, model, shm) -> tuple[InferenceRequest, dict[str, WireInput], OutputPlan]:
-    """The frontend half of decoding a JSON inference header (and the binary data after it),
-    in Triton's HTTP order: id, parameters, inputs in order, leftover binary data, outputs."""
+def collect(header, binary: memoryview, model, shm) -> tuple[WireRequest, OutputPlan]:
+    """The frontend half of decoding a JSON inference header (and the binary data after it)
+    against ``model`` (a snapshot), in Triton's HTTP order: id, parameters, inputs in order,
+    leftover binary data, outputs."""
     name = model.name
     if not isinstance(header, dict):
         raise invalid_argument(f"Unable to parse 'inputs': {_NOT_OBJECT}")
     request_id = ""
     if "id" in header:
         request_id = as_string(header["id"], "id")
-    ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1, id=request_id)
+    received: dict[str, WireInput] = {}
+    wire = WireRequest(model, request_id, received, [], {})
     plan = OutputPlan()
     prefix = id_prefix(request_id)
     if "parameters" in header:
-        _request_parameters(header["parameters"], ireq, plan)
+        _request_parameters(header["parameters"], wire, plan)
 
     inputs = _member(header, "inputs")
     if not isinstance(inputs, list):
@@ -275,7 +280,6 @@ def collect(header, binary: memoryview, model, shm) -> tuple[InferenceRequest, d
         raise invalid_argument(
             f"{prefix}expected {len(model.inputs)} inputs but got {len(inputs)} inputs for model '{name}'"
         )
-    received: dict[str, WireInput] = {}
     offset, available = 0, binary.nbytes
     data: Any
     for tensor in inputs:
@@ -364,16 +368,13 @@ def collect(header, binary: memoryview, model, shm) -> tuple[InferenceRequest, d
             elif "binary_data" in params:
                 plan.binary[out_name] = as_bool(params["binary_data"], "binary_data")
             requested.append(RequestedOutput(spec, target, k))
-    if not requested:
-        requested = [RequestedOutput(spec) for spec in model.outputs.values()]
-    ireq.outputs = requested
-    return ireq, received, plan
+    wire.outputs = requested or all_outputs(model)
+    return wire, plan
 
 
-def collect_raw(body: memoryview, model) -> tuple[InferenceRequest, dict[str, WireInput], OutputPlan]:
+def collect_raw(body: memoryview, model) -> tuple[WireRequest, OutputPlan]:
     """``Inference-Header-Content-Length: 0``: the whole body is the single input of the model,
     outputs come back binary (Triton's raw binary request)."""
-    ireq = InferenceRequest(model=model, inputs={}, outputs=[], batch_size=1)
     if len(model.inputs) != 1:
         raise invalid_argument(
             f"{id_prefix('')}Raw request must only have 1 input (found 1) to be deduced but got "
@@ -390,8 +391,8 @@ def collect_raw(body: memoryview, model) -> tuple[InferenceRequest, dict[str, Wi
                 fixed *= d
         dims[dims.index(-1)] = body.nbytes // fixed if fixed else 0
     shape = ([1] if batched else []) + dims
-    ireq.outputs = [RequestedOutput(s) for s in model.outputs.values()]
-    return ireq, {spec.name: WireInput(spec.datatype.wire, shape, body)}, OutputPlan(default_binary=True)
+    inputs = {spec.name: WireInput(spec.datatype.wire, shape, body)}
+    return WireRequest(model, "", inputs, all_outputs(model), {}), OutputPlan(default_binary=True)
 
 
 # ----------------------------------------------------------------------------- responses

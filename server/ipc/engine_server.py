@@ -19,13 +19,12 @@ from collections import namedtuple
 from collections.abc import Callable
 
 import numpy as np
-from grpc import StatusCode
 
 from ..dataplane import DataPlane
 from ..dataplane.tensors import encode_outputs
 from ..engine.repository import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
-from ..errors import InferenceError, internal, unavailable
+from ..errors import InferenceError, Status, internal, unavailable
 from .arena import ArenaReader, ResponseArena
 from .protocol import FrameChannel
 
@@ -223,7 +222,7 @@ class EngineServer:
                 raise internal(f"unknown data-plane call '{method}'")
             fe.send(("result", token, value))
         except InferenceError as e:
-            fe.send(("error", token, e.code.name, e.message))
+            fe.send(("error", token, e.status.name, e.message))
         except asyncio.CancelledError:
             fe.send(("error", token, "CANCELLED", "the call was cancelled"))
             raise
@@ -366,7 +365,7 @@ class _Reply:
             return
         self._finish().discard(self.token)
         if isinstance(e, InferenceError):
-            self.fe.send(("error", self.token, e.code.name, e.message))
+            self.fe.send(("error", self.token, e.status.name, e.message))
         else:
             log.error("request from frontend %d failed: %s", self.fe.pid, type(e).__name__, exc_info=e)
             self.fe.send(("error", self.token, "INTERNAL", f"internal error in ModelInfer ({type(e).__name__})"))
@@ -375,5 +374,5 @@ class _Reply:
         if self._done:
             return False
         self._finish().discard(self.token)
-        self.fe.send(("error", self.token, StatusCode.CANCELLED.name, "the request was cancelled"))
+        self.fe.send(("error", self.token, Status.CANCELLED.name, "the request was cancelled"))
         return True

@@ -17,6 +17,7 @@ import signal
 import sys
 
 from ..app import ServerOptions
+from ..errors import StartupError
 from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
 from ..frontends.grpc_listener import GrpcListener
@@ -54,8 +55,8 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
                 ssl_context=http_ssl_context(options),
             )
             http_port = await http.start(options.http_address, options.http_port, reuse_port=True)
-    except SystemExit as e:
-        log.error("%s", e.code)
+    except StartupError as e:  # TLS files the engine checked already, or a port taken
+        log.error("error: %s", e)
         return 1
     except OSError as e:
         # asyncio rewords it ("error while attempting to bind ..."): the system's text, as

@@ -32,7 +32,7 @@ engine -> frontend
   ("result", token, value)             a call's result / an infer's encoded outputs, as plain
                                        (name, datatype, shape, raw) tuples; raw is bytes, or
                                        (offset, nbytes) in the response arena for large ones
-  ("error", token, code_name, message) an InferenceError, to re-raise as is
+  ("error", token, status, message)    an InferenceError (its Status member name), re-raised as is
   ("emit", token, encoded)             one response of a decoupled model
   ("stale", token)                     the model snapshot used to decode is out of date
   ("shm", token, op, args)             mirror a registry change, then ack

@@ -1,7 +1,10 @@
-"""``RemoteDataPlane``: the data-plane API in a frontend process, served by the engine.
+"""``RemoteDataPlane``: the data-plane API (``DataPlaneAPI``) in a frontend process, served
+by the engine.
 
-The gRPC servicer calls it exactly as it calls the in-process ``DataPlane``. What it keeps
-locally, so the request path costs one message each way:
+The frontends call it exactly as they call the in-process ``DataPlane``. A request is
+normalized here, in the process that holds its bytes (``infer``); the engine trusts its own
+frontend processes and only checks that the model snapshot is still the loaded version.
+What it keeps locally, so the request path costs one message each way:
 
 * model snapshots (a ``ModelVersion`` rebuilt from the engine's config, without a scheduler)
   to decode and validate requests against; the engine says when the repository changed
@@ -23,14 +26,16 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
-from grpc import StatusCode
 
+from ..dataplane.api import DataPlaneAPI, RegionStatus, ServerInfo, VersionStatistics
+from ..dataplane.tensors import WireRequest, normalize
 from ..engine.repository import ModelVersion
-from ..engine.request import EncodedOutput, InferenceRequest
-from ..errors import InferenceError, unavailable
+from ..engine.request import EncodedOutput
+from ..errors import InferenceError, Status, unavailable
 from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
 from .arena import Arena, ArenaFull
@@ -120,7 +125,9 @@ class ArenaShmMirror(SystemSharedMemoryManager):
         return None
 
 
-class RemoteDataPlane:
+class RemoteDataPlane(DataPlaneAPI):
+    shm: ArenaShmMirror  # reads shared-memory inputs straight into the arena
+
     def __init__(self, socket_path: str, arena_bytes: int):
         self.socket_path = socket_path
         self.arena = Arena(arena_bytes)
@@ -196,7 +203,7 @@ class RemoteDataPlane:
         elif kind == "error":
             p = self._pending.get(message[1])
             if p is not None and not p.future.done():
-                p.future.set_exception(InferenceError(StatusCode[message[2]], message[3]))
+                p.future.set_exception(InferenceError(Status[message[2]], message[3]))
             self._finish(message[1])
         elif kind == "emit":
             p = self._pending.get(message[1])
@@ -264,7 +271,7 @@ class RemoteDataPlane:
     async def model_ready(self, name: str, version: str = "") -> bool:
         return not self.exiting and await self._call("model_ready", name, version)
 
-    async def server_metadata(self):
+    async def server_metadata(self) -> ServerInfo:
         return await self._call("server_metadata")
 
     async def model(self, name: str, version: str = "") -> ModelVersion:
@@ -296,22 +303,24 @@ class RemoteDataPlane:
     async def ready_versions(self, name: str) -> list[int]:
         return await self._call("ready_versions", name)
 
-    async def statistics(self, name: str = "", version: str = ""):
+    async def statistics(self, name: str = "", version: str = "") -> Sequence[VersionStatistics]:
         return await self._call("statistics", name, version)
 
     def check_accepting(self) -> None:
         if self.exiting:
-            raise InferenceError(StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            raise unavailable(SHUTTING_DOWN)
 
-    async def infer(self, request: InferenceRequest) -> list[EncodedOutput]:
+    async def infer(self, request: WireRequest) -> list[EncodedOutput]:
+        """See ``DataPlaneAPI.infer``: checked and normalized here, executed by the engine."""
         self.check_accepting()
+        arrays, batch_size = normalize(request, self.shm)
         loop = asyncio.get_running_loop()
         token = next(self._tokens)
         blocks: list[tuple[int, int]] = []
         inputs: list[tuple] = []
         keep: list[np.ndarray] = []
         try:
-            for name, array in request.inputs.items():
+            for name, array in arrays.items():
                 if array.dtype == object:  # BYTES: Python objects travel pickled
                     inputs.append((name, array.shape, array))
                     continue
@@ -349,7 +358,7 @@ class RemoteDataPlane:
             request.parameters,
             request.priority,
             request.timeout_us,
-            request.batch_size,
+            batch_size,
             inputs,
             outputs,
         )
@@ -370,7 +379,7 @@ class RemoteDataPlane:
             raise
 
     # ------------------------------------------------------------------ repository
-    async def repository_index(self, ready_only: bool = False):
+    async def repository_index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
         return await self._call("repository_index", ready_only)
 
     async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
@@ -380,7 +389,7 @@ class RemoteDataPlane:
         await self._call("unload", name)
 
     # ------------------------------------------------------------------ shared memory
-    async def shm_status(self, name: str = ""):
+    async def shm_status(self, name: str = "") -> Sequence[RegionStatus]:
         return await self._call("shm_status", name)
 
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
@@ -389,7 +398,7 @@ class RemoteDataPlane:
     async def shm_unregister(self, name: str = "") -> None:
         await self._call("shm_unregister", name)
 
-    async def cuda_shm_status(self, name: str = ""):
+    async def cuda_shm_status(self, name: str = "") -> Sequence[RegionStatus]:
         return await self._call("cuda_shm_status", name)
 
     async def cuda_shm_register(self) -> None:
@@ -402,5 +411,7 @@ class RemoteDataPlane:
     async def update_log_settings(self, settings: dict) -> dict:
         return await self._call("update_log_settings", settings)
 
-    async def trace_settings(self, model: str = "", settings: dict[str, list[str]] | None = None):
+    async def trace_settings(
+        self, model: str = "", settings: dict[str, list[str]] | None = None
+    ) -> dict[str, list[str]]:
         return await self._call("trace_settings", model, settings)

@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 
+from ..errors import StartupError
 from .engine_server import EngineServer
 
 log = logging.getLogger("fpgaserve")
@@ -60,7 +61,7 @@ class FrontendSupervisor:
 
     async def _spawn(self, index: int, ports: tuple[int, int]) -> tuple[int, int]:
         """Start frontend ``index`` on ``ports`` (gRPC, HTTP; -1 = not served); the ports it
-        bound, or SystemExit if it failed."""
+        bound, or ``StartupError`` if it exited instead."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -83,17 +84,11 @@ class FrontendSupervisor:
         if future in done:
             exited.cancel()
             return future.result()
-        raise SystemExit(f"error: frontend process {index} exited with {proc.returncode} while starting")
+        raise StartupError(f"frontend process {index} exited with {proc.returncode} while starting")
 
     async def start(self) -> tuple[int, int]:
         """(gRPC port, HTTP port) the frontends serve; -1 for a protocol not served."""
         o = self.options
-        # unusable TLS files are named here, once, as the single-process server does, rather
-        # than by every frontend that then fails to start
-        from ..frontends.grpc_listener import grpc_credentials
-
-        if o.allow_grpc:
-            grpc_credentials(o)
         with open(self.config_path, "w") as f:  # noqa: ASYNC230 -- once, a few hundred bytes, at start
             json.dump(dataclasses.asdict(o), f)
         await self.server.start()
@@ -121,8 +116,8 @@ class FrontendSupervisor:
             await asyncio.sleep(_RESTART_DELAY_S)
             try:
                 await self._spawn(index, self.ports)
-            except SystemExit as e:
-                log.error("%s", e.code)
+            except StartupError as e:
+                log.error("error: %s", e)
 
     async def stop(self, timeout: float) -> None:
         """SIGTERM every frontend (each drains its calls for up to ``timeout``), then wait."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The engine's CPU per request, without gRPC: the real engine end of the IPC channel
 (``EngineServer`` over ``DataPlane`` and ``ModelRepository``) fed by K frontend processes
-that use the real ``RemoteDataPlane`` (arena, frames) and skip only the gRPC transport.
+that use the real ``RemoteDataPlane`` (normalizing, arena, frames) and skip only the gRPC
+transport and codec: each request is the ``WireRequest`` a codec would collect, raw inputs.
 
     python tests/benchmarks/bench_engine.py                           # simple, batch 1, 2 frontends x c32
     python tests/benchmarks/bench_engine.py --model facile --batch 16000 --concurrency 4
@@ -49,7 +50,8 @@ def _cpu_self() -> float:
 
 
 async def _frontend(socket_path: str, model: str, batch: int, concurrency: int, seconds: float, start_at: float):
-    from fpgaserve.server.engine.request import InferenceRequest, RequestedOutput
+    from fpgaserve.server.dataplane.tensors import WireInput, WireRequest
+    from fpgaserve.server.engine.request import RequestedOutput
     from fpgaserve.server.ipc.remote import RemoteDataPlane
 
     dp = RemoteDataPlane(socket_path, 256 << 20)
@@ -65,6 +67,7 @@ async def _frontend(socket_path: str, model: str, batch: int, concurrency: int, 
         n: (rng.integers(-50, 50, size=shapes[n]) if dtypes[n].kind == "i" else rng.random(shapes[n])).astype(dtypes[n])
         for n in mv.inputs
     }
+    raw = {n: (s.datatype.wire, shapes[n], inputs[n].tobytes()) for n, s in mv.inputs.items()}
     outputs = [RequestedOutput(spec) for spec in mv.outputs.values()]
     await asyncio.sleep(max(0.0, start_at - time.time()))
     end = time.monotonic() + seconds
@@ -74,10 +77,8 @@ async def _frontend(socket_path: str, model: str, batch: int, concurrency: int, 
     async def worker():
         nonlocal done, bad
         while time.monotonic() < end:
-            req = InferenceRequest(
-                model=mv, inputs=inputs, outputs=outputs, batch_size=batch if mv.max_batch_size else 1
-            )
-            encoded = await dp.infer(req)
+            wire_inputs = {n: WireInput(datatype, shape, data) for n, (datatype, shape, data) in raw.items()}
+            encoded = await dp.infer(WireRequest(mv, "", wire_inputs, outputs, {}))
             got = {e.name: e for e in encoded}
             if model == "simple":
                 a, b = inputs["INPUT0"], inputs["INPUT1"]
