@@ -79,6 +79,10 @@ def _fresh(simcard) -> None:
     from fpgaserve.backends.hls4ml.card.cards import CardPool
     from fpgaserve.backends.hls4ml.card.runtime import reset_api
 
+    # a recovery a test started (a reset, then a reload of its xclbin) must not land in the next test
+    for t in threading.enumerate():
+        if t.name.startswith("fpgaserve-card") and t.name.endswith("-recovery"):
+            t.join(timeout=60)
     CardPool.reset_instance()
     reset_api()
     if API == "pynq":

@@ -78,6 +78,7 @@ SIM_ENV = [
     simkernels.ENV_KERNEL_LATENCY,
     simkernels.ENV_KERNEL_CLOCK_MHZ,
     simkernels.ENV_KERNEL_DELAY_MS,
+    simcard.ENV_DEVICE,
 ]
 
 
@@ -113,14 +114,12 @@ def projects(tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def sim(tmp_path, monkeypatch):
-    """Two fresh simulated cards with a control folder; every simulator object of the test is
-    closed afterwards (as at process exit)."""
+def _simulated_cards(tmp_path, monkeypatch, mode: str):
     for name in SIM_ENV:
         monkeypatch.delenv(name, raising=False)
     control = tmp_path / "control"
     control.mkdir()
+    monkeypatch.setenv(simcard.ENV_DEVICE, mode)
     monkeypatch.setenv(simcard.ENV_CARDS, "2")
     monkeypatch.setenv(simcard.ENV_CONTROL_DIR, str(control))
     simcard.forget_cards()
@@ -130,6 +129,20 @@ def sim(tmp_path, monkeypatch):
     simcard.forget_cards()
     pyxrt._REGISTERED.clear()
     simcard.disarm_rendezvous()
+
+
+@pytest.fixture(params=["inline", "process"])
+def sim(request, tmp_path, monkeypatch):
+    """Two fresh simulated cards with a control folder, their work done in this process or in a
+    card process of their own (FPGASERVE_SIM_DEVICE: every rule must hold either way); every
+    simulator object of the test is closed afterwards (as at process exit)."""
+    yield from _simulated_cards(tmp_path, monkeypatch, request.param)
+
+
+@pytest.fixture
+def sim_process(tmp_path, monkeypatch):
+    """``sim`` with FPGASERVE_SIM_DEVICE=process only."""
+    yield from _simulated_cards(tmp_path, monkeypatch, "process")
 
 
 def csim(folder: Path):
@@ -963,6 +976,69 @@ def test_rendezvous_proves_two_kernels_ran_at_once(sim, projects, monkeypatch):
     state = simcard.concurrency()["rendezvous"]
     assert state["state"] == "timed out" and state["peak"] == 1
     assert "rendezvous timeout: at most 1 of 2 kernels" in d._simcard.stats["faults"][-1]
+
+
+# ------------------------------------------------------------------------------ where the card's work runs
+def test_device_memory_is_uninitialised_until_written(sim, projects):
+    d, _uid, k = open_kernel(projects["jet_tagger"], "krnl_rtl:{krnl_rtl_1}")
+    b = pyxrt.bo(d, 3 * 4096 + 10, pyxrt.bo.normal, k.group_id(0))
+    card = d._simcard
+    assert card.read_device(b._buf, 0, 3 * 4096 + 10) == b"\xa5" * (3 * 4096 + 10)
+    b.map()[4090:4100] = bytes(range(1, 11))
+    b.sync(TO_DEVICE, 10, 4090)  # part of two pages: the rest of both stays 0xA5
+    got = card.read_device(b._buf, 0, 3 * 4096 + 10)
+    assert got[4090:4100] == bytes(range(1, 11)) and got[:4090] + got[4100:] == b"\xa5" * (3 * 4096)
+    sub = pyxrt.bo(b, 8, 4092)
+    assert card.read_device(sub._buf, 0, 8) == bytes(range(3, 11))
+
+
+def test_the_card_process_does_the_card_s_work(sim_process, projects, monkeypatch):
+    """FPGASERVE_SIM_DEVICE=process: the same results, computed by a child process that maps
+    the buffers' host memory; the host only asks (and waits for the modelled time)."""
+    folder = projects["facile"]
+    x = inputs(300, 47).astype("<f4")
+    monkeypatch.setenv(simcard.ENV_DEVICE, "inline")
+    simcard.forget_cards()
+    d, _uid, k = open_kernel(folder, "krnl_rtl:{krnl_rtl_1}")
+    inline = run_krnl_rtl(d, k, x, 1)
+    assert d._simcard.stats["device_side"] == {"mode": "inline"}
+    del d, k
+    monkeypatch.setenv(simcard.ENV_DEVICE, "process")
+    simcard.forget_cards()
+    pyxrt._REGISTERED.clear()
+    d, _uid, k = open_kernel(folder, "krnl_rtl:{krnl_rtl_1}")
+    out = run_krnl_rtl(d, k, x, 1)
+    assert out.tobytes() == inline.tobytes()  # bit-identical
+    assert np.array_equal(out.astype(np.float64), csim(folder).predict(x))
+    side = d._simcard.stats["device_side"]
+    assert side["mode"] == "process" and side["pid"] != os.getpid() and side["requests"] > 0
+    pid = side["pid"]
+    assert Path(f"/proc/{pid}/status").read_text().count(f"PPid:\t{os.getpid()}") == 1
+    kept = pyxrt.bo(d, 4096, pyxrt.bo.normal, k.group_id(0))
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert "memfd:fpga-sim-card0-host" in maps  # the buffers' host memory, mapped by both
+    assert "memfd:fpga-sim-card0-host" in Path("/proc/self/maps").read_text()
+    model = d._simcard.stats["models"]["krnl_rtl"]
+    assert (model["memo_hits"], model["memo_misses"]) == (0, 1)  # the card process's memo, reported here
+    run_krnl_rtl(d, k, x, 1)
+    assert d._simcard.stats["models"]["krnl_rtl"]["memo_hits"] == 1
+    del d, k, kept
+    gc.collect()
+    simcard.forget_cards()  # the card process ends with the card
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_dead_card_process_is_an_error_not_a_hang(sim_process, projects):
+    d, _uid, k = open_kernel(projects["jet_tagger"], "krnl_rtl:{krnl_rtl_1}")
+    b = pyxrt.bo(d, 4096, pyxrt.bo.normal, k.group_id(0))
+    b.sync(TO_DEVICE)
+    pid = d._simcard.stats["device_side"]["pid"]
+    os.kill(pid, 9)
+    with pytest.raises(simcard.SimulationError, match=f"card process \\(pid {pid}\\)"):
+        b.sync(TO_DEVICE)
 
 
 # ------------------------------------------------------------------------------ telemetry

@@ -4,25 +4,47 @@
 that use the real ``RemoteDataPlane`` (normalizing, arena, frames) and skip only the gRPC
 transport and codec: each request is the ``WireRequest`` a codec would collect, raw inputs.
 
-    python tests/benchmarks/bench_engine.py                           # simple, batch 1, 2 frontends x c32
+    python tests/benchmarks/bench_engine.py                           # the three measurements below
+    python tests/benchmarks/bench_engine.py --model simple            # one: simple, batch 1, 2 frontends x c32
     python tests/benchmarks/bench_engine.py --model facile --batch 16000 --concurrency 4
+    python tests/benchmarks/bench_engine.py --card                    # FACILE events on the simulated card
     python tests/benchmarks/bench_engine.py --profile /tmp/engine.txt  # + py-spy (GIL samples) of the engine
+
+Without ``--model``/``--card`` it measures, one after another in this process (issue 19's
+targets in brackets): ``simple`` batch 1 [<= 20 µs], FACILE batch 1 in ``--fpga-mode onnx``
+[<= 20 µs], and FACILE events (batch 16,000) on the timed simulated card [<= 150 µs], prints
+each block, and ends with the line
+``bench_engine: simple_b1_us=<µs> facile_b1_us=<µs> facile_event_us=<µs>`` (engine CPU per
+request, one decimal).
 
 What the engine pays per request is what caps fpgaserve with many frontends (issue 11: one
 engine feeds every frontend, so 1e6 / its µs per request bounds requests/s on any host).
 Here the engine's CPU (utime+stime of this process, every thread: event loop and instance
-workers) and the frontends' CPU (their own rusage) are divided by the requests answered, and
-printed with the throughput. Every answer is checked against a numpy re-computation of the
-model (``simple``: INPUT0+INPUT1 and INPUT0-INPUT1) or its shape and finiteness
-(``facile``). The engine runs in the main process; the frontends are ``multiprocessing``
-spawns. FACILE runs in ``--fpga-mode`` (default onnx). Numbers are for comparing changes on
-one machine; a busy machine inflates them.
+workers) and the frontends' CPU (their own rusage) over the measured window are divided by the
+requests answered, and printed with the throughput and the CPU other processes used meanwhile
+(a busy machine inflates every number). Each frontend sends one checked request first, then
+all start together. Every answer is checked: ``simple`` against numpy (INPUT0+INPUT1,
+INPUT0-INPUT1), FACILE in onnx mode for its shape and finiteness, FACILE on the card bit for
+bit against the numpy ap_fixed emulation of the same inputs. The engine runs in the main
+process; the frontends are ``multiprocessing`` spawns.
+
+The card (``--card``): ``tests/fpga_sim`` behind its test-only ``pyxrt``, as
+``tests/fpga_sim/serve.py`` runs it, in this process: an xclbin written like
+``bench_card.py`` writes it (a temporary copy of ``bitstreams/facile/1``, ``--card-cus``
+krnl_rtl compute units, all on DDR[0]; the model gets two instances per compute unit) and the
+simulator's timing model (DMA at ``--pcie-gbps``, FPGASERVE_SIM_PCIE_GBPS; kernel calls from the
+project, ``--kernel-ii`` to override the cycles per row). The card's own work (DMA copies,
+the kernel's C-simulation) runs in a card process (``FPGASERVE_SIM_DEVICE=process``, see
+tests/fpga_sim/device_side.py), whose CPU is printed apart and is not the engine's. The block
+adds events/s against the card's PCIe limit (bytes in and out per event at the PCIe rate) and
+its compute limit, and the card's own accounting.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import resource
@@ -40,16 +62,47 @@ import numpy as np  # noqa: E402
 
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO  # noqa: E402
 
+SIM = ROOT / "tests" / "fpga_sim"
+FACILE_VERSION = BUNDLED_REPO / "facile" / "1"
+EVENT_ROWS = 16000
+TICK = os.sysconf("SC_CLK_TCK")
+
 
 def _cpu_self() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
+def _cpu_of(pid: int) -> float:
+    """utime+stime of process ``pid`` (every thread), 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _system_busy() -> float:
+    vals = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    return (sum(vals) - vals[3] - vals[4]) / TICK  # all but idle and iowait
+
+
 # ----------------------------------------------------------------------------- frontend side
 
 
-async def _frontend(socket_path: str, model: str, batch: int, concurrency: int, seconds: float, start_at: float):
+def _expected(project_dir: str | None, inputs: dict) -> bytes | None:
+    """FACILE on the card: the numpy ap_fixed emulation of the request, as float32 bytes."""
+    if project_dir is None:
+        return None
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    (x,) = inputs.values()
+    y = FixedPointModel(Hls4mlProject.load(project_dir)).predict(x.reshape(x.shape[0], -1))
+    return np.ascontiguousarray(y, dtype=np.float32).tobytes()
+
+
+async def _frontend(socket_path: str, model: str, batch: int, concurrency: int, seconds: float, exact, ready, go):
     from fpgaserve.server.dataplane.tensors import WireInput, WireRequest
     from fpgaserve.server.engine.request import RequestedOutput
     from fpgaserve.server.ipc.remote import RemoteDataPlane
@@ -68,44 +121,146 @@ async def _frontend(socket_path: str, model: str, batch: int, concurrency: int, 
         for n in mv.inputs
     }
     raw = {n: (s.datatype.wire, shapes[n], inputs[n].tobytes()) for n, s in mv.inputs.items()}
+    expected = _expected(exact, inputs)
     outputs = [RequestedOutput(spec) for spec in mv.outputs.values()]
-    await asyncio.sleep(max(0.0, start_at - time.time()))
+
+    def check(encoded) -> bool:
+        got = {e.name: e for e in encoded}
+        if model == "simple":
+            a, b = inputs["INPUT0"], inputs["INPUT1"]
+            return bool(
+                (np.frombuffer(got["OUTPUT0"].raw, a.dtype).reshape(a.shape) == a + b).all()
+                and (np.frombuffer(got["OUTPUT1"].raw, a.dtype).reshape(a.shape) == a - b).all()
+            )
+        e = next(iter(got.values()))
+        if expected is not None:
+            return e.shape[0] == batch and bytes(e.raw) == expected
+        return e.shape[0] == batch and bool(np.isfinite(np.frombuffer(e.raw, np.float32)).all())
+
+    def request() -> WireRequest:
+        # what a codec collects from one message: the raw bytes of each input, not yet normalized
+        wire_inputs = {n: WireInput(datatype, shape, data) for n, (datatype, shape, data) in raw.items()}
+        return WireRequest(mv, "", wire_inputs, outputs, {})
+
+    warm_ok = check(await dp.infer(request()))  # the card's first C-simulation of these rows, outside the window
+    loop = asyncio.get_running_loop()
+    ready.put(warm_ok)
+    await loop.run_in_executor(None, go.wait)
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     end = time.monotonic() + seconds
     done = 0
-    bad = 0
+    bad = 0 if warm_ok else 1
 
     async def worker():
         nonlocal done, bad
         while time.monotonic() < end:
-            wire_inputs = {n: WireInput(datatype, shape, data) for n, (datatype, shape, data) in raw.items()}
-            encoded = await dp.infer(WireRequest(mv, "", wire_inputs, outputs, {}))
-            got = {e.name: e for e in encoded}
-            if model == "simple":
-                a, b = inputs["INPUT0"], inputs["INPUT1"]
-                ok = (np.frombuffer(got["OUTPUT0"].raw, a.dtype).reshape(a.shape) == a + b).all() and (
-                    np.frombuffer(got["OUTPUT1"].raw, a.dtype).reshape(a.shape) == a - b
-                ).all()
-            else:
-                e = next(iter(got.values()))
-                ok = e.shape[0] == batch and np.isfinite(np.frombuffer(e.raw, np.float32)).all()
+            encoded = await dp.infer(request())
             done += 1
-            bad += not ok
+            bad += not check(encoded)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     await dp.close()
-    return done, bad
+    return done, bad, (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
 
-def _frontend_main(args, queue) -> None:
-    done, bad = asyncio.run(_frontend(*args))
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    queue.put((done, bad, r.ru_utime + r.ru_stime))
+def _frontend_main(args, ready, go, queue) -> None:
+    queue.put(asyncio.run(_frontend(*args, ready, go)))
+
+
+# ----------------------------------------------------------------------------- the simulated card
+
+
+def _card_environment(work: Path, opts) -> None:
+    """This process drives the simulated card as tests/fpga_sim/serve.py would: the test-only
+    pyxrt first on sys.path, xbutil's stand-in on PATH, the card's settings in the environment."""
+    xrt_python = str(SIM / "xrt_python")
+    if xrt_python not in sys.path:
+        sys.path.insert(0, xrt_python)
+    os.environ["PATH"] = f"{SIM / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    control = work / "card-control"
+    control.mkdir(exist_ok=True)
+    os.environ.update(
+        {
+            "FPGASERVE_SIM_CARDS": "1",
+            "FPGASERVE_SIM_CONTROL_DIR": str(control),
+            "FPGASERVE_SIM_DEVICE": opts.sim_device,
+            "FPGASERVE_SIM_PCIE_GBPS": str(opts.pcie_gbps),
+        }
+    )
+    if opts.kernel_ii:
+        os.environ["FPGASERVE_SIM_KERNEL_II"] = str(opts.kernel_ii)
+
+
+def _card_repository(repo: Path, cus: int) -> Path:
+    """FACILE with an xclbin of ``cus`` krnl_rtl compute units on DDR[0], card.json as `fpgaserve
+    pack --xclbin` writes it, and two instances per compute unit (what pack gives them)."""
+    from fpga_sim.xclbin import write_xclbin
+    from fpgaserve.backends.hls4ml.card.axlf import read_xclbin
+    from fpgaserve.backends.hls4ml.card.manifest import CardManifest
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    version = repo / "facile" / "1"
+    shutil.copytree(FACILE_VERSION, version)
+    write_xclbin(version / "model.xclbin", kernel_abi="krnl_rtl", cus=cus, cu_banks=["DDR[0]"] * cus, project=version)
+    CardManifest.for_project(Hls4mlProject.load(version), "krnl_rtl", read_xclbin(version / "model.xclbin")).write(
+        version
+    )
+    config = (BUNDLED_REPO / "facile" / "config.pbtxt").read_text()
+    config = config.replace("count: 1\n", f"count: {2 * cus}\n", 1)
+    assert f"count: {2 * cus}" in config, "the bundled FACILE config has no instance count to change"
+    (repo / "facile" / "config.pbtxt").write_text(config)
+    return version
+
+
+def _card_report(opts, requests: int, wall: float, card_cpu: float, before: dict, after: dict) -> list[str]:
+    rows = opts.batch
+    event_bytes = rows * (47 + 1) * 4
+    pcie_limit = opts.pcie_gbps * 1e9 / event_bytes
+    events_s = requests / wall
+    model = after["models"].get("krnl_rtl", {})
+    kernel_s = None
+    if model.get("clock_mhz"):
+        cycles = model["latency"] + model["ii_eff"] * (rows - 1)
+        kernel_s = cycles / (model["clock_mhz"] * 1e6) + model.get("delay_ms", 0) / 1e3
+    cus = len(after["cus"])
+    lines = [
+        f"card: {after['name']} (simulated, work in a {after['device_side']['mode']} card side), {cus} krnl_rtl CUs "
+        f"on DDR[0], PCIe {opts.pcie_gbps:g} GB/s, kernel {kernel_s * 1e3 if kernel_s else float('nan'):.2f} ms "
+        f"per event (II {model.get('ii_eff')}, {model.get('clock_mhz')} MHz)",
+        f"events/s: {events_s:,.1f}; PCIe limit {pcie_limit:,.0f} events/s ({event_bytes:,} bytes in+out per event): "
+        f"ratio {events_s / pcie_limit:.3f}"
+        + (
+            f"; the CUs' compute limit {cus / kernel_s:,.0f} events/s: ratio {events_s * kernel_s / cus:.3f}"
+            if kernel_s
+            else ""
+        ),
+    ]
+    busy = sum(after["cus"][c]["busy_s"] - before["cus"][c]["busy_s"] for c in after["cus"])
+    moved = (after["bytes_to_device"] - before["bytes_to_device"]) / max(requests, 1)
+    lines.append(
+        f"card's accounting: {after['kernel_completions'] - before['kernel_completions']:,} kernel calls, "
+        f"CU busy {busy / (wall * cus):.3f}, {moved:,.0f} bytes to the card per event"
+    )
+    side = after["device_side"]
+    if side.get("mode") == "process":
+        late = side["late_s"] - before["device_side"].get("late_s", 0.0)
+        lines.append(
+            f"card process (pid {side['pid']}, the card's DMA copies and C-simulation, not the engine's CPU): "
+            f"{card_cpu / max(requests, 1) * 1e6:,.1f} µs per event; the host waited {late:.3f} s beyond the model for it"
+        )
+    return lines
+
+
+def _card_pid(stats: dict) -> int:
+    return int(stats.get("device_side", {}).get("pid") or 0)
 
 
 # ----------------------------------------------------------------------------- engine side
 
 
-async def _engine(opts) -> int:
+async def _engine(opts) -> tuple[float, bool]:
+    """One measurement; prints its block and returns (engine µs per request, every answer right)."""
     from fpgaserve.server.dataplane import DataPlane
     from fpgaserve.server.engine.repository import ModelRepository
     from fpgaserve.server.ipc.engine_server import EngineServer
@@ -115,29 +270,45 @@ async def _engine(opts) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     repo = work / "repo"
     repo.mkdir()
-    source = BUNDLED_REPO if opts.model == "facile" else CONFORMANCE_REPO
-    shutil.copytree(source / opts.model, repo / opts.model)
+    exact = None
+    if opts.card:
+        _card_environment(work, opts)
+        exact = str(_card_repository(repo, opts.card_cus))
+    else:
+        source = BUNDLED_REPO if opts.model == "facile" else CONFORMANCE_REPO
+        shutil.copytree(source / opts.model, repo / opts.model)
     repository = ModelRepository([str(repo)], backend_config={"hls4ml": {"fpga-mode": opts.fpga_mode}})
     shm = SystemSharedMemoryManager()
     dataplane = DataPlane(repository, shm, LogSettings(0, "", "default"))
     await repository.start()
+    if opts.model not in repository.models or not repository.models[opts.model].versions:
+        raise SystemExit(f"bench_engine: model {opts.model} did not load (fpga-mode {opts.fpga_mode})")
     socket_path = str(work / "engine.sock")
     server = EngineServer(dataplane, socket_path)
     await server.start()
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    start_at = time.time() + 4.0  # every frontend connected and warm
+    queue, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
         ctx.Process(
             target=_frontend_main,
-            args=((socket_path, opts.model, opts.batch, opts.concurrency, opts.seconds, start_at), queue),
+            args=((socket_path, opts.model, opts.batch, opts.concurrency, opts.seconds, exact), ready, go, queue),
         )
         for _ in range(opts.frontends)
     ]
     for p in procs:
         p.start()
-    await asyncio.sleep(max(0.0, start_at - time.time()))
-    cpu0, t0 = _cpu_self(), time.monotonic()
+    loop = asyncio.get_running_loop()
+    warm = [await loop.run_in_executor(None, ready.get) for _ in procs]  # each checked its first answer
+    card = None
+    if opts.card:
+        from fpga_sim import card as simcard
+
+        card = simcard.get_card(0)
+    card0 = card.stats if card is not None else None
+    card_pid = _card_pid(card0) if card0 else 0
+    ccpu0 = _cpu_of(card_pid) if card_pid else 0.0
+    busy0, cpu0, t0 = _system_busy(), _cpu_self(), time.monotonic()
+    go.set()
     profiler = None
     if opts.profile:
         profiler = subprocess.Popen(  # noqa: ASYNC220  (a benchmark: starting it may block)
@@ -160,48 +331,139 @@ async def _engine(opts) -> int:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    loop = asyncio.get_running_loop()
     results = [await loop.run_in_executor(None, queue.get) for _ in procs]
     wall, engine_cpu = time.monotonic() - t0, _cpu_self() - cpu0
+    card_cpu = (_cpu_of(card_pid) - ccpu0) if card_pid else 0.0
+    busy = _system_busy() - busy0
+    card1 = card.stats if card is not None else None
     for p in procs:
         p.join()
     if profiler is not None:
         profiler.wait()
     await server.stop()
     await repository.stop()
-    shutil.rmtree(work, ignore_errors=True)
     requests = sum(r[0] for r in results)
     bad = sum(r[1] for r in results)
     frontend_cpu = sum(r[2] for r in results)
+    other = max(0.0, busy - engine_cpu - frontend_cpu - card_cpu)
     rows = requests * opts.batch
+    us = engine_cpu / max(requests, 1) * 1e6
+    what = "FACILE events on the simulated card" if opts.card else f"model {opts.model}"
     print(
-        f"model {opts.model} batch {opts.batch}, {opts.frontends} frontends x concurrency {opts.concurrency}, "
+        f"{what}: model {opts.model} batch {opts.batch}, {opts.frontends} frontends x concurrency {opts.concurrency}, "
         f"{opts.seconds:g} s, fpga-mode {opts.fpga_mode}"
     )
-    print(f"requests answered: {requests:,} ({bad} wrong)")
+    print(f"requests answered: {requests:,} ({bad} wrong{', warm-up included' if not all(warm) else ''})")
     print(f"throughput: {requests / wall:,.0f} requests/s" + (f", {rows / wall:,.0f} rows/s" if opts.batch > 1 else ""))
     print(
-        f"engine CPU per request: {engine_cpu / max(requests, 1) * 1e6:,.1f} µs "
-        f"({engine_cpu / wall:.2f} cores; includes the model's execution)"
+        f"engine CPU per request: {us:,.1f} µs ({engine_cpu / wall:.2f} cores; includes the model's execution"
+        + (", not the card's own work" if opts.card else "")
+        + ")"
     )
     print(f"frontend CPU per request (RemoteDataPlane only, no gRPC): {frontend_cpu / max(requests, 1) * 1e6:,.1f} µs")
+    print(f"other processes meanwhile: {other / wall:.2f} cores (of {os.cpu_count()})")
+    if card0 is not None and card1 is not None:
+        for line in _card_report(opts, requests, wall, card_cpu, card0, card1):
+            print(line)
+        telemetry = _card_telemetry()
+        if telemetry:
+            print(f"card path: {telemetry}")
     if opts.profile:
         print(f"py-spy GIL samples of the engine: {opts.profile}")
-    return 0 if requests and not bad else 1
+    print()
+    if card is not None:
+        _release_card()
+    shutil.rmtree(work, ignore_errors=True)
+    return us, bool(requests) and not bad
+
+
+def _card_telemetry() -> str:
+    """What the model's card path counted (copies into buffers, zero-copy calls), if it counts."""
+    try:
+        from fpgaserve.backends.hls4ml.card.cards import CardPool
+
+        pool = CardPool._instance
+        if pool is None:
+            return ""
+        counts = getattr(pool.card(0), "transfer_counts", None)
+        return json.dumps(counts()) if callable(counts) else ""
+    except Exception:
+        return ""
+
+
+def _release_card() -> None:
+    """Forget the card API and the simulated card (a later measurement starts afresh)."""
+    from fpga_sim import card as simcard
+    from fpgaserve.backends.hls4ml.card.cards import CardPool
+    from fpgaserve.backends.hls4ml.card.runtime import reset_api
+
+    CardPool.reset_instance()
+    reset_api()
+    simcard.forget_cards()
+
+
+# ----------------------------------------------------------------------------- main
+
+#: the default run: (name, --model, --batch, --fpga-mode, --card, --concurrency)
+DEFAULT_RUNS = (
+    ("simple_b1", "simple", 1, "onnx", False, 32),
+    ("facile_b1", "facile", 1, "onnx", False, 32),
+    ("facile_event", "facile", EVENT_ROWS, "hardware", True, 4),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("simple", "facile"), default="simple")
-    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--model", choices=("simple", "facile"), help="one measurement of this model (default: all three)")
+    ap.add_argument("--card", action="store_true", help="FACILE on the simulated card (--fpga-mode hardware)")
+    ap.add_argument("--batch", type=int, help="rows per request (default 1; 16000 with --card)")
     ap.add_argument("--frontends", type=int, default=2)
-    ap.add_argument("--concurrency", type=int, default=32, help="requests in flight per frontend")
+    ap.add_argument("--concurrency", type=int, help="requests in flight per frontend (default 32; 4 with --card)")
     ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--fpga-mode", default="onnx")
+    ap.add_argument("--fpga-mode", help="how FACILE runs (default onnx; hardware with --card)")
+    ap.add_argument("--card-cus", type=int, default=4, help="krnl_rtl compute units of the simulated card (default 4)")
+    ap.add_argument("--pcie-gbps", type=float, default=12.0, help="the simulated card's PCIe rate, GB/s (default 12)")
+    ap.add_argument(
+        "--kernel-ii", type=int, help="kernel cycles per row (FPGASERVE_SIM_KERNEL_II; default the model's)"
+    )
+    ap.add_argument(
+        "--sim-device",
+        choices=("process", "inline"),
+        default="process",
+        help="where the simulated card's work runs: its own process (default) or the engine's (charged to it)",
+    )
     ap.add_argument("--profile", help="write py-spy raw GIL samples of the engine here")
     opts = ap.parse_args(argv)
+    if opts.model is None and not opts.card:
+        if any(v is not None for v in (opts.batch, opts.concurrency, opts.fpga_mode)) or opts.profile:
+            ap.error("--batch, --concurrency, --fpga-mode and --profile go with --model or --card")
+        figures, ok = [], True
+        for name, model, batch, mode, card, concurrency in DEFAULT_RUNS:
+            run = argparse.Namespace(**{**vars(opts), "model": model, "batch": batch, "fpga_mode": mode, "card": card,
+                                        "concurrency": concurrency})  # fmt: skip
+            us, right = _run_engine(run)
+            figures.append(f"{name}_us={us:.1f}")
+            ok = ok and right
+        print("bench_engine: " + " ".join(figures))
+        return 0 if ok else 1
+    if opts.card:
+        if opts.model not in (None, "facile"):
+            ap.error("--card serves FACILE")
+        opts.model, opts.fpga_mode = "facile", opts.fpga_mode or "hardware"
+        if opts.fpga_mode != "hardware":
+            ap.error("--card runs --fpga-mode hardware")
+    opts.batch = opts.batch or (EVENT_ROWS if opts.card else 1)
+    opts.concurrency = opts.concurrency or (4 if opts.card else 32)
+    opts.fpga_mode = opts.fpga_mode or "onnx"
     if opts.model == "simple" and opts.batch > 8:
         ap.error("simple takes batch <= 8")
+    us, right = _run_engine(opts)
+    key = "facile_event" if opts.card else f"{opts.model}_b{opts.batch}"
+    print(f"bench_engine: {key}_us={us:.1f}")
+    return 0 if right else 1
+
+
+def _run_engine(opts) -> tuple[float, bool]:
     from fpgaserve.server import eventloop
 
     return eventloop.run(_engine(opts), fast=True)  # the engine's loop, as the server runs it

@@ -21,6 +21,15 @@ Servers (one at a time; each is started, measured on every load, and stopped):
 * ``Triton``: the real tritonserver 2.51 (``.tools/tritonserver``), both models in its Python
   backend (reference_triton.py), FACILE with the same weights and ``dynamic_batching {}`` as
   the bundled config, one instance each.
+* ``fpgaserve-card N=n`` for each n of ``--processes``: fpgaserve over the simulated card
+  (``tests/fpga_sim/serve.py``, the test-only pyxrt with the card's timing model: DMA at
+  ``--pcie-gbps``, kernel calls from the project) serving FACILE in ``--fpga-mode hardware``
+  from a copy of ``bitstreams/facile`` with an xclbin of ``--card-cus`` krnl_rtl compute units
+  on DDR[0] (two instances each), on the FACILE loads only. The card's own work (DMA copies,
+  the kernel's C-simulation) runs in its card process (``FPGASERVE_SIM_DEVICE=process``): it is
+  listed as ``card (simulated)``, apart from the server's total and the projection. A section
+  gives each load's events/s against the card's PCIe limit (bytes in and out per event at the
+  PCIe rate).
 
 Loads (perf_analyzer ``-i grpc`` over loopback; key in brackets, ``-shm`` = the same load
 with ``--shared-memory system``): ``simple`` (``--batch1-model``) batch 1 at concurrency 1
@@ -32,7 +41,8 @@ CPU per request: the utime+stime (/proc/<pid>/stat, every thread) of the server 
 every descendant (Triton's Python-backend stubs, fpgaserve's frontend processes, the ceiling's
 N processes) is read before and after each perf_analyzer run and divided by the requests the
 server answered in between (its ModelStatistics success counts; the ceiling counts in shared
-files, see ceiling_server.py ``--count-dir``). Reported per process and summed, in µs.
+files, see ceiling_server.py ``--count-dir``). Reported per process and summed, in µs (the
+simulated card's process is shown, not summed: it stands for the card).
 
 One perf_analyzer sends its requests over one or two TCP connections, and SO_REUSEPORT hands
 out connections, not requests: ``--pa-processes K`` splits each load's concurrency over K
@@ -77,6 +87,9 @@ from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, free_p
 rt = common.rt
 log = common.log
 TICK = os.sysconf("SC_CLK_TCK")
+SERVE = common.ROOT / "tests" / "fpga_sim" / "serve.py"
+CARD_LABEL = "card (simulated)"
+FACILE_IO_BYTES = (47 + 1) * 4  # one FACILE row in and its result out, float32
 
 
 # ----------------------------------------------------------------------------- loads
@@ -145,6 +158,8 @@ def _label(pid: int) -> str:
     except OSError:
         return "?"
     if argv and Path(argv[0]).name.startswith("python"):
+        if "-m" in argv[:-1] and argv[argv.index("-m") + 1] == "fpga_sim.device_side":
+            return CARD_LABEL
         if "-m" in argv[:-1]:
             parts = argv[argv.index("-m") + 1].split(".")
             # fpgaserve.server.cli -> fpgaserve; fpgaserve.server.<...>.frontend_process -> frontend_process
@@ -190,8 +205,8 @@ def cpu_delta(before: dict, after: dict) -> dict[int, tuple[str, float]]:
 
 @dataclass
 class Server:
-    name: str  # "fpgaserve N=2", "ceiling N=1", "Triton"
-    kind: str  # fpgaserve | ceiling | triton
+    name: str  # "fpgaserve N=2", "ceiling N=1", "Triton", "fpgaserve-card N=2"
+    kind: str  # fpgaserve | ceiling | triton | card
     processes: int
     url: str
     root_pid: int
@@ -253,6 +268,63 @@ def start_fpgaserve(workdir: Path, repo: Path, n: int, args, models: list[str]) 
         lambda: _stats_count(url, models),
         lambda: sp.proc.poll() is None,
         notes=[f"command: {shlex.join(sp.args)}"],
+    )
+
+
+def write_card_repo(workdir: Path, cus: int) -> Path:
+    """FACILE with an xclbin of ``cus`` krnl_rtl compute units on DDR[0] (the simulator's writer, as
+    bench_card.py and bench_engine.py use it), card.json as `fpgaserve pack --xclbin` writes it, and
+    two instances per compute unit."""
+    sys.path.insert(0, str(common.ROOT / "tests"))
+    from fpga_sim.xclbin import write_xclbin
+    from fpgaserve.backends.hls4ml.card.axlf import read_xclbin
+    from fpgaserve.backends.hls4ml.card.manifest import CardManifest
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    repo = workdir / "card-repo"
+    if repo.exists():
+        shutil.rmtree(repo)
+    version = repo / "facile" / "1"
+    shutil.copytree(BUNDLED_REPO / "facile" / "1", version)
+    write_xclbin(version / "model.xclbin", kernel_abi="krnl_rtl", cus=cus, cu_banks=["DDR[0]"] * cus, project=version)
+    xclbin = read_xclbin(version / "model.xclbin")
+    CardManifest.for_project(Hls4mlProject.load(version), "krnl_rtl", xclbin).write(version)
+    config = (BUNDLED_REPO / "facile" / "config.pbtxt").read_text().replace("count: 1\n", f"count: {2 * cus}\n", 1)
+    (repo / "facile" / "config.pbtxt").write_text(config)
+    return repo
+
+
+def start_card_server(workdir: Path, repo: Path, n: int, args) -> Server:
+    """fpgaserve over the simulated card (tests/fpga_sim/serve.py), the card's work in its own process."""
+    control = workdir / f"card-n{n}-control"
+    shutil.rmtree(control, ignore_errors=True)
+    control.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FPGASERVE_SIM_")},
+        "FPGASERVE_SIM_CARDS": "1",
+        "FPGASERVE_SIM_CONTROL_DIR": str(control),
+        "FPGASERVE_SIM_DEVICE": "process",
+        "FPGASERVE_SIM_PCIE_GBPS": str(args.pcie_gbps),
+    }
+    extra = ["--fpga-mode", "hardware"]
+    if n > 1 or args.has_frontend_flag:
+        extra += ["--frontend-processes", str(n)]
+    extra += shlex.split(args.fpgaserve_args or "")
+    sp = ServerProcess([repo], *extra, log_path=workdir / f"card-n{n}.log", env=env, entry=[SERVE])
+    sp.start(timeout=300)
+    url = f"127.0.0.1:{sp.grpc_port}"
+    return Server(
+        f"fpgaserve-card N={n}",
+        "card",
+        n,
+        url,
+        sp.proc.pid,
+        sp.stop,
+        lambda: _stats_count(url, ["facile"]),
+        lambda: sp.proc.poll() is None,
+        notes=[
+            f"command: FPGASERVE_SIM_DEVICE=process FPGASERVE_SIM_PCIE_GBPS={args.pcie_gbps:g} {shlex.join(sp.args)}"
+        ],
     )
 
 
@@ -347,17 +419,26 @@ def start_triton(workdir: Path, models: list[str]) -> Server:
     )
 
 
-def check_answers(server: Server, batch1_model: str) -> str:
-    """One request per model; '' when the answers have the right shape (and values, for simple)."""
+def check_answers(server: Server, batch1_model: str, card_repo: Path | None = None) -> str:
+    """One request per model; '' when the answers have the right shape (and values, for simple;
+    on the simulated card, FACILE bit for bit against the numpy ap_fixed emulation)."""
     import tritonclient.grpc as grpcclient
 
     with grpcclient.InferenceServerClient(server.url) as c:
         x = np.random.default_rng(0).standard_normal((4, 47)).astype(np.float32)
         inp = grpcclient.InferInput("input", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
-        out = c.infer("facile", [inp], client_timeout=60).as_numpy("output/BiasAdd")
+        out = c.infer("facile", [inp], client_timeout=120).as_numpy("output/BiasAdd")
         if out is None or out.shape != (4, 1) or not np.all(np.isfinite(out)):
             return f"facile answered {None if out is None else out.shape}"
+        if server.kind == "card" and card_repo is not None:
+            from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+            from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+            want = FixedPointModel(Hls4mlProject.load(card_repo / "facile" / "1")).predict(x).astype(np.float32)
+            if want.tobytes() != out.tobytes():
+                return "facile on the simulated card differs from the numpy emulation"
+            return ""
         if batch1_model == "simple" and server.kind != "ceiling":
             a = np.arange(16, dtype=np.int32)[None, :]
             ins = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
@@ -401,14 +482,17 @@ class Run:
     def infer_s(self) -> float | None:
         return self.col("Inferences/Second")
 
-    def cpu_us_per_request(self) -> list[tuple[str, float]]:
-        """(process label, µs per request), the root first, then the others by CPU."""
+    def cpu_us_per_request(self, card: bool = True) -> list[tuple[str, float]]:
+        """(process label, µs per request), the root first, then the others by CPU (``card``:
+        with the simulated card's process, which is not the server's)."""
         if not self.requests:
             return []
         items = sorted(self.cpu.items(), key=lambda kv: (kv[0] != self.root_pid, -kv[1][1]))
         names: dict[str, int] = {}
         out = []
         for pid, (name, secs) in items:
+            if name == CARD_LABEL and not card:
+                continue
             if pid == self.root_pid:
                 label = f"{name} (main)"
             else:
@@ -563,10 +647,14 @@ def report(ctx: dict, runs: list[Run]) -> str:
             if r.kind != "ceiling":
                 ceil = best.get((load.key, f"ceiling N={r.processes}")) or ceil
             per = r.cpu_us_per_request()
-            shown = [f"{lbl} {us:,.0f}" for lbl, us in per if us >= 0.5]
+            shown = [
+                f"{lbl} {us:,.0f}" + (" (not summed)" if lbl.startswith(CARD_LABEL) else "")
+                for lbl, us in per
+                if us >= 0.5
+            ]
             hidden = len(per) - len(shown)
             per_s = ", ".join(shown) + (f" (+{hidden} idle)" if hidden else "")
-            total = sum(us for _, us in per) if per else None
+            total = sum(us for lbl, us in per if not lbl.startswith(CARD_LABEL)) if per else None
             vs_ceiling = (
                 "" if r.kind == "ceiling" and r.processes == 1 else _ratio(r.infer_s, ceil.infer_s if ceil else None)
             )
@@ -595,6 +683,7 @@ def report(ctx: dict, runs: list[Run]) -> str:
         "",
     ]
     L += _projection(ctx, best, servers)
+    L += _card_limits(ctx, best, servers)
     L += [
         "## Every run",
         "",
@@ -641,9 +730,9 @@ def _projection(ctx: dict, best: dict, servers: list[str]) -> list[str]:
     for load in ctx["loads"]:
         for name in servers:
             r = best.get((load.key, name))
-            if r is None or r.kind != "fpgaserve" or r.processes < 2 or not r.requests:
+            if r is None or r.kind not in ("fpgaserve", "card") or r.processes < 2 or not r.requests:
                 continue
-            per = r.cpu_us_per_request()
+            per = r.cpu_us_per_request(card=False)
             engine = per[0][1] if per else 0.0
             frontends = sum(us for _, us in per[1:])
             if engine <= 0 or frontends <= 0:
@@ -659,6 +748,39 @@ def _projection(ctx: dict, best: dict, servers: list[str]) -> list[str]:
     if not rows:
         L.append("| (no fpgaserve run with N > 1) | | | |" + " |" * len(PROJECTED_CORES))
     return [*L, ""]
+
+
+def _card_limits(ctx: dict, best: dict, servers: list[str]) -> list[str]:
+    """Events/s on the simulated card against what its PCIe link can carry: the reference for
+    "the server must not be the bottleneck" (issue 19)."""
+    gbps = ctx.get("pcie_gbps")
+    L = []
+    for load in ctx["loads"]:
+        for name in servers:
+            r = best.get((load.key, name))
+            if r is None or r.kind != "card" or not r.infer_s:
+                continue
+            limit = gbps * 1e9 / (load.batch * FACILE_IO_BYTES)
+            events = r.infer_s / load.batch
+            card = [us for lbl, us in r.cpu_us_per_request() if lbl.startswith(CARD_LABEL)]
+            server = sum(us for _, us in r.cpu_us_per_request(card=False))
+            L.append(
+                f"| {load.label} | {name} | {events:,.1f} | {limit:,.0f} | {events / limit:.3f} | {server:,.0f} | "
+                f"{common.fmt(card[0] if card else None)} |"
+            )
+    if not L:
+        return []
+    head = [
+        "## The simulated card: events/s against its PCIe limit",
+        "",
+        f"PCIe limit = {gbps:g} GB/s / (rows x {FACILE_IO_BYTES} bytes in and out per row), the most events/s the "
+        "card's link carries; ratio = measured / limit. The card's own CPU (its process: DMA copies and the "
+        "kernel's C-simulation) is what a real card does in hardware.",
+        "",
+        "| load | server | events/s | PCIe limit events/s | ratio | server CPU µs/event | card process µs/event |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    return [*head, *L, ""]
 
 
 # ----------------------------------------------------------------------------- main
@@ -684,8 +806,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch1-model", choices=("simple", "facile"), default="simple", help="model of the batch-1 loads")
     ap.add_argument("--loads", nargs="*", help="load keys, e.g. b1c64 b16000c4-shm (default: all, or --quick's)")
     ap.add_argument(
-        "--servers", nargs="*", choices=("fpgaserve", "ceiling", "triton"), default=["fpgaserve", "ceiling", "triton"]
+        "--servers",
+        nargs="*",
+        choices=("fpgaserve", "ceiling", "triton", "card"),
+        default=["fpgaserve", "ceiling", "triton", "card"],
+        help="card: fpgaserve over the simulated card (FACILE loads only)",
     )
+    ap.add_argument("--card-cus", type=int, default=4, help="krnl_rtl compute units of the simulated card (default 4)")
+    ap.add_argument("--pcie-gbps", type=float, default=12.0, help="the simulated card's PCIe rate, GB/s (default 12)")
     ap.add_argument("--rounds", type=int, help="rounds (default 2, --quick 1); the tables show the best per load")
     ap.add_argument("--window-ms", type=int, help="perf_analyzer window (default 3000, --quick 1500)")
     ap.add_argument(
@@ -722,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         "fpgaserve_args": args.fpgaserve_args,
         "batch1_model": args.batch1_model,
         "pa_processes": args.pa_processes,
+        "pcie_gbps": args.pcie_gbps,
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
     ctx["notes"] += common.install_tools()
@@ -731,8 +860,11 @@ def main(argv: list[str] | None = None) -> int:
     repo = write_fpgaserve_repo(workdir, args.batch1_model)
 
     plan: list[tuple[str, int]] = []
+    args.has_frontend_flag = False
+    if "fpgaserve" in args.servers or "card" in args.servers:
+        args.has_frontend_flag = fpgaserve_has_flag("--frontend-processes")
     if "fpgaserve" in args.servers:
-        has_flag = args.has_frontend_flag = fpgaserve_has_flag("--frontend-processes")
+        has_flag = args.has_frontend_flag
         for n in ns:
             if n > 1 and not has_flag:
                 ctx["notes"].append(f"fpgaserve N={n} skipped: `fpgaserve --help` has no --frontend-processes yet")
@@ -742,7 +874,15 @@ def main(argv: list[str] | None = None) -> int:
         plan += [("ceiling", n) for n in sorted(set(ns) | {1})]
     if "triton" in args.servers:
         plan.append(("triton", 1))
-    ctx["server_order"] = [("Triton" if k == "triton" else f"{k} N={n}") for k, n in plan]
+    card_repo = None
+    if "card" in args.servers:
+        if not any(ld.model == "facile" for ld in loads):
+            ctx["notes"].append("fpgaserve-card skipped: it serves FACILE, and no FACILE load was chosen")
+        else:
+            card_repo = write_card_repo(workdir, args.card_cus)
+            plan += [("card", n) for n in ns if n == 1 or args.has_frontend_flag]
+    names = {"triton": lambda n: "Triton", "card": lambda n: f"fpgaserve-card N={n}"}
+    ctx["server_order"] = [names.get(k, lambda n, k=k: f"{k} N={n}")(n) for k, n in plan]
 
     runs: list[Run] = []
     failed_servers = 0
@@ -754,6 +894,9 @@ def main(argv: list[str] | None = None) -> int:
                     server = start_fpgaserve(workdir, repo, n, args, models)
                 elif kind == "ceiling":
                     server = start_ceiling(workdir, repo, n, models)
+                elif kind == "card":
+                    assert card_repo is not None
+                    server = start_card_server(workdir, card_repo, n, args)
                 else:
                     server = start_triton(workdir, models)
             except Exception as e:  # a server that cannot start is reported, the others still run
@@ -761,12 +904,14 @@ def main(argv: list[str] | None = None) -> int:
                 ctx["notes"].append(f"round {round_}: {kind} N={n} did not start: {str(e)[-500:]}")
                 continue
             try:
-                why = check_answers(server, args.batch1_model)
+                why = check_answers(server, args.batch1_model, card_repo)
                 if why:
                     ctx["notes"].append(f"round {round_}: {server.name}: {why}")
                 if round_ == 1:
                     ctx["notes"] += [f"{server.name}: {n}" for n in server.notes]
                 for load in loads:
+                    if server.kind == "card" and load.model != "facile":
+                        continue  # the simulated card serves FACILE only
                     common.quiet_wait([server.root_pid], s.quiet_wait_s)
                     runs.append(run_pa(server, load, s, workdir, round_, args.pa_processes))
                     if not server.alive():

@@ -26,6 +26,23 @@ Buffers
     DMA runs at ``FPGASERVE_SIM_PCIE_GBPS`` (default 12, GB/s = 1e9 B/s) on one host-to-card and
     one card-to-host channel per card; the caller blocks for the transfer time (holding the GIL
     for pyxrt, whose ``bo.sync`` never releases it; releasing it for PYNQ, whose ctypes calls do).
+    The bytes move while the transfer is modelled (they are in place when the sync returns).
+
+Where the card's work runs (``FPGASERVE_SIM_DEVICE``, read when a card object is made)
+    This module keeps the rules and the timeline; the card's own work -- device memory, the
+    copies of a sync, a kernel call's computation from the device memory it reads and the write
+    of its outputs at completion -- is ``device_side.CardSide``. ``inline`` (default) runs it in
+    this process, on the calling thread: its CPU is charged to the host program. ``process`` runs
+    it in a card process of its own (one per card and host process, started on first use, ended
+    by ``forget_cards`` or process exit): buffers' host memory is a memfd both processes map,
+    device memory lives there only, and the host sends requests over a socket and blocks, in
+    ``poll`` and without spinning, for exactly the modelled DMA and kernel time (holding the GIL
+    or not as above); should the card process be slower than the model (a first C-simulation),
+    the host waits for it, and that wait is ``stats["device_side"]["late_s"]``. Both run the same
+    code, so results are bit-identical, and every rule here (ERT states, loads, resets, hangs,
+    bad_state, bank checks, 0xA5 memory, state files) applies unchanged: the card process never
+    decides anything, it only moves and computes bytes. A computation that fails there makes the
+    command hang at its modelled completion (inline: at its start), with the same fault text.
 
 Commands (XRT's KDS + ERT)
     A start is queued on one CU (chosen among the allowed ones: the one free soonest) and runs
@@ -74,9 +91,11 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import itertools
 import json
 import logging
 import math
+import mmap
 import os
 import sys
 import threading
@@ -87,6 +106,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .device_side import ENV_DEVICE, device_mode, make_device
 from .errors import SimulationError
 from .xclbin import DEFAULT_PLATFORM, ShellInfo, Xclbin, shell_info
 
@@ -113,7 +133,6 @@ ABORT_WAIT_S = 0.5  # kds_del_cu_context sleeps 500 ms per round while commands 
 STATS_FLUSH_S = 0.05
 SNAPSHOT_TTL_S = 0.05
 BO_ALIGN = 4096
-UNINITIALISED = 0xA5
 ACTIVITY_WINDOW_S = 1.0
 MAX_FAULTS = 20
 FIRST_BUS = 0x65
@@ -187,6 +206,25 @@ def sleep_until(deadline: float, hold_gil: bool) -> None:
             _usleep(min(int(left * 1e6) + 1, 1_000_000_000))
         else:
             time.sleep(left)
+
+
+_CALLER = threading.local()
+
+
+@contextlib.contextmanager
+def _holding_gil(hold: bool):
+    """Within a host API call: whether its waits for the card side hold the GIL (pyxrt) or
+    not (PYNQ); waits outside any call hold it, as most of pyxrt's calls do."""
+    before = getattr(_CALLER, "hold_gil", True)
+    _CALLER.hold_gil = hold
+    try:
+        yield
+    finally:
+        _CALLER.hold_gil = before
+
+
+def _holds_gil() -> bool:
+    return getattr(_CALLER, "hold_gil", True)
 
 
 # ---------------------------------------------------------------------------------- concurrency
@@ -410,19 +448,22 @@ def _holder(state: dict) -> dict:
 # ---------------------------------------------------------------------------------- objects
 @dataclass(eq=False)
 class SimBuffer:
-    """One buffer object: device memory at ``address`` in topology bank ``bank``; ``host`` is the
-    host copy (None for device_only). Sub-buffers are views with ``parent`` and ``offset``."""
+    """One buffer object: device memory at ``address`` in topology bank ``bank`` (held by the
+    card side as buffer ``bid``); ``host`` is the host copy (None for device_only and for user
+    pointers, whose host memory is the caller's at ``userptr``). Sub-buffers are views with
+    ``parent`` and ``offset``."""
 
     card: SimCard
     bank: int
     address: int
     size: int
-    host: bytearray | None
-    device: bytearray
+    host: bytearray | mmap.mmap | None
+    bid: int
     handle: CardHandle | None = None
     parent: SimBuffer | None = None
     offset: int = 0
     freed: bool = False
+    userptr: int = 0
 
     @property
     def root(self) -> SimBuffer:
@@ -447,7 +488,8 @@ class Command:
     hold_deadline: float = INF
     state: str = "queued"  # queued | running | held | hung | done | aborted
     call: object = None
-    outputs: list[bytes] = field(default_factory=list)
+    dev_key: int = 0  # the card side's computation of this call (its outputs wait there)
+    dev_pending: bool = False  # its result (error or not) not taken yet
     callbacks: list = field(default_factory=list)
 
     @property
@@ -530,6 +572,11 @@ class SimCard:
             )
         self.shell = shell
         self.store = _Store(index)
+        #: where the card's work (device memory, DMA copies, kernel computation) runs: this
+        #: process ("inline") or a card process of its own ("process"); see device_side.py
+        self.device_mode = device_mode()
+        self._dev = None
+        self._bids = itertools.count(1)
         self.handles: set[CardHandle] = set()
         self.xclbin: Xclbin | None = None
         self.cus: list[CuState] = []
@@ -559,6 +606,27 @@ class SimCard:
         }
         self._dirty = False
         self._last_flush = 0.0
+
+    # ------------------------------------------------------------------ the card side
+    @property
+    def dev(self):
+        """The card side (device_side.py), started on first use (a card process in process mode)."""
+        dev = self._dev
+        if dev is None or (dev.mode == "process" and dev.owner != os.getpid()):  # first use, or a fork
+            dev = self._dev = make_device(self.index)
+        return dev
+
+    def close_device(self) -> None:
+        """End the card side (process exit, forget_cards): device memory is gone with it."""
+        dev, self._dev = self._dev, None
+        if dev is not None:
+            dev.close()
+
+    def read_device(self, buf: SimBuffer, offset: int, nbytes: int) -> bytes:
+        """Device memory of ``buf`` as it is now (tests; a host API cannot read it)."""
+        with _LOCK:
+            _advance(time.monotonic())
+            return self.dev.call("read_device", buf.bid, buf.offset + offset, nbytes)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -682,18 +750,26 @@ class SimCard:
             )
 
     def _build_models(self, xb: Xclbin) -> None:
+        """The card side builds each kernel's model (its C-simulation); this side keeps that one
+        (inline) or one that only plans and times calls (process mode)."""
         for name, kernel in xb.kernels.items():
             key = (xb.uuid, name)
             if key in self.models:
                 continue
-            from .kernels import load_model  # numpy and fpgaserve: only where kernels run
+            dev = self.dev
+            why = dev.call("load_model", key, kernel, xb.path)
+            model: KernelModel | SimulationError
+            if why is not None:
+                model = SimulationError(why)
+            elif dev.mode == "inline":
+                model = dev.side.models[key]
+            else:
+                from .kernels import load_model  # numpy and fpgaserve: only where kernels run
 
-            try:
-                model: KernelModel | SimulationError = load_model(kernel, xb.path)
-            except SimulationError as e:
-                model = e
-            except Exception as e:  # a project the C-simulation cannot build, ...
-                model = SimulationError(f"simulated card cannot model kernel {name} of {xb.path}: {e}")
+                try:
+                    model = load_model(kernel, xb.path, compute=False)
+                except Exception as e:  # the card process built it: cannot happen
+                    model = SimulationError(f"simulated card cannot model kernel {name} of {xb.path}: {e}")
             with _LOCK:
                 self.models[key] = model
 
@@ -735,6 +811,10 @@ class SimCard:
         return any(cu in c.cus for c in self.contexts if not c.closed)
 
     def _close_context(self, ctx: Context, hold_gil: bool) -> None:
+        with _holding_gil(hold_gil):
+            self._close_context_holding(ctx, hold_gil)
+
+    def _close_context_holding(self, ctx: Context, hold_gil: bool) -> None:
         with _LOCK:
             if ctx in self.contexts:
                 self.contexts.remove(ctx)
@@ -813,9 +893,10 @@ class SimCard:
                 cursor = max(cursor, end)
             if cursor + need > mem.base + mem.size:
                 raise CardError(errno.ENOMEM, "failed to allocate bo")
-            buf = SimBuffer(
-                self, bank, cursor, size, bytearray(size) if host else None, bytearray([UNINITIALISED]) * size, handle
-            )
+            bid = next(self._bids)
+            mine, theirs = self.dev.host_memory(size) if host else (None, None)
+            self._dev_alloc(bid, size, theirs)
+            buf = SimBuffer(self, bank, cursor, size, mine, bid, handle)
             first = not self.buffers
             self.buffers.append(buf)
             handle.buffers.add(buf)
@@ -825,12 +906,39 @@ class SimCard:
             self._mark_dirty()
             return buf
 
+    def _dev_alloc(self, bid: int, size: int, host) -> None:
+        """Give the card side buffer ``bid``: its device memory (0xA5) and its host memory
+        (a memfd number is passed over the card process's socket, then closed here)."""
+        dev = self.dev
+        if isinstance(host, int) and dev.mode == "process":
+            try:
+                dev.post("alloc", bid, size, "fd", fds=(host,))
+            finally:
+                os.close(host)
+        else:
+            dev.post("alloc", bid, size, host)
+
     def sub_buffer(self, parent: SimBuffer, size: int, offset: int) -> SimBuffer:
         if offset + size > parent.size:
             raise CardError(errno.EINVAL, "sub buffer size and offset")
         return SimBuffer(
-            self, parent.bank, parent.address + offset, size, parent.host, parent.device, parent.handle, parent, offset
+            self,
+            parent.bank,
+            parent.address + offset,
+            size,
+            parent.host,
+            parent.bid,
+            parent.handle,
+            parent,
+            offset,
+            userptr=parent.userptr,
         )
+
+    def copy_device(self, src: SimBuffer, dst: SimBuffer) -> None:
+        """``dst`` (a root buffer) gets ``src``'s device bytes (XRT's copy of an argument into a
+        bank its CU is connected to)."""
+        with _LOCK:
+            self.dev.post("copy", src.bid, src.offset, dst.bid, dst.offset, min(src.size, dst.size))
 
     def free(self, buf: SimBuffer) -> None:
         _run_or_defer(self._free_locked, buf)
@@ -843,6 +951,8 @@ class SimCard:
         if buf.parent is not None or buf.freed:
             return
         buf.freed = True
+        if self._dev is not None:
+            self._dev.post("free", buf.bid)
         if buf in self.buffers:
             self.buffers.remove(buf)
             if not self.buffers:
@@ -865,26 +975,27 @@ class SimCard:
             return
         root = buf.root
         start_off = buf.offset + offset
-        with _LOCK:
-            if root.freed:
-                raise CardError(errno.ENOENT, "failed to sync bo")
-            now = time.monotonic()
-            _advance(now)
-            chan = "h2c" if to_device else "c2h"
-            begin = max(now, self.channel_free[chan])
-            if to_device and any(c.state == "running" for cu in self.cus for c in cu.queue):
-                self.counts["dma_to_device_during_kernel"] += 1
-            end = begin + size / pcie_rate()
-            self.channel_free[chan] = end
-        if end - time.monotonic() > 5e-6:  # below that a sleep call costs more than the transfer
-            sleep_until(end, hold_gil)
+        with _holding_gil(hold_gil):
+            with _LOCK:
+                if root.freed:
+                    raise CardError(errno.ENOENT, "failed to sync bo")
+                now = time.monotonic()
+                _advance(now)
+                chan = "h2c" if to_device else "c2h"
+                begin = max(now, self.channel_free[chan])
+                if to_device and any(c.state == "running" for cu in self.cus for c in cu.queue):
+                    self.counts["dma_to_device_during_kernel"] += 1
+                end = begin + size / pcie_rate()
+                self.channel_free[chan] = end
+                # the card side moves the bytes while the transfer is modelled (inline: now)
+                dev = self.dev
+                key = dev.key()
+                dev.start(key, "dma", root.bid, to_device, start_off, size)
+            if end - time.monotonic() > 5e-6:  # below that a sleep call costs more than the transfer
+                sleep_until(end, hold_gil)
+            dev.result(key, hold_gil)
         with _LOCK:
             _advance(time.monotonic())
-            if root.host is not None and not root.freed:
-                if to_device:
-                    root.device[start_off : start_off + size] = root.host[start_off : start_off + size]
-                else:
-                    root.host[start_off : start_off + size] = root.device[start_off : start_off + size]
             self.dma_log.append((chan, begin, end, size))
             key = "to_device" if to_device else "from_device"
             self.counts[f"bytes_{key}"] += size
@@ -952,6 +1063,10 @@ class SimCard:
         """Block until one of ``cmds`` finished (True) or ``timeout_s`` passed (False; None: no
         limit), sleeping until the next modelled event of their CUs (polling every 2 ms while a
         rendezvous holds commands and the GIL is free: another thread may meet it)."""
+        with _holding_gil(hold_gil):
+            return self._wait_any(cmds, timeout_s, hold_gil)
+
+    def _wait_any(self, cmds: list[Command], timeout_s: float | None, hold_gil: bool) -> bool:
         deadline = INF if timeout_s is None else time.monotonic() + timeout_s
         while True:
             with _LOCK:
@@ -1036,14 +1151,19 @@ class SimCard:
         if fault:
             self._hang(cu, cmd, fault)
             return
-        inputs = [self._read(a.address, a.nbytes) for a in call.reads]
-        try:
-            cmd.outputs = model.compute(call, inputs)
-        except Exception as e:
-            self._hang(cu, cmd, f"simulator error: {e}")
-            log.error("simulated card %d: kernel %s: simulator error: %s", self.index, cu.name, e)
-            return
+        # the card side reads device memory now and computes; the outputs wait there until the
+        # call completes (inline: done by now; process mode: while the call is modelled)
         assert self.xclbin is not None
+        dev = self.dev
+        cmd.dev_key, cmd.dev_pending = dev.key(), True
+        reads = [self._locate(a.address, a.nbytes) for a in call.reads]
+        dev.start(cmd.dev_key, "compute", cmd.dev_key, (self.xclbin.uuid, cu.kernel), call, reads)
+        if dev.mode == "inline":
+            error = self._computed(cmd)
+            if error is not None:
+                self._hang(cu, cmd, f"simulator error: {error}")
+                log.error("simulated card %d: kernel %s: simulator error: %s", self.index, cu.name, error)
+                return
         cmd.natural_end = t + model.timing.seconds(call.rows, self.xclbin.data_clock_mhz)
         cmd.end_t = cmd.natural_end
         cu.rows += call.rows
@@ -1073,14 +1193,34 @@ class SimCard:
                 return f"{a.arg}: the buffer is in {have}, but the CU's {port} is connected to {want}"
         return None
 
-    def _read(self, address: int, nbytes: int) -> memoryview:
-        """The device memory the kernel reads (a view: the memo compares it without a copy)."""
+    def _locate(self, address: int, nbytes: int) -> tuple[int, int, int]:
+        """(buffer, offset, bytes) of device memory the kernel reads."""
         buf = self.buffer_at(address, nbytes)
         assert buf is not None
-        off = address - buf.address
-        return memoryview(buf.device)[off : off + nbytes]
+        return buf.bid, address - buf.address, nbytes
+
+    def _computed(self, cmd: Command) -> str | None:
+        """Take the card side's result of ``cmd``'s computation (blocking until it is in, as the
+        call cannot complete before): None, or why the simulator could not compute it."""
+        key = cmd.dev_key
+        cmd.dev_pending = False
+        error, hits, misses = self.dev.result(key, _holds_gil())
+        model = self.models.get((self.xclbin.uuid, cmd.cu.kernel)) if self.xclbin is not None else None
+        if model is not None and not isinstance(model, SimulationError):
+            model.memo.hits, model.memo.misses = hits, misses
+        return error
+
+    def _forget_computation(self, cmd: Command) -> None:
+        """``cmd`` never completes: its outputs are dropped, its result ignored."""
+        if cmd.dev_key:
+            key, cmd.dev_key = cmd.dev_key, 0
+            if cmd.dev_pending:
+                self.dev.discard(key)
+            cmd.dev_pending = False
+            self.dev.post("drop", key)
 
     def _hang(self, cu: CuState, cmd: Command, reason: str) -> None:
+        self._forget_computation(cmd)
         cmd.state = "hung"
         cmd.end_t = INF
         first = cu.hung is None
@@ -1102,12 +1242,21 @@ class SimCard:
         self._mark_dirty(now=True)
 
     def _complete(self, cu: CuState, cmd: Command, t: float) -> None:
-        if cmd.call is not None:
-            for access, data in zip(cmd.call.writes, cmd.outputs):
+        if cmd.dev_key:
+            key = cmd.dev_key
+            error = self._computed(cmd) if cmd.dev_pending else None
+            if error is not None:  # the card process could not compute it: it hangs now
+                if cmd.state in ("running", "held"):
+                    _CONCURRENCY.executing -= 1
+                self._hang(cu, cmd, f"simulator error: {error}")
+                log.error("simulated card %d: kernel %s: simulator error: %s", self.index, cu.name, error)
+                return
+            targets = []
+            for access in cmd.call.writes:  # type: ignore[attr-defined]
                 buf = self.buffer_at(access.address, max(access.nbytes, 1)) if access.nbytes else None
-                if buf is not None:
-                    off = access.address - buf.address
-                    buf.device[off : off + len(data)] = data
+                targets.append((buf.bid, access.address - buf.address) if buf is not None else None)
+            cmd.dev_key = 0
+            self.dev.post("commit", key, targets)
         cmd.state = "done"
         cmd.end_t = t
         if cu.queue and cu.queue[0] is cmd:
@@ -1127,6 +1276,7 @@ class SimCard:
         self._mark_dirty()
 
     def _abort(self, cu: CuState, cmd: Command) -> None:
+        self._forget_computation(cmd)
         if cmd.state in ("running", "held"):
             _CONCURRENCY.executing -= 1
         cmd.state = "aborted"
@@ -1227,6 +1377,7 @@ class SimCard:
                 "cus": cus,
                 "models": models,
                 "pcie_gbps": pcie_rate() / 1e9,
+                "device_side": self._dev.describe() if self._dev is not None else {"mode": self.device_mode},
                 **_CONCURRENCY.snapshot(),
             }
 
@@ -1452,6 +1603,7 @@ def forget_cards() -> None:
     for card in existing:
         for handle in list(card.handles):
             handle.close()
+        card.close_device()
     with _LOCK:
         _CARDS.clear()
         _MEMORY_STATE.clear()
@@ -1503,6 +1655,7 @@ def _at_exit() -> None:
             except Exception as e:  # never raise at interpreter exit
                 print(f"fpga_sim: closing card {card.index} at exit: {e}", file=sys.stderr)
         card.flush_stats()
+        card.close_device()
 
 
 def _arm_from_environment() -> None:
@@ -1524,6 +1677,7 @@ atexit.register(_at_exit)
 __all__ = [
     "ENV_CARDS",
     "ENV_CONTROL_DIR",
+    "ENV_DEVICE",
     "ENV_INTERFACE_UUID",
     "ENV_PCIE_GBPS",
     "ENV_PLATFORM",

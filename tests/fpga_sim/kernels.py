@@ -420,10 +420,13 @@ class KernelModel:
 
     abi = ""
 
-    def __init__(self, kernel: XmlKernel, project, folder: Path):
+    def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
         self.kernel = kernel
         self.project = project
         self.folder = folder
+        #: False: a model that plans calls and times them but never computes one (the host's
+        #: half of a card whose computation runs in its card process, see device_side.py)
+        self.computes = compute
         self.n_in = project.input.size
         self.n_out = project.output.size
         self.memo = _Memo()
@@ -445,6 +448,8 @@ class KernelModel:
 
     def compute(self, call: Call, inputs: list) -> list[bytes]:
         """Output bytes for the input bytes (memoized); ``inputs`` are bytes-like, one per read."""
+        if not self.computes:
+            raise SimulationError(f"this model of {self.kernel.name} plans calls only (the card process computes)")
         hit = self.memo.get(call.rows, inputs)
         if hit is not None:
             return hit
@@ -462,13 +467,13 @@ class KernelModel:
 class KrnlRtlModel(KernelModel):
     abi = "krnl_rtl"
 
-    def __init__(self, kernel: XmlKernel, project, folder: Path):
-        super().__init__(kernel, project, folder)
+    def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
+        super().__init__(kernel, project, folder, compute)
         self.t_in, self.t_out = axi_word_types(project)
         for what, t in (("T_in", self.t_in), ("T_out", self.t_out)):
             if t.kind == "double" or (t.kind == "fixed" and t.width > 32):
                 raise SimulationError(f"{what} = {t} does not fit krnl_rtl's 32-bit data path")
-        self.csim = load_csim(project, "axi")
+        self.csim = load_csim(project, "axi") if compute else None
         self.timing = project_timing(folder, project, [f"{project.name}_axi", project.name], max(self.n_in, self.n_out))
 
     def plan(self, regs: bytes) -> Call:
@@ -507,8 +512,8 @@ class KrnlRtlModel(KernelModel):
 class KernelWrapperModel(KernelModel):
     abi = "kernel_wrapper"
 
-    def __init__(self, kernel: XmlKernel, project, folder: Path):
-        super().__init__(kernel, project, folder)
+    def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
+        super().__init__(kernel, project, folder, compute)
         self.legacy = "batchsize" not in self._args
         self.hw_quant = hw_quant(project)
         if self.hw_quant:
@@ -521,7 +526,7 @@ class KernelWrapperModel(KernelModel):
                 raise SimulationError(f"{t} is wider than 64 bits: no C container the host and kernel would share")
         acc = accelerator_config(project)
         self.batchsize = int(acc.get("Batchsize", DEFAULT_BATCHSIZE))
-        self.csim = load_csim(project, "top")
+        self.csim = load_csim(project, "top") if compute else None
         width = {name: dw for name, (_mode, _rng, dw) in kernel.ports.items()}
         beat_in = max(width.get(self._args["in"].port, 512) // 8, 1)
         beat_out = max(width.get(self._args["out"].port, 512) // 8, 1)
@@ -563,8 +568,8 @@ class KernelWrapperModel(KernelModel):
 class FaastModel(KernelModel):
     abi = "faast"
 
-    def __init__(self, kernel: XmlKernel, project, folder: Path):
-        super().__init__(kernel, project, folder)
+    def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
+        super().__init__(kernel, project, folder, compute)
         self.t_in = parse_type(resolve_typedef(project, project.input.ctype))
         self.t_out = parse_type(resolve_typedef(project, project.output.ctype))
         for what, t in (("input_t", self.t_in), ("result_t", self.t_out)):
@@ -572,7 +577,7 @@ class FaastModel(KernelModel):
                 raise SimulationError(f"FaaST's kernel moves 16-bit fields; the project's {what} is {t}")
         if self.n_in > 32:
             raise SimulationError(f"FaaST packs one row per 512-bit beat: N_IN={self.n_in} > 32 fields")
-        self.csim = load_csim(project, "top")
+        self.csim = load_csim(project, "top") if compute else None
         self.timing = project_timing(folder, project, [project.name], 1)
 
     def plan(self, regs: bytes) -> Call:
@@ -606,8 +611,9 @@ def detect_abi(kernel: XmlKernel) -> str | None:
     return None
 
 
-def load_model(kernel: XmlKernel, xclbin_path: str | None) -> KernelModel:
-    """The model of ``kernel`` for the xclbin at ``xclbin_path`` (raises SimulationError)."""
+def load_model(kernel: XmlKernel, xclbin_path: str | None, compute: bool = True) -> KernelModel:
+    """The model of ``kernel`` for the xclbin at ``xclbin_path`` (raises SimulationError);
+    ``compute=False``: without the C-simulation (plans and times calls only)."""
     abi = detect_abi(kernel)
     if abi is None:
         raise SimulationError(
@@ -625,4 +631,4 @@ def load_model(kernel: XmlKernel, xclbin_path: str | None) -> KernelModel:
             f"the simulator cannot compute {kernel.name}"
         )
     project = load_project(folder)
-    return MODELS[kernel.name](kernel, project, Path(xclbin_path).parent)
+    return MODELS[kernel.name](kernel, project, Path(xclbin_path).parent, compute)

@@ -1071,8 +1071,7 @@ class run:
             raise RuntimeError(str(e)) from None
         clone._device, clone._group = dev, target
         weakref.finalize(clone, dev.card.free, clone._buf)
-        src = buf._buf
-        clone._buf.device[:] = src.root.device[src.offset : src.offset + src.size]
+        dev.card.copy_device(buf._buf, clone._buf)
         return clone
 
     def start(self, *args, **kwargs) -> None:
