@@ -82,8 +82,8 @@ class OnnxRuntimeBackend(Backend):
         # the engine checked against the config already, and a retry for GPU providers we never
         # enable): 1.7 of ORT's 6.9 µs per call of the bundled `simple` model (measured,
         # ORT 1.32). A private attribute: without it, the public run.
-        binding = getattr(self.session, "_sess", None)
-        self._run = binding.run if callable(getattr(binding, "run", None)) else None
+        run = getattr(getattr(self.session, "_sess", None), "run", None)
+        self._run = run if callable(run) else None
 
     @classmethod
     def describe_io(cls, config: dict, version_dir: str):
