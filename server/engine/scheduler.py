@@ -725,13 +725,46 @@ class DirectScheduler(Scheduler):
     def _settle_outcomes(self) -> None:
         with self._lock:
             outcomes, self._outcomes = self._outcomes, []
+        # _settle for the whole burst: the statistics updated once per batch size rather than
+        # twice per request, then every answer (2-3 µs less engine CPU per `simple` request).
+        stats = self.model.stats
+        executions: dict[int, list[int]] = {}  # batch size -> [count, input, infer, output ns]
+        succeeded = []
+        queue_ns = []
+        rows = total_ns = input_ns = infer_ns = output_ns = 0
         for request, result, timings, error, end in outcomes:
             if result is _WITHDRAWN:
                 self._withdrawn(request)
-            elif error is not None:
+                continue
+            if error is not None:
                 self._fail_batch([request], error, end)
-            else:
-                self._settle([request], [result], timings, end)
+                continue
+            size = request.batch_size
+            sums = executions.get(size)
+            if sums is None:
+                sums = executions[size] = [0, 0, 0, 0]
+            sums[0] += 1
+            sums[1] += timings.compute_input_ns
+            sums[2] += timings.compute_infer_ns
+            sums[3] += timings.compute_output_ns
+            if isinstance(result, InferenceError):  # its outputs could not be encoded
+                stats.record_failure(end - request.arrival_ns, "OTHER")
+                self._complete(request, None, result)
+                continue
+            rows += size
+            total_ns += end - request.arrival_ns
+            queue_ns.append(request.exec_start_ns - request.arrival_ns)
+            input_ns += timings.compute_input_ns
+            infer_ns += timings.compute_infer_ns
+            output_ns += timings.compute_output_ns
+            succeeded.append((request, result))
+        for size, (count, i_ns, c_ns, o_ns) in executions.items():
+            stats.record_executions(size, count, i_ns, c_ns, o_ns)
+        if succeeded:
+            stats.record_successes_summed(rows, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        complete = self._complete
+        for request, result in succeeded:  # answered once the statistics count them
+            complete(request, result, None)
 
     # ------------------------------------------------------------------ stop
     async def stop(self, timeout: float | None = None) -> list[ModelInstance]:

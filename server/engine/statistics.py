@@ -62,13 +62,17 @@ class ModelStatistics:
     queue_hist: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_US) + 1))
 
     def record_execution(self, batch_size: int, t: BatchTimings) -> None:
-        self.execution_count += 1
+        self.record_executions(batch_size, 1, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns)
+
+    def record_executions(self, batch_size: int, count: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """``count`` executions of ``batch_size`` rows each, their durations summed."""
+        self.execution_count += count
         stat = self.batch_stats.get(batch_size)
         if stat is None:
             stat = self.batch_stats[batch_size] = BatchStat()
-        stat.compute_input.add(t.compute_input_ns)
-        stat.compute_infer.add(t.compute_infer_ns)
-        stat.compute_output.add(t.compute_output_ns)
+        stat.compute_input.add(input_ns, count)
+        stat.compute_infer.add(infer_ns, count)
+        stat.compute_output.add(output_ns, count)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_successes(self, rows: int, total_ns: int, queue_ns: list[int], t: BatchTimings) -> None:
@@ -77,6 +81,17 @@ class ModelStatistics:
         queue time): the batch's compute durations are charged to every one of them, as
         Triton does. One update per execution, not per request."""
         count = len(queue_ns)
+        self.record_successes_summed(
+            rows, total_ns, queue_ns, t.compute_input_ns * count, t.compute_infer_ns * count, t.compute_output_ns * count
+        )
+
+    def record_successes_summed(
+        self, rows: int, total_ns: int, queue_ns: list[int], input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """``record_successes`` for requests of several executions at once: each request's
+        compute durations (its execution's) summed over them, in ``input_ns``/``infer_ns``/
+        ``output_ns``."""
+        count = len(queue_ns)
         self.success.count += count
         self.success.ns += total_ns
         self.queue.count += count
@@ -84,9 +99,9 @@ class ModelStatistics:
         hist = self.queue_hist
         for q in queue_ns:
             hist[bisect.bisect_left(QUEUE_BUCKETS_US, q / 1000)] += 1
-        self.compute_input.add(t.compute_input_ns * count, count)
-        self.compute_infer.add(t.compute_infer_ns * count, count)
-        self.compute_output.add(t.compute_output_ns * count, count)
+        self.compute_input.add(input_ns, count)
+        self.compute_infer.add(infer_ns, count)
+        self.compute_output.add(output_ns, count)
         self.inference_count += rows
 
     def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
