@@ -249,15 +249,11 @@ class EngineServer:
             mv = self._resolve(h)
             arena = fe.arena
             assert arena is not None  # set at hello, before any request
-            view = arena.view
             inputs = {}
             for name, dtype, shape, kind, payload in h.inputs:
                 if kind == "arena":
                     offset, nbytes = payload
-                    dt = np.dtype(dtype)
-                    inputs[name] = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(
-                        shape
-                    )
+                    inputs[name] = arena.array(np.dtype(dtype), offset, nbytes, shape)
                 else:
                     inputs[name] = payload
             ireq = InferenceRequest(
