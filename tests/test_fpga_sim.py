@@ -1065,8 +1065,12 @@ def test_xrt_2_17_binds_no_user_pointer_buffers():
     assert not hasattr(pyxrt, "ext") and pyxrt.XRT_VERSION == "2.17.319"
     assert pyxrt220.XRT_VERSION == "2.20.197" and pyxrt220.XRT_BRANCH == "2025.2"
     ext = pyxrt220.ext
-    assert str(ext.read) == "access_mode.read" and int(ext.read | ext.shared) == 5
-    assert ext.none == ext.local and str(ext.local) == "access_mode.none"  # pybind11 names a value by its first member
+    mode = ext.bo  # the access_mode enum is nested in ext.bo, its values exported there
+    assert str(mode.read) == "access_mode.read" and int(mode.read | mode.shared) == 5
+    assert (
+        mode.none == mode.local and str(mode.local) == "access_mode.none"
+    )  # pybind11 names a value by its first member
+    assert mode.access_mode.read == mode.read and not hasattr(ext, "read")
     assert ext.bo.__module__ == "pyxrt.ext" and issubclass(ext.bo, pyxrt220.bo)
 
 
@@ -1118,11 +1122,11 @@ def test_ext_bo_syncs_straight_from_user_memory(sim, projects, capfd):
     with pytest.raises(RuntimeError, match=r"^failed to allocate userptr bo: Cannot allocate memory$"):
         x.ext.bo(d, _capsule(np.frombuffer(readonly, np.uint8).ctypes.data), 4096)  # pinned for writing
     with pytest.raises(RuntimeError, match=r"^xrt::ext::bo: invalid access mode$"):
-        x.ext.bo(d, _capsule(address), 4096, x.ext.shared | x.ext.process)
+        x.ext.bo(d, _capsule(address), 4096, x.ext.bo.shared | x.ext.bo.process)
     with pytest.raises(RuntimeError, match=r"^failed to allocate bo: Invalid argument$"):
         x.ext.bo(d, None, 4096)  # driver-provided host memory: no host-memory bank enabled
     with pytest.raises(RuntimeError, match=r"^failed to allocate bo: Invalid argument$"):
-        x.ext.bo(d, 4096, x.ext.read)
+        x.ext.bo(d, 4096, x.ext.bo.read)
     del arg, ub
     gc.collect()
 

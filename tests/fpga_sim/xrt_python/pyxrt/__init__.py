@@ -44,7 +44,8 @@ binding has no caster for Python callables (pybind11/functional.h is not include
 
 **Buffers over the caller's memory** (``FPGASERVE_SIM_XRT_VERSION=2.20`` or later; the default
 2.17 has none): XRT 2.20 (202520.2.20.x) adds the submodule ``ext`` with ``ext.bo`` and
-``ext.access_mode`` (pyxrt.cpp binds ``xrt::ext::bo``, src/runtime_src/core/common/api/xrt_bo.cpp
+``ext.bo.access_mode`` (its values exported into ``ext.bo``: ``ext.bo.read``, ...; pyxrt.cpp binds
+``xrt::ext::bo``, src/runtime_src/core/common/api/xrt_bo.cpp
 implements it), positional arguments only, as here:
 
 * ``ext.bo(device, userptr, size[, access])``: ``userptr`` is what pybind11 casts to ``void*``:
@@ -1060,13 +1061,12 @@ def _void_pointer(value) -> int | None:
 def _make_ext() -> types.ModuleType:
     module = types.ModuleType("pyxrt.ext", "Submodule for external")
     members = {"none": 0, "read": 1, "write": 2, "read_write": 3, "local": 0, "shared": 4, "process": 8, "hybrid": 16}
-    access_mode = _make_enum("access_mode", members, False, export_to=module.__dict__)
+    access_mode = _make_enum("access_mode", members, False)  # nested in ext.bo (below)
     access_mode._names = {}
     for name, value in members.items():  # pybind11 names a value by its first member
         access_mode._names.setdefault(value, name)
     access_mode.__or__ = lambda a, b: access_mode(int(a) | int(b))
     access_mode.__and__ = lambda a, b: access_mode(int(a) & int(b))
-    module.access_mode = access_mode
 
     class ext_bo(bo):
         """``xrt::ext::bo``: a host-only buffer, over the caller's memory when given a pointer."""
@@ -1105,6 +1105,10 @@ def _make_ext() -> types.ModuleType:
             weakref.finalize(self, dev.card.free, self._buf)
 
     ext_bo.__name__ = ext_bo.__qualname__ = "bo"
+    # py::enum_<access_mode>(pyextbo, ...).export_values(): the enum and its values live in ext.bo
+    ext_bo.access_mode = access_mode
+    for name, value in access_mode.__members__.items():
+        setattr(ext_bo, name, value)
     ext_bo.__module__ = "pyxrt.ext"
     module.bo = ext_bo
     return module
