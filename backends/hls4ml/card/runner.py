@@ -29,9 +29,9 @@ can make a buffer over user memory (``CardDevice.user_memory``: XRT >= 2.20's
 ``pyxrt.ext.bo``, for an argument in memory group 0; not PYNQ), a batch whose address is
 page-aligned (what xocl pins; the frontend processes' arena page-aligns blocks of 64 KiB and
 more) is wrapped in place for the call: the card syncs from the request's own pages, the
-kernel gets that buffer, and it is freed after the call (``dma_to_device_direct`` counts those bytes). Anything else
-(an unaligned or non-float32 array, a fixed-point ABI, XRT < 2.20, the driver refusing the
-pages) takes the encoding pass. Outputs always go through the output buffer: the result is
+kernel gets that buffer, and it is freed after the call (``dma_to_device_direct`` counts
+those bytes). Anything else (an unaligned or non-float32 array, a fixed-point ABI, XRT <
+2.20, the driver refusing the pages) takes the encoding pass. Outputs always go through the output buffer: the result is
 decoded from the card's float32 or fixed point into the float64 array the backend returns, a
 format change either way.
 """

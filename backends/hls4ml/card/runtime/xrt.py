@@ -352,9 +352,11 @@ class XrtRun(RunHandle):
         return RunState.RUNNING
 
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# a prototype of our own: setting restype/argtypes on ctypes.pythonapi's shared function object
+# would change it for every other user in the process
+_PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
 
 
 def _capsule(address: int):
