@@ -295,6 +295,151 @@ def test_faast_moves_beats_of_real_rows_only(sim, pool, versions):
         runner.close()
 
 
+# ------------------------------------------------------------------------------ request memory in place
+@pytest.fixture
+def pool_xrt_2_20(sim):
+    """A pool over XRT 2.20's simulated binding (``pyxrt.ext.bo``: buffers over user memory)
+    in place of 2.17's, for one test; 2.17's module is back afterwards."""
+    from fpgaserve.backends.hls4ml.card.cards import CardPool
+    from fpgaserve.backends.hls4ml.card.runtime import open_api
+
+    if API != "xrt":
+        pytest.skip("drives pyxrt directly")
+    saved = sys.modules.pop("pyxrt")
+    os.environ["FPGASERVE_SIM_XRT_VERSION"] = "2.20.197"
+    try:
+        import pyxrt
+    finally:
+        del os.environ["FPGASERVE_SIM_XRT_VERSION"]
+    assert pyxrt.SIMULATED and hasattr(pyxrt, "ext")
+    _fresh(sim.card)
+    try:
+        yield CardPool(open_api("xrt"))
+    finally:
+        _fresh(sim.card)
+        sys.modules["pyxrt"] = saved
+
+
+def _in_arena(x: np.ndarray, offset_rows: int = 0):
+    """``x`` as the engine hands it to a backend: a read-only view of a frontend's arena block
+    (a block of 64 KiB or more starts on a page), through the engine's own mapping; with
+    ``offset_rows``, a view that starts that many rows into the block. Returns (view, closer)."""
+    from fpgaserve.server.ipc.arena import Arena, ArenaReader
+
+    arena = Arena(8 << 20)
+    nbytes = x.nbytes + offset_rows * x.shape[1] * 4
+    offset = arena.allocate(max(nbytes, 64 * 1024))
+    arena.write(offset + offset_rows * x.shape[1] * 4, np.ascontiguousarray(x, np.float32))
+    reader = ArenaReader(os.getpid(), arena.fd, arena.size)
+    view = reader.array(np.dtype(np.float32), offset + offset_rows * x.shape[1] * 4, x.nbytes, x.shape)
+
+    def close():
+        reader.close()
+        arena.close()
+
+    return view, close
+
+
+def _user_bytes(sim, card: int = 0) -> int:
+    return _stats(sim, card)["bytes_to_device_userptr"]
+
+
+def test_a_float32_batch_is_synced_from_the_request_memory(sim, pool_xrt_2_20, versions):
+    """kernel_wrapper with HW_Quant reads float32 rows: on XRT 2.20 a page-aligned request
+    tensor is the card's input buffer itself (xrt::ext::bo over the arena), bit for bit what
+    the encoding path and the C-simulation give; the CU in memory group 1 copies as before."""
+    folder = versions["kernel_wrapper_hw_quant"]
+    runners = _runners(pool_xrt_2_20, folder, 2, max_batch=4096)
+    x = _inputs(2000, 16, seed=11)  # 125 KiB: a page-aligned arena block
+    view, close = _in_arena(x)
+    try:
+        assert view.ctypes.data % 4096 == 0 and not view.flags.writeable
+        want = _reference(folder, x)
+        first, second = runners
+        assert first.home.cu == "kernel_wrapper_1" and second.home.cu == "kernel_wrapper_2"
+        card = pool_xrt_2_20.card(0)
+        u0, d0 = _user_bytes(sim), card.snapshot().dma_to_device_direct
+        got = first.predict(view)
+        assert np.array_equal(got, want)
+        assert _user_bytes(sim) - u0 == x.nbytes  # from the request's pages, no buffer of ours
+        assert card.snapshot().dma_to_device_direct - d0 == x.nbytes
+        assert _stats(sim, 0)["buffers"] == 4  # the wrapped buffer was freed with its call
+        # the same rows through the encoding path (a copy of the view is not page-aligned)
+        copied = np.array(view)[1:]
+        assert np.array_equal(first.predict(copied), want[1:])
+        assert _user_bytes(sim) - u0 == x.nbytes
+        # kernel_wrapper_2.in is in DDR[1] (group 1): XRT would copy a group-0 buffer per call
+        assert "group 1" in (
+            card.device.user_memory(
+                card.compute_unit("kernel_wrapper", "kernel_wrapper_2").handle, second.abi.input_arg
+            )
+            or ""
+        )
+        assert np.array_equal(second.predict(view), want)
+        assert _user_bytes(sim) - u0 == x.nbytes
+    finally:
+        _close(runners)
+        close()
+
+
+def test_what_is_not_the_cards_format_or_not_on_a_page_is_encoded(sim, pool_xrt_2_20, versions, caplog):
+    """An unaligned view, a fixed-point ABI, a legacy fixed-size kernel and pages the driver
+    refuses (read-only) take the encoding pass, with the same results."""
+    import mmap
+
+    x = _inputs(2000, 16, seed=12)
+    for version in ("kernel_wrapper_hw_quant", "kernel_wrapper", "kernel_wrapper_legacy"):
+        folder = versions[version]
+        (runner,) = _runners(pool_xrt_2_20, folder, 1, max_batch=4096 if version != "kernel_wrapper_legacy" else 100)
+        offsets = (1,) if version == "kernel_wrapper_hw_quant" else (0, 1)
+        try:
+            for offset_rows in offsets:
+                view, close = _in_arena(x, offset_rows)
+                try:
+                    u0 = _user_bytes(sim)
+                    assert np.array_equal(runner.predict(view), _reference(folder, x)), (version, offset_rows)
+                    assert _user_bytes(sim) == u0, (version, offset_rows)
+                finally:
+                    close()
+        finally:
+            runner.close()
+    # read-only pages: xocl pins for writing and refuses them (ENOMEM); the runner copies instead
+    folder = versions["kernel_wrapper_hw_quant"]
+    (runner,) = _runners(pool_xrt_2_20, folder, 1, max_batch=4096)
+    fd = os.memfd_create("ro")
+    try:
+        os.write(fd, np.ascontiguousarray(x, np.float32).tobytes())
+        ro = mmap.mmap(fd, x.nbytes, prot=mmap.PROT_READ)
+        view = np.frombuffer(ro, np.float32).reshape(x.shape)
+        u0 = _user_bytes(sim)
+        with caplog.at_level(logging.WARNING, logger="fpgaserve.hls4ml.card.runner"):
+            assert np.array_equal(runner.predict(view), _reference(folder, x))
+        assert _user_bytes(sim) == u0
+        assert "not usable in place" in caplog.text and "Cannot allocate memory" in caplog.text
+        del view
+    finally:
+        runner.close()
+        os.close(fd)
+
+
+@xrt_only
+def test_xrt_2_17_has_no_buffers_over_user_memory(sim, pool, versions):
+    folder = versions["kernel_wrapper_hw_quant"]
+    (runner,) = _runners(pool, folder, 1, max_batch=4096)
+    x = _inputs(2000, 16, seed=13)
+    view, close = _in_arena(x)
+    try:
+        card = pool.card(0)
+        cu = card.compute_unit("kernel_wrapper", "kernel_wrapper_1")
+        assert "before XRT 2.20" in card.device.user_memory(cu.handle, runner.abi.input_arg)
+        u0 = _user_bytes(sim)
+        assert np.array_equal(runner.predict(view), _reference(folder, x))
+        assert _user_bytes(sim) == u0 and card.snapshot().dma_to_device_direct == 0
+    finally:
+        runner.close()
+        close()
+
+
 def test_an_io_stream_project_runs_on_krnl_rtl(sim, pool, tmp_path):
     """hls4ml's Alveo wrapper gives io_stream projects the same krnl_rtl interface (arrays at
     <name>_axi, N_IN/N_OUT in <name>_axi.h): the card, the C-simulation through that wrapper and

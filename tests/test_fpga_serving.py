@@ -784,3 +784,47 @@ def test_a_card_that_needs_a_reset_makes_the_model_not_ready(tmp_path_factory, c
             _assert_bitwise(_infer(proc.url, "facile", x), _reference("facile", x, csim_cache), "after the reset")
     finally:
         assert proc.stop() == 0, proc.log()
+
+
+# ------------------------------------------------------------------------------ request memory in place
+def test_a_float32_request_reaches_the_card_from_the_frontends_arena(tmp_path_factory, csim_cache):
+    """--frontend-processes 2 on XRT 2.20's binding: a large FP32 request for kernel_wrapper
+    with HW_Quant is synced to the card from the arena block the frontend wrote (the engine's
+    mapping, wrapped by pyxrt.ext.bo), not copied into a buffer first; the answer is bit for bit
+    the emulator's."""
+    from fpga_sim.projects import kernel_wrapper_project
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    repo = tmp_path_factory.mktemp("userptr_repo")
+    version = kernel_wrapper_project(BUNDLED_REPO / "jet_tagger" / "1", repo / "wrapper_float" / "1", hw_quant=True)
+    _xclbin(version, "kernel_wrapper", cus=1)
+    _abi_model(repo, "wrapper_float", version, 16, 5, 1, 4096)
+    saved = os.environ.get("FPGASERVE_SIM_XRT_VERSION")
+    os.environ["FPGASERVE_SIM_XRT_VERSION"] = "2.20.197"
+    try:
+        server = _serve(
+            repo, tmp_path_factory, "userptr", "hardware", 1, "wrapper_float", extra=("--frontend-processes", "2")
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("FPGASERVE_SIM_XRT_VERSION")
+        else:
+            os.environ["FPGASERVE_SIM_XRT_VERSION"] = saved
+    emulator = FixedPointModel(Hls4mlProject.load(version))
+    rng = np.random.default_rng(5)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            for rows in (2000, 4000):  # 125 and 250 KiB: page-aligned blocks
+                x = rng.normal(0, 4, (rows, 16)).astype(np.float32)
+                before = _quiet_stats(server, 1)[0]
+                t = grpcclient.InferInput("x", list(x.shape), "FP32")
+                t.set_data_from_numpy(x)
+                got = client.infer("wrapper_float", [t]).as_numpy("y")
+                _assert_bitwise(got, emulator.predict(x).astype(np.float32), f"{rows} rows")
+                after = _stats_after(server, 0, before, 1)
+                assert after["bytes_to_device"] - before["bytes_to_device"] == x.nbytes
+                moved = after["bytes_to_device_userptr"] - before["bytes_to_device_userptr"]
+                assert moved == x.nbytes, (rows, moved)
+    finally:
+        assert server.stop() == 0, server.log()

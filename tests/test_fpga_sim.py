@@ -45,20 +45,28 @@ XRT_PYTHON = SIM / "xrt_python"
 XBUTIL = SIM / "bin" / "xbutil"
 
 
-def _import_simulated_pyxrt():
+def _import_simulated_pyxrt(version: str | None = None):
     """The test-only pyxrt, imported without leaving it importable for other test modules (a
-    module that probes ``import pyxrt`` must keep seeing the host as it is)."""
+    module that probes ``import pyxrt`` must keep seeing the host as it is); ``version``: the
+    XRT release it presents (FPGASERVE_SIM_XRT_VERSION)."""
     sys.path.insert(0, str(XRT_PYTHON))
+    saved = os.environ.pop("FPGASERVE_SIM_XRT_VERSION", None)
+    if version:
+        os.environ["FPGASERVE_SIM_XRT_VERSION"] = version
     try:
         module = importlib.import_module("pyxrt")
     finally:
         sys.path.remove(str(XRT_PYTHON))
         sys.modules.pop("pyxrt", None)
+        os.environ.pop("FPGASERVE_SIM_XRT_VERSION", None)
+        if saved is not None:
+            os.environ["FPGASERVE_SIM_XRT_VERSION"] = saved
     assert module.SIMULATED is True, "a real pyxrt shadows the simulator"
     return module
 
 
 pyxrt = _import_simulated_pyxrt()
+pyxrt220 = _import_simulated_pyxrt("2.20.197")  # XRT 2.20's binding: pyxrt.ext, buffers over user memory
 TO_DEVICE = pyxrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE
 FROM_DEVICE = pyxrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE
 COMPLETED = pyxrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
@@ -124,10 +132,12 @@ def _simulated_cards(tmp_path, monkeypatch, mode: str):
     monkeypatch.setenv(simcard.ENV_CONTROL_DIR, str(control))
     simcard.forget_cards()
     pyxrt._REGISTERED.clear()
+    pyxrt220._REGISTERED.clear()
     yield control
     gc.collect()
     simcard.forget_cards()
     pyxrt._REGISTERED.clear()
+    pyxrt220._REGISTERED.clear()
     simcard.disarm_rendezvous()
 
 
@@ -1039,6 +1049,86 @@ def test_a_dead_card_process_is_an_error_not_a_hang(sim_process, projects):
     os.kill(pid, 9)
     with pytest.raises(simcard.SimulationError, match=f"card process \\(pid {pid}\\)"):
         b.sync(TO_DEVICE)
+
+
+# ------------------------------------------------------------------------------ buffers over user memory
+def _capsule(address: int):
+    """What pybind11 casts to ``void*``: a PyCapsule holding the address."""
+    import ctypes
+
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(address, None, None)
+
+
+def test_xrt_2_17_binds_no_user_pointer_buffers():
+    assert not hasattr(pyxrt, "ext") and pyxrt.XRT_VERSION == "2.17.319"
+    assert pyxrt220.XRT_VERSION == "2.20.197" and pyxrt220.XRT_BRANCH == "2025.2"
+    ext = pyxrt220.ext
+    mode = ext.bo  # the access_mode enum is nested in ext.bo, its values exported there
+    assert str(mode.read) == "access_mode.read" and int(mode.read | mode.shared) == 5
+    assert (
+        mode.none == mode.local and str(mode.local) == "access_mode.none"
+    )  # pybind11 names a value by its first member
+    assert mode.access_mode.read == mode.read and not hasattr(ext, "read")
+    assert ext.bo.__module__ == "pyxrt.ext" and issubclass(ext.bo, pyxrt220.bo)
+
+
+def test_ext_bo_syncs_straight_from_user_memory(sim, projects, capfd):
+    """XRT 2.20's pyxrt.ext.bo(device, userptr, size): a host-only buffer in group 0 over the
+    caller's pages (xocl pins them), synced with no copy into a buffer of XRT's."""
+    import mmap
+
+    x = pyxrt220
+    to_device, from_device = (
+        x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE,
+        x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE,
+    )
+    completed = x.ert_cmd_state.ERT_CMD_STATE_COMPLETED
+    folder = projects["jet_tagger"]
+    d = x.device(0)
+    uid = d.load_xclbin(str(folder / "model.xclbin"))
+    k1, k2 = x.kernel(d, uid, "krnl_rtl:{krnl_rtl_1}"), x.kernel(d, uid, "krnl_rtl:{krnl_rtl_2}")
+    rows = 24
+    data = inputs(rows, 16).astype("<f4")
+    memory = mmap.mmap(-1, 4 * 4096)
+    user = np.frombuffer(memory, dtype="<f4")
+    user[: data.size] = data.ravel()
+    address = user.ctypes.data
+    ub = x.ext.bo(d, _capsule(address), len(memory))
+    assert type(ub).__name__ == "bo" and ub.size() == len(memory) and k1.group_id(0) == 0
+    assert bytes(ub.map()[:16]) == data.tobytes()[:16]  # a view of the caller's memory
+    arg = x.bo(ub, data.nbytes, 0)
+    arg.sync(to_device, data.nbytes, 0)
+    out = x.bo(d, rows * 5 * 4, x.bo.normal, k1.group_id(1))
+    assert k1(arg, out, rows * 16, rows * 5).wait(5000) == completed
+    out.sync(from_device)
+    ref = csim(folder).predict(data)
+    assert np.array_equal(np.frombuffer(out.map(), "<f4").reshape(rows, 5).astype(np.float64), ref)
+    stats = d._simcard.stats
+    assert stats["bytes_to_device_userptr"] == data.nbytes == stats["bytes_to_device"]
+    # krnl_rtl_2 is connected to DDR[1], not group 0: XRT copies the argument into its bank
+    out2 = x.bo(d, rows * 5 * 4, x.bo.normal, k2.group_id(1))
+    assert k2(arg, out2, rows * 16, rows * 5).wait(5000) == completed
+    assert "Allocating local copy of argument buffer in connected bank" in capfd.readouterr().err
+    out2.sync(from_device)
+    assert np.array_equal(np.frombuffer(out2.map(), "<f4").reshape(rows, 5).astype(np.float64), ref)
+    # what XRT and xocl refuse
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        x.ext.bo(d, address, 4096)  # an int is not a void* for pybind11
+    with pytest.raises(RuntimeError, match=r"^failed to allocate userptr bo: Invalid argument$"):
+        x.ext.bo(d, _capsule(address + 64), 4096)  # not page-aligned
+    readonly = mmap.mmap(-1, 4096, prot=mmap.PROT_READ)
+    with pytest.raises(RuntimeError, match=r"^failed to allocate userptr bo: Cannot allocate memory$"):
+        x.ext.bo(d, _capsule(np.frombuffer(readonly, np.uint8).ctypes.data), 4096)  # pinned for writing
+    with pytest.raises(RuntimeError, match=r"^xrt::ext::bo: invalid access mode$"):
+        x.ext.bo(d, _capsule(address), 4096, x.ext.bo.shared | x.ext.bo.process)
+    with pytest.raises(RuntimeError, match=r"^failed to allocate bo: Invalid argument$"):
+        x.ext.bo(d, None, 4096)  # driver-provided host memory: no host-memory bank enabled
+    with pytest.raises(RuntimeError, match=r"^failed to allocate bo: Invalid argument$"):
+        x.ext.bo(d, 4096, x.ext.bo.read)
+    del arg, ub
+    gc.collect()
 
 
 # ------------------------------------------------------------------------------ telemetry

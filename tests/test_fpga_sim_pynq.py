@@ -411,6 +411,40 @@ else:
         assert all(h.done for h in handles)
         assert cards[0].stats["pynq_concurrent_handle_events"] >= 1
 
+    def test_legacy_user_pointer_buffers(cards, projects, capfd):
+        """PYNQ's binding of XRT's xclAllocUserPtrBO: a buffer over the caller's memory, synced
+        straight from it; a driver error escapes XRT's legacy wrapper (the process would abort)."""
+        import mmap
+
+        from pynq._3rdparty import xrt as pynq_xrt
+        from pynq.buffer import PynqBuffer
+
+        dev = cards[0]
+        ol = Overlay(str(projects["jet"] / "model.xclbin"), device=dev)
+        x = inputs(40, 16).astype(np.float32)
+        memory = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+        view = np.frombuffer(memory, np.float32, count=x.size).reshape(x.shape)
+        view[:] = x
+        bank = ol.DDR0.idx
+        bo = pynq_xrt.xclAllocUserPtrBO(dev.handle, view.ctypes.data, len(memory), bank)
+        in_buf = PynqBuffer(
+            x.shape, np.float32, bo=bo, device=dev, buffer=memory, device_address=dev.get_device_address(bo),
+            coherent=False,
+        )  # fmt: skip
+        out_buf = allocate((len(x), 5), np.float32, target=ol.DDR0)
+        in_buf.sync_to_device()
+        ol.krnl_rtl_1.call(in_buf, out_buf, x.size, out_buf.size)
+        out_buf.sync_from_device()
+        assert np.array_equal(np.asarray(out_buf).astype(np.float64), csim(projects["jet"]).predict(x))
+        stats = dev.stats
+        assert stats["bytes_to_device_userptr"] == x.nbytes == stats["bytes_to_device"]
+        buffers = stats["buffers"]
+        pynq_xrt.xclFreeBO(dev.handle, bo)
+        assert dev.stats["buffers"] == buffers - 1
+        with pytest.raises(simcard.SimulationError, match="abort"):
+            pynq_xrt.xclAllocUserPtrBO(dev.handle, view.ctypes.data + 4, 4096, bank)
+        assert "terminate called after throwing an instance of 'xrt_core::system_error'" in capfd.readouterr().err
+
     def test_old_module_name_still_imports():
         from fpga_sim import device
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fpgaserve.server.errors import InferenceError
-from fpgaserve.server.ipc.arena import ALIGN, Arena, ArenaFull, ResponseArena
+from fpgaserve.server.ipc.arena import ALIGN, PAGE, PAGE_BLOCK, Arena, ArenaFull, ArenaReader, ResponseArena
 from fpgaserve.server.ipc.protocol import MAX_FRAME, FrameChannel, FrameDecoder
 from fpgaserve.server.ipc.remote import ArenaShmMirror
 
@@ -46,6 +46,59 @@ def test_arena_allocations_never_overlap_and_coalesce_back_to_one_block():
     assert arena.used == 0
     assert arena.allocate(arena.size) == 0  # one free block of the whole arena again
     arena.close()
+
+
+def test_large_blocks_start_on_a_page_and_the_bytes_before_them_stay_free():
+    """A card can wrap a large tensor in place only at a page-aligned address (xocl's rule)."""
+    arena = Arena(4 * PAGE_BLOCK)
+    small = arena.allocate(100)
+    big = arena.allocate(PAGE_BLOCK)
+    assert small == 0 and big == PAGE and big % PAGE == 0
+    assert arena.allocate(PAGE - 2 * ALIGN) == 2 * ALIGN  # the gap before the large block is used
+    rng = random.Random(3)
+    live = [(small, 100), (big, PAGE_BLOCK), (2 * ALIGN, PAGE - 2 * ALIGN)]
+    for _ in range(500):
+        if live and rng.random() < 0.5:
+            arena.free(*live.pop(rng.randrange(len(live))))
+            continue
+        n = rng.choice([rng.randrange(1, 2 * PAGE), rng.randrange(PAGE_BLOCK, PAGE_BLOCK + PAGE)])
+        try:
+            offset = arena.allocate(n)
+        except ArenaFull:
+            continue
+        assert offset % (PAGE if n >= PAGE_BLOCK else ALIGN) == 0 and offset + n <= arena.size
+        assert all(offset + n <= o or o + m <= offset for o, m in live)
+        live.append((offset, n))
+    for block in live:
+        arena.free(*block)
+    assert arena.used == 0 and arena.allocate(arena.size) == 0
+    arena.close()
+
+
+def test_the_engine_maps_the_input_arena_writable_but_hands_out_read_only_arrays():
+    """xocl pins user memory for writing, so the engine's mapping must allow it; the arrays it
+    gives backends stay read-only (the frontend is the arena's only writer)."""
+    arena = Arena(2 * PAGE_BLOCK)
+    offset = arena.allocate(PAGE_BLOCK)
+    data = np.arange(PAGE_BLOCK // 4, dtype=np.float32)
+    arena.write(offset, data)
+    reader = ArenaReader(os.getpid(), arena.fd, arena.size)
+    try:
+        got = reader.array(np.dtype(np.float32), offset, data.nbytes, (-1, 16))
+        assert np.array_equal(got.ravel(), data) and got.ctypes.data % PAGE == 0
+        assert not got.flags.writeable
+        with open("/proc/self/maps") as f:
+            start = got.ctypes.data
+            mapped = [
+                line.split()[1]
+                for line in f
+                if int(line.split("-")[0], 16) <= start < int(line.split()[0].split("-")[1], 16)
+            ]
+        assert mapped and mapped[0].startswith("rw") and mapped[0].endswith("s")
+    finally:
+        del got
+        reader.close()
+        arena.close()
 
 
 def test_arena_free_restores_full_capacity():

@@ -91,6 +91,8 @@ class CardSnapshot:
     calls: int = 0
     dma_to_device: int = 0
     dma_from_device: int = 0
+    # of dma_to_device, synced straight from request memory (no encoding pass into a buffer)
+    dma_to_device_direct: int = 0
     memory_used: int = 0
     memory_total: int = 0
     reloads: int = 0

@@ -2,7 +2,7 @@
 
 Each frontend owns one arena, an anonymous memory file (``memfd_create``: no name in
 /dev/shm to leak or to collide, and not bounded by a container's small /dev/shm) that the
-engine maps read-only through ``/proc/<frontend pid>/fd/<fd>``. The
+engine maps through ``/proc/<frontend pid>/fd/<fd>``. The
 frontend copies a request's input bytes into a block of the arena -- the one copy decoding
 makes anyway (protobuf's ``bytes`` fields are immutable, so a view on them cannot be handed
 to another process) -- and sends the engine the block's offset; the engine reads the tensors
@@ -16,7 +16,16 @@ response message (the one copy encoding always made) and tells the engine to fre
 outputs stay inline in the frame, where a block and a free message would cost more.
 
 Allocation is first-fit over a sorted free list with coalescing (``FreeList``): blocks live
-for one request, so the list stays short. The frontend's input arena is used from its event
+for one request, so the list stays short. Blocks are 64-byte aligned; blocks of ``PAGE_BLOCK``
+bytes or more start on a page boundary, so a card runtime can wrap a large input tensor in
+place as a buffer object over user memory (XRT's ``xrt::ext::bo``; xocl refuses an address that
+is not page-aligned) and DMA it to the card from the arena (``backends/hls4ml/card/runner.py``).
+
+The engine maps the input arena read-write (shared) although only the frontend writes it: xocl
+pins a user-memory buffer's pages with write access (``get_user_pages_fast(..., FOLL_WRITE)``),
+which fails on a read-only mapping. Nothing of the engine's writes there: the arrays it makes
+over the arena are marked read-only (``ArenaReader.array``), and a card sync to the device only
+reads the pages. The frontend stays the only writer by contract. The frontend's input arena is used from its event
 loop only; the response arena from the engine's loop and its instance threads, under a lock.
 """
 
@@ -30,6 +39,10 @@ import threading
 import numpy as np
 
 ALIGN = 64  # cache-line aligned blocks: numpy views of any dtype are aligned
+PAGE = mmap.PAGESIZE
+#: blocks this large start on a page: a card can DMA them in place (see the module docstring);
+#: smaller ones would waste up to a page each for a transfer a copy makes as cheaply
+PAGE_BLOCK = 64 * 1024
 
 
 def _round_up(n: int) -> int:
@@ -51,17 +64,25 @@ class FreeList:
 
     def allocate(self, nbytes: int) -> int:
         need = _round_up(max(nbytes, 1))
+        paged = need >= PAGE_BLOCK
         for i, start in enumerate(self._starts):
             length = self._lengths[start]
-            if length >= need:
+            # a large block starts at the first page boundary of a free block; the bytes before
+            # it stay free (one more entry in the list, coalesced back when the block is freed)
+            at = -(-start // PAGE) * PAGE if paged else start
+            if start + length - at >= need:
                 del self._starts[i]
                 del self._lengths[start]
-                if length > need:
-                    rest = start + need
-                    self._starts.insert(i, rest)
-                    self._lengths[rest] = length - need
+                if at > start:
+                    self._starts.insert(i, start)
+                    self._lengths[start] = at - start
+                    i += 1
+                end = at + need
+                if start + length > end:
+                    self._starts.insert(i, end)
+                    self._lengths[end] = start + length - end
                 self.used += need
-                return start
+                return at
         raise ArenaFull(nbytes)
 
     def free(self, start: int, nbytes: int) -> None:
@@ -112,17 +133,26 @@ class Arena:
 
 
 class ArenaReader:
-    """The engine's side: a read-only mapping of a frontend's arena."""
+    """The engine's side of a frontend's input arena: a shared read-write mapping (a card pins
+    user memory for writing, see the module docstring) that the engine only reads."""
 
     def __init__(self, pid: int, fd_number: int, size: int):
-        fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDONLY)
+        fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDWR)
         try:
             if os.fstat(fd).st_size < size:
                 raise ValueError(f"the arena of process {pid} is smaller than announced")
-            self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        self.view = memoryview(self.map)
+        # read-only for the engine: every numpy view made over it is read-only too, at no
+        # cost per request
+        self.view = memoryview(self.map).toreadonly()
+
+    def array(self, dtype: np.dtype, offset: int, nbytes: int, shape) -> np.ndarray:
+        """A read-only numpy view of a block (the frontend is its only writer)."""
+        out = np.frombuffer(self.view, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
+        out.flags.writeable = False
+        return out
 
     def close(self) -> None:
         try:

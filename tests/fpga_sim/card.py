@@ -27,6 +27,12 @@ Buffers
     one card-to-host channel per card; the caller blocks for the transfer time (holding the GIL
     for pyxrt, whose ``bo.sync`` never releases it; releasing it for PYNQ, whose ctypes calls do).
     The bytes move while the transfer is modelled (they are in place when the sync returns).
+    A user-pointer buffer (:meth:`SimCard.alloc_userptr`: XRT 2.20's ``pyxrt.ext.bo``, the legacy
+    ``xclAllocUserPtrBO``) has the caller's memory as its host copy: xocl's rules (page-aligned
+    address, pages mapped writable, the bank's checks), and its syncs read and write that memory
+    where it is. ``bytes_to_device_userptr``/``bytes_from_device_userptr`` count what moved that
+    way; the rest of ``bytes_to_device`` came from buffers' own host memory, where the host had
+    copied it first.
 
 Where the card's work runs (``FPGASERVE_SIM_DEVICE``, read when a card object is made)
     This module keeps the rules and the timeline; the card's own work -- device memory, the
@@ -330,6 +336,29 @@ def _alive(pid: int, start: str) -> bool:
     return now is not None and start in ("?", now)
 
 
+def _user_pages_writable(address: int, size: int) -> bool:
+    """Whether every page of [address, address + size) is mapped writable in this process
+    (what pinning them for the device's writes needs), from /proc/self/maps."""
+    start = address - address % BO_ALIGN
+    end = address + max(size, 1)
+    covered = start
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split(maxsplit=2)
+        lo, hi = (int(v, 16) for v in fields[0].split("-"))
+        if hi <= covered:
+            continue
+        if lo > covered or "w" not in fields[1]:  # a hole, or read-only
+            return False
+        covered = hi
+        if covered >= end:
+            return True
+    return False
+
+
 # ---------------------------------------------------------------------------------- persistent state
 def _fresh_state(index: int) -> dict:
     return {
@@ -598,6 +627,10 @@ class SimCard:
             "starts_while_another_card_hung": 0,
             "bytes_to_device": 0,
             "bytes_from_device": 0,
+            # of those, moved straight from/to a host program's own memory (user-pointer buffers);
+            # the rest went through a buffer's host memory, where the host had to copy them
+            "bytes_to_device_userptr": 0,
+            "bytes_from_device_userptr": 0,
             "dma_s_to_device": 0.0,
             "dma_s_from_device": 0.0,
             # transfers to the card that began while a kernel of the card was executing: the
@@ -876,35 +909,62 @@ class SimCard:
     def alloc(self, handle: CardHandle, size: int, bank: int, host: bool = True) -> SimBuffer:
         """A buffer of ``size`` bytes in topology bank ``bank`` (EINVAL/ENOMEM as xocl)."""
         with _LOCK:
-            xb = self.xclbin
-            if size <= 0 or xb is None or not self.loaded_uuid() or bank < 0 or bank >= len(xb.groups):
-                raise CardError(errno.EINVAL, "failed to allocate bo")
-            mem = xb.groups[bank]
-            if not mem.used:
-                raise CardError(errno.EINVAL, "failed to allocate bo")
-            need = -(-size // BO_ALIGN) * BO_ALIGN
-            taken = sorted((b.address, b.address + -(-b.size // BO_ALIGN) * BO_ALIGN) for b in self.buffers)
-            cursor = mem.base
-            for start, end in taken:
-                if end <= cursor or start >= mem.base + mem.size:
-                    continue
-                if start - cursor >= need:
-                    break
-                cursor = max(cursor, end)
-            if cursor + need > mem.base + mem.size:
-                raise CardError(errno.ENOMEM, "failed to allocate bo")
+            cursor = self._place(size, bank, "failed to allocate bo")
             bid = next(self._bids)
             mine, theirs = self.dev.host_memory(size) if host else (None, None)
             self._dev_alloc(bid, size, theirs)
-            buf = SimBuffer(self, bank, cursor, size, mine, bid, handle)
-            first = not self.buffers
-            self.buffers.append(buf)
-            handle.buffers.add(buf)
-            if first:
-                with self.store.edit() as st:
-                    _holder(st)["buffers"] = 1
-            self._mark_dirty()
-            return buf
+            return self._adopt_buffer(SimBuffer(self, bank, cursor, size, mine, bid, handle))
+
+    def alloc_userptr(self, handle: CardHandle, address: int, size: int, bank: int) -> SimBuffer:
+        """A buffer whose host memory is the caller's ``size`` bytes at ``address`` (xocl's
+        DRM_IOCTL_XOCL_USERPTR_BO, userpf/xocl_bo.c ``xocl_userptr_bo_ioctl``): EINVAL for an
+        address not page-aligned, then the bank checks and device memory of ``alloc``, then the
+        pages are pinned for writing (``get_user_pages_fast(..., write=1, ...)``): memory that is
+        not mapped, or mapped read-only, fails with ENOMEM. Syncs move bytes between that memory
+        and device memory; the caller keeps it mapped while the buffer lives (its pages are
+        pinned on a real card; here they are read where they are)."""
+        what = "failed to allocate userptr bo"
+        with _LOCK:
+            if address % BO_ALIGN:
+                raise CardError(errno.EINVAL, what)
+            cursor = self._place(size, bank, what)
+            if not _user_pages_writable(address, size):
+                raise CardError(errno.ENOMEM, what)
+            bid = next(self._bids)
+            self.dev.post("alloc", bid, size, ("userptr", os.getpid(), address))
+            return self._adopt_buffer(SimBuffer(self, bank, cursor, size, None, bid, handle, userptr=address))
+
+    def _place(self, size: int, bank: int, what: str) -> int:
+        """Where ``size`` bytes go in topology bank ``bank`` (xocl's bank checks and drm_mm)."""
+        xb = self.xclbin
+        if size <= 0 or xb is None or not self.loaded_uuid() or bank < 0 or bank >= len(xb.groups):
+            raise CardError(errno.EINVAL, what)
+        mem = xb.groups[bank]
+        if not mem.used:
+            raise CardError(errno.EINVAL, what)
+        need = -(-size // BO_ALIGN) * BO_ALIGN
+        taken = sorted((b.address, b.address + -(-b.size // BO_ALIGN) * BO_ALIGN) for b in self.buffers)
+        cursor = mem.base
+        for start, end in taken:
+            if end <= cursor or start >= mem.base + mem.size:
+                continue
+            if start - cursor >= need:
+                break
+            cursor = max(cursor, end)
+        if cursor + need > mem.base + mem.size:
+            raise CardError(errno.ENOMEM, what)
+        return cursor
+
+    def _adopt_buffer(self, buf: SimBuffer) -> SimBuffer:
+        first = not self.buffers
+        self.buffers.append(buf)
+        if buf.handle is not None:
+            buf.handle.buffers.add(buf)
+        if first:
+            with self.store.edit() as st:
+                _holder(st)["buffers"] = 1
+        self._mark_dirty()
+        return buf
 
     def _dev_alloc(self, bid: int, size: int, host) -> None:
         """Give the card side buffer ``bid``: its device memory (0xA5) and its host memory
@@ -999,6 +1059,8 @@ class SimCard:
             self.dma_log.append((chan, begin, end, size))
             key = "to_device" if to_device else "from_device"
             self.counts[f"bytes_{key}"] += size
+            if root.userptr:
+                self.counts[f"bytes_{key}_userptr"] += size
             self.counts[f"dma_s_{key}"] += end - begin
             self._mark_dirty()
 

@@ -21,6 +21,15 @@ APIs see one card with XRT's rules (see card.py). The plug-in implements what PY
   refused load raises PYNQ's "Programming Device failed: <ERRNO> (<n>) <text>/<PYNQ hint>".
 * **buffers** are PynqBuffers over the host copy; ``flush``/``invalidate`` are DMA syncs that
   block for the modelled time *without* the GIL (PYNQ calls XRT through ctypes).
+* **user-pointer buffers**: PYNQ's binding module ``pynq._3rdparty.xrt`` exposes XRT's legacy
+  ``xclAllocUserPtrBO(handle, userptr, size, flags)`` (no ``XrtDevice`` method uses it). Its
+  stand-in here (installed over that function, for simulated devices' handles only; real ones go
+  to XRT) makes a buffer over the caller's memory in bank ``flags & 0xFFFF`` (xocl's checks: a
+  page-aligned address, the bank's, pages mapped writable) and returns its handle, which
+  ``flush``/``invalidate``/``get_device_address`` and ``xclFreeBO`` take like any other. On a
+  driver error, XRT <= 2.17's legacy wrapper (shim.cpp) catches ``xrt_core::error`` only, so the
+  ``xrt_core::system_error`` the shim throws escapes the C function: the process aborts
+  (std::terminate). The stand-in prints what libstdc++ prints and raises SimulationError.
 * ``device_info``/``sensors`` come from an ``xclDeviceInfo2`` filled as XRT 2.16's shim does
   (``mCurrent`` is never set there, so PYNQ's vccint power reads 0 on real cards too); with
   ``FPGASERVE_SIM_SENSORS=unreadable`` the sensor fields are 0, as when the xmc sysfs is missing.
@@ -148,6 +157,7 @@ class SimulatedAlveoDevice(Device):
         # XrtDevice._find_sysfs: the management function's sysfs folder (the user function is .1)
         self.sysfs_path = f"/sys/devices/pci0000:00/{self.card.bdf[:-1]}0"
         self._handle: _card.CardHandle | None = self.card.open()
+        _HANDLES[self._handle] = self
         self.capabilities = {"REGISTER_RW": True, "CALLABLE": True}
         if ert_enabled():
             self.capabilities["ERT"] = True
@@ -186,6 +196,7 @@ class SimulatedAlveoDevice(Device):
     def _open(self) -> _card.CardHandle:
         if self._handle is None or self._handle.closed:
             self._handle = self.card.open()
+        _HANDLES[self._handle] = self
         return self._handle
 
     # ------------------------------------------------------------------ bitstreams
@@ -300,6 +311,25 @@ class SimulatedAlveoDevice(Device):
         # never set out.memory: PynqBuffer.freebuffer would then call XRT's xclFreeBO
         weakref.finalize(out, self._free_bo, bo)
         return out
+
+    def allocate_userptr_bo(self, userptr: int, size: int, flags: int) -> int:
+        """``xclAllocUserPtrBO`` on this card (see the module docstring): a buffer handle."""
+        try:
+            buf = self.card.alloc_userptr(self._open(), int(userptr or 0), int(size), int(flags) & 0xFFFF)
+        except _card.CardError as e:
+            what = f"{e.what}: {os.strerror(e.errno)}"
+            print(
+                f"terminate called after throwing an instance of 'xrt_core::system_error'\n  what():  {what}",
+                file=sys.stderr,
+            )
+            raise SimulationError(
+                f"xclAllocUserPtrBO failed ({what}); XRT <= 2.17's legacy wrapper does not catch the "
+                "xrt_core::system_error the shim throws: a real host process aborts here (std::terminate)"
+            ) from None
+        handle = self._next_bo
+        self._next_bo += 1
+        self._bos[handle] = buf
+        return handle
 
     def _free_bo(self, bo: int) -> None:
         buf = self._bos.pop(bo, None)
@@ -483,6 +513,35 @@ class SimulatedAlveoDevice(Device):
     @property
     def clocks(self):
         return {f"clock{i}": {"frequency": mhz} for i, mhz in enumerate(m for m in self._clock_mhz() if m)}
+
+
+#: the plug-in device of each simulated card handle (the ``handle`` PYNQ passes to XRT's C API)
+_HANDLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_XRT_ALLOC_USERPTR = _xrt.xclAllocUserPtrBO
+_XRT_FREE_BO = _xrt.xclFreeBO
+
+
+def _alloc_userptr_bo(handle, userptr, size, flags):
+    """pynq._3rdparty.xrt.xclAllocUserPtrBO: simulated devices here, real ones to XRT."""
+    device = _HANDLES.get(handle) if isinstance(handle, _card.CardHandle) else None
+    if device is None:
+        return _XRT_ALLOC_USERPTR(handle, userptr, size, flags)
+    if isinstance(userptr, ctypes.c_void_p):
+        userptr = userptr.value
+    return device.allocate_userptr_bo(userptr, size, flags)
+
+
+def _free_bo(handle, bo):
+    """pynq._3rdparty.xrt.xclFreeBO: simulated devices here, real ones to XRT."""
+    device = _HANDLES.get(handle) if isinstance(handle, _card.CardHandle) else None
+    if device is None:
+        return _XRT_FREE_BO(handle, bo)
+    device._free_bo(bo)
+    return None
+
+
+_xrt.xclAllocUserPtrBO = _alloc_userptr_bo
+_xrt.xclFreeBO = _free_bo
 
 
 def simulated_cards() -> list[SimulatedAlveoDevice]:

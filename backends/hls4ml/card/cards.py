@@ -111,7 +111,8 @@ class FpgaCard(ComputeUnitAccounting):
         self._told: tuple | None = None
         self._cus: dict[str, CardComputeUnit] = {}
         self._runners: weakref.WeakSet = weakref.WeakSet()
-        self._dma = {"to_device": 0, "from_device": 0}
+        # to_device_direct: the part of to_device synced from request memory wrapped in place
+        self._dma = {"to_device": 0, "from_device": 0, "to_device_direct": 0}
         self._memory_used = 0
         if self.simulated:
             log.warning("FPGA card %d (%s) is a SIMULATED device, not hardware", index, self.name)
@@ -452,6 +453,7 @@ class FpgaCard(ComputeUnitAccounting):
                 calls=sum(st.calls for st in self._cu_stats.values()),
                 dma_to_device=self._dma["to_device"],
                 dma_from_device=self._dma["from_device"],
+                dma_to_device_direct=self._dma["to_device_direct"],
                 memory_used=self._memory_used,
                 memory_total=total,
                 reloads=self.reloads,

@@ -17,12 +17,30 @@ them into the output. A call that does not finish, or that the runtime fails, ta
 compute unit out of service (``cards.FpgaCard.compute_unit_failed``) and fails its batch with
 UNAVAILABLE; the runner then moves to a healthy compute unit of the model (allocating there
 once) until its home serves again.
+
+Where the input comes from. For every fixed-point ABI (krnl_rtl's words, kernel_wrapper's
+native ``ap_fixed`` elements, FaaST's beats) the card's element format is not the request's,
+so one encoding pass is necessary: it reads the request tensor where the frontend put it (a
+view of the shared-memory arena, no copy before) and writes the card's format into the
+input buffer's host memory, the DMA buffer; that pass is the only host copy of the input.
+When the card's format is the request tensor itself (``abi.raw_input``: kernel_wrapper built
+with ``HW_Quant``, float32 elements, a C-contiguous float32 (rows, N_IN) batch) and the runtime
+can make a buffer over user memory (``CardDevice.user_memory``: XRT >= 2.20's
+``pyxrt.ext.bo``, for an argument in memory group 0; not PYNQ), a batch whose address is
+page-aligned (what xocl pins; the frontend processes' arena page-aligns blocks of 64 KiB and
+more) is wrapped in place for the call: the card syncs from the request's own pages, the
+kernel gets that buffer, and it is freed after the call (``dma_to_device_direct`` counts
+those bytes). Anything else (an unaligned or non-float32 array, a fixed-point ABI, XRT <
+2.20, the driver refusing the pages) takes the encoding pass. Outputs always go through the output buffer: the result is
+decoded from the card's float32 or fixed point into the float64 array the backend returns, a
+format change either way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import time
 from typing import NamedTuple
 
@@ -41,6 +59,8 @@ log = logging.getLogger("fpgaserve.hls4ml.card.runner")
 _SPIN_S = 200e-6
 _SLEEP_MIN_S = 20e-6
 _SLEEP_MAX_S = 1e-3
+#: xocl pins user memory in whole pages and refuses an address that is not page-aligned
+_PAGE = mmap.PAGESIZE
 
 
 class Placement(NamedTuple):
@@ -54,6 +74,7 @@ class _Bound(NamedTuple):
     generation: int
     inputs: DeviceBuffer
     outputs: DeviceBuffer
+    direct: bool  # the runtime can wrap request memory as this CU's input buffer
 
 
 class CardRunner:
@@ -86,6 +107,7 @@ class CardRunner:
         self._buffer_rows = self.abi.call_rows(self.call_capacity)
         self._bound: _Bound | None = None
         self._closed = False
+        self._refused_user_memory = False  # logged once
         self.home.card.register_runner(self)
         self._ensure_bound()  # load-time errors (no such CU, bank too small) surface now
 
@@ -142,7 +164,10 @@ class CardRunner:
         card.note_memory(in_bytes + out_bytes)
         if card is not self.home.card:
             card.register_runner(self)
-        self._bound = _Bound(card, cu, card.generation, inputs, outputs)
+        why = card.device.user_memory(cu.handle, self.abi.input_arg)
+        self._bound = _Bound(card, cu, card.generation, inputs, outputs, why is None)
+        if why is not None and self.abi.raw_input(np.empty((1, self.n_in), np.float32)):
+            log.debug("%r: inputs are copied into the card's buffer: %s", self, why)
         if target != self.home:
             log.warning("%r: home %s does not serve; running on card %d %s", self, self.home.cu, card.index, cu.name)
         log.debug("%r bound to card %d %s: buffers %d + %d bytes", self, card.index, cu.name, in_bytes, out_bytes)
@@ -192,11 +217,18 @@ class CardRunner:
         call_rows = self.abi.call_rows(rows)
         failure = None
         with card.call(cu):
+            wrapped = None
             try:
-                nbytes = self.abi.encode(x, bound.inputs.host)
-                bound.inputs.to_device(nbytes)  # only the bytes this call uses
+                wrapped = self._wrap(bound, x)
+                if wrapped is not None:  # the request's memory is the card's input format
+                    source, nbytes = wrapped, x.nbytes
+                else:
+                    source, nbytes = bound.inputs, self.abi.encode(x, bound.inputs.host)
+                source.to_device(nbytes)  # only the bytes this call uses
                 card.count_dma("to_device", nbytes)
-                args = self.abi.arguments(bound.inputs, bound.outputs, call_rows)
+                if wrapped is not None:
+                    card.count_dma("to_device_direct", nbytes)
+                args = self.abi.arguments(source, bound.outputs, call_rows)
                 state = RunState.RUNNING
                 serial = cu.lock if cu.handle is not None and cu.handle.serialized else contextlib.nullcontext()
                 with serial:
@@ -224,8 +256,27 @@ class CardRunner:
                     failure = f"ended a call of {rows} rows in an error state"
             except DeviceError as e:
                 failure = f"failed: {e}"
+            finally:
+                # the driver keeps a wrapped buffer's pages pinned while it lives: release them
+                # with the call (the kernel read its input from card memory, synced above)
+                if wrapped is not None:
+                    wrapped.free()
         card.compute_unit_failed(cu, bound.generation, failure)
         raise DeviceUnavailableError(f"kernel {cu.name} on card {card.index} ({card.uid}) {failure}")
+
+    def _wrap(self, bound: _Bound, x: np.ndarray) -> DeviceBuffer | None:
+        """A buffer over ``x``'s own memory for this call, or None (encode into the buffer)."""
+        if not bound.direct or x.ctypes.data % _PAGE or not self.abi.raw_input(x):
+            return None
+        assert bound.cu.handle is not None
+        try:
+            return bound.card.device.wrap_user_memory(x, bound.cu.handle, self.abi.input_arg)
+        except DeviceError as e:
+            # the driver refused these pages (read-only, say): copying into the buffer always works
+            level = logging.DEBUG if self._refused_user_memory else logging.WARNING
+            self._refused_user_memory = True
+            log.log(level, "%r: request memory not usable in place, copying it: %s", self, e)
+            return None
 
 
 def _wait(run, deadline: float) -> RunState:

@@ -163,6 +163,14 @@ class KernelAbi(ABC):
         self.in_codec.encode(x, elements)
         return elements.nbytes
 
+    def raw_input(self, x: np.ndarray) -> bool:
+        """True when :meth:`encode` of ``x`` would write exactly ``x``'s bytes, in order, and the
+        kernel reads no more than those: the card can then take the call's input straight from
+        ``x``'s memory. False by default: the element formats of the card (fixed point,
+        32-bit words, 512-bit beats) are not a request tensor's, so the encoding is a real
+        format change, made in the one pass from the request into the card's buffer."""
+        return False
+
     def decode(self, buffer: np.ndarray, rows: int, out: np.ndarray) -> None:
         """Read ``rows`` results from the output ``buffer`` (uint8 host view) into ``out`` (rows, n_out) float64."""
         elements = buffer[: self.output_bytes(rows)].view(self.out_codec.dtype).reshape(rows, self.io.n_out)

@@ -18,6 +18,8 @@ to ``input_t`` on chip).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...fixed_point import FixedType
 from ..axlf import Kernel, KernelArg
 from ..codecs import CodecError, Float32Codec, NativeCodec
@@ -129,6 +131,20 @@ class KernelWrapper(KernelAbi):
     @property
     def max_call_rows(self) -> int | None:
         return self.io.rows_per_call or MAX_ROWS
+
+    def raw_input(self, x: np.ndarray) -> bool:
+        # HW_Quant float32 elements, rows dense and row-major: a C-contiguous (rows, N_IN)
+        # little-endian float32 array is its own encoding. The legacy kernel reads a fixed
+        # BATCHSIZE rows, more than a shorter batch holds, so it always goes through its buffer.
+        return (
+            not self.legacy
+            and isinstance(self.in_codec, Float32Codec)
+            and x.dtype == self.in_codec.dtype
+            and x.ndim == 2
+            and x.shape[1] == self.io.n_in
+            and x.shape[0] > 0
+            and x.flags.c_contiguous
+        )
 
     def arguments(self, input_buffer, output_buffer, rows: int) -> list:
         if self.legacy:

@@ -14,6 +14,12 @@ units, allocates buffers in a bank, and releases everything before a reset; a
 (``pyxrt``'s ``run.wait`` and PYNQ's ``WaitHandle.wait`` hold the thread, and ``run.wait``
 even holds the GIL, so the runner polls ``state()`` and sleeps between polls instead).
 
+One capability is optional: a buffer object over memory the caller owns
+(:meth:`CardDevice.user_memory` says whether and why not, :meth:`CardDevice.wrap_user_memory`
+makes one), so a request tensor already in the card's element format is synced to the card
+from where it lies. XRT binds it for Python from 2.20 on (``pyxrt.ext.bo``); the PYNQ API
+leaves it out (see ``runtime/pynq.py``).
+
 ``--backend-config=hls4ml,card-api=auto|xrt|pynq`` chooses; ``auto`` takes ``pyxrt`` when
 it imports (it is on ``PYTHONPATH`` once ``/opt/xilinx/xrt/setup.sh`` is sourced) and PYNQ
 otherwise.
@@ -138,6 +144,19 @@ class CardDevice(ABC):
     @abstractmethod
     def allocate(self, nbytes: int, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
         """A buffer in the bank ``arg`` of ``cu`` is connected to."""
+
+    def user_memory(self, cu: ComputeUnitHandle, arg: KernelArg) -> str | None:
+        """None when :meth:`wrap_user_memory` can give ``arg`` of ``cu`` a buffer over the
+        caller's memory that the kernel reads with no further copy; else why not (the runtime
+        does not bind it, or the argument's bank is not where such buffers go)."""
+        return f"the {type(self).__name__} runtime has no buffers over user memory"
+
+    def wrap_user_memory(self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
+        """A buffer for ``arg`` of ``cu`` whose host side is ``memory`` itself (C-contiguous, its
+        address page-aligned; the caller keeps it alive and unchanged until the buffer is freed).
+        DeviceError when the runtime or the driver refuses (free the buffer after the call:
+        the driver keeps the pages pinned while it lives)."""
+        raise DeviceError(self.user_memory(cu, arg) or "no buffers over user memory")
 
     @abstractmethod
     def close(self) -> None:

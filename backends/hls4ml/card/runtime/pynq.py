@@ -19,6 +19,12 @@ device and not thread-safe. So the runner polls: one ``_handle_events(1)`` (an
 ``xclExecWait`` of at most 1 ms) under the device's lock, then the handle's ``done``. Without
 ERT the arguments and ap_start are written to the CU's registers and the call is done when
 CTRL.ap_idle is set; two such calls must not overlap on a CU.
+
+Buffers over user memory are left out (:meth:`PynqDevice.user_memory` says so): PYNQ reaches
+them only through XRT's legacy ``xclAllocUserPtrBO``, and in XRT <= 2.17's legacy wrapper a
+driver refusal (an unaligned address, read-only pages, a full bank) escapes the C function as
+a C++ exception and aborts the process. Checking every condition first would be guessing at
+the driver's; this API copies the request into PYNQ's buffer instead.
 """
 
 from __future__ import annotations
@@ -206,6 +212,9 @@ class PynqDevice(CardDevice):
                 f"card {self.index}: cannot allocate {nbytes} bytes in {tag or 'the default bank'}: {e}"
             ) from None
         return PynqBuffer(buf)
+
+    def user_memory(self, cu: ComputeUnitHandle, arg: KernelArg) -> str | None:
+        return "PYNQ's only way to it, XRT's legacy xclAllocUserPtrBO, aborts the process on a driver error"
 
     def close(self) -> None:
         self.overlay = None

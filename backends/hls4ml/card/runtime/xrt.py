@@ -12,6 +12,11 @@
   ``kernel(device, uuid, "k:{cu}")``; ``kernel.group_id(arg)`` is the bank of an argument;
 * ``bo(device, size, bo.normal, group)``, ``bo.map()`` (a writable memoryview that does NOT keep
   the bo alive: the buffer object holds both), ``bo.sync(direction, size, offset)``;
+* ``ext.bo(device, userptr, size)`` (XRT >= 2.20 only, where ``pyxrt.ext`` exists): a buffer over
+  the caller's memory, ``userptr`` a PyCapsule holding the address (pybind11's ``void*``
+  caster takes nothing else). XRT places it in memory group 0 and xocl pins its pages (a
+  page-aligned address, pages mapped writable); a compute unit whose argument is in another
+  group would get a device-side copy per call, so it is offered for group-0 arguments only;
 * ``run(kernel)``, ``run.set_arg(i, bo|int)`` (scalars are 32-bit C ints: ``kernel(*args)``
   would silently skip anything else), ``run.start()``, ``run.state()``.
 
@@ -28,6 +33,7 @@ card open, hence :meth:`XrtDevice.close`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -198,6 +204,33 @@ class XrtDevice(CardDevice):
             ) from None
         return XrtBuffer(self._x, bo, nbytes)
 
+    def user_memory(self, cu: ComputeUnitHandle, arg: KernelArg) -> str | None:
+        assert isinstance(cu, XrtComputeUnit) and arg.id is not None
+        ext = getattr(self._x, "ext", None)
+        if ext is None or not hasattr(ext, "bo"):
+            return "pyxrt binds no buffers over user memory before XRT 2.20 (pyxrt.ext.bo)"
+        try:
+            group = cu.handle.group_id(arg.id)
+        except RuntimeError as e:
+            return f"the memory group of {cu.name}.{arg.name} is unknown: {e}"
+        if group != 0:
+            # XRT puts a user-memory buffer in group 0; a CU not connected there makes XRT
+            # allocate a copy in its own bank and copy into it on every start
+            return f"{cu.name}.{arg.name} is in memory group {group}; buffers over user memory are in group 0"
+        return None
+
+    def wrap_user_memory(self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
+        why = self.user_memory(cu, arg)
+        if why is not None:
+            raise DeviceError(why)
+        if not memory.flags.c_contiguous or memory.nbytes == 0:
+            raise DeviceError("user memory must be C-contiguous and not empty")
+        try:
+            bo = self._x.ext.bo(self._dev, _capsule(memory.ctypes.data), memory.nbytes)
+        except (RuntimeError, TypeError) as e:
+            raise DeviceError(f"card {self.index}: cannot wrap {memory.nbytes} bytes of user memory: {e}") from None
+        return XrtBuffer(self._x, bo, memory.nbytes, keep=memory)
+
     def close(self) -> None:
         # the last references: pyxrt releases the context and the device handle with them
         self._ctx = None
@@ -319,13 +352,30 @@ class XrtRun(RunHandle):
         return RunState.RUNNING
 
 
+# a prototype of our own: setting restype/argtypes on ctypes.pythonapi's shared function object
+# would change it for every other user in the process
+_PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+
+
+def _capsule(address: int):
+    """An unnamed PyCapsule holding ``address``, with no destructor: what pybind11 casts to
+    ``void*`` (it refuses a Python int). The memory stays the caller's."""
+    return _PyCapsule_New(address, None, None)
+
+
 class XrtBuffer(DeviceBuffer):
-    def __init__(self, x, bo, nbytes: int):
+    def __init__(self, x, bo, nbytes: int, keep: np.ndarray | None = None):
         self._x = x
         self.bo = bo
         self.nbytes = nbytes
-        # the mapping is only valid while bo lives: this object holds both
-        self.host = np.frombuffer(bo.map(), dtype=np.uint8, count=nbytes)
+        if keep is not None:
+            # over user memory: that memory is the host side (and stays referenced while bo lives)
+            self.host = keep.reshape(-1).view(np.uint8)
+        else:
+            # the mapping is only valid while bo lives: this object holds both
+            self.host = np.frombuffer(bo.map(), dtype=np.uint8, count=nbytes)
 
     def to_device(self, nbytes: int, offset: int = 0) -> None:
         try:

@@ -41,13 +41,40 @@ The surface is the one ``src/python/pybind11/src/pyxrt.cpp`` binds at XRT 2.17 (
 Not bound by 2.17 and absent here too: ``run.abort``, ``kernel.offset``, register access,
 ``xclbin.get_ips``, ``hw_context`` methods, ``wait2``. ``add_callback`` raises TypeError: the
 binding has no caster for Python callables (pybind11/functional.h is not included).
+
+**Buffers over the caller's memory** (``FPGASERVE_SIM_XRT_VERSION=2.20`` or later; the default
+2.17 has none): XRT 2.20 (202520.2.20.x) adds the submodule ``ext`` with ``ext.bo`` and
+``ext.bo.access_mode`` (its values exported into ``ext.bo``: ``ext.bo.read``, ...; pyxrt.cpp binds
+``xrt::ext::bo``, src/runtime_src/core/common/api/xrt_bo.cpp
+implements it), positional arguments only, as here:
+
+* ``ext.bo(device, userptr, size[, access])``: ``userptr`` is what pybind11 casts to ``void*``:
+  a PyCapsule holding the address (or None); a Python int is refused (TypeError). XRT makes it a
+  host-only buffer in memory group 0 (``adjust_buffer_flags``: XRT_BO_FLAGS_HOST_ONLY, bank and
+  slot 0) and calls the driver's userptr ioctl (shim ``xclAllocUserPtrBO``), without checking
+  the pointer itself (``alloc_ubuf``'s "userptr is not aligned" is the C++ ``xrt::bo`` userptr
+  constructor's, which pyxrt does not bind). xocl then refuses an address that is not
+  page-aligned (EINVAL), applies the bank checks of any buffer in topology bank 0, and pins the
+  pages for writing (ENOMEM when they are not all mapped writable): "failed to allocate userptr
+  bo: <strerror>". The buffer syncs between that memory and its device memory in bank 0, so a
+  compute unit not connected to bank 0 gets XRT's copy into a connected bank (the warning
+  above). An invalid access mode raises "xrt::ext::bo: invalid access mode" first.
+* ``ext.bo(device, None, size[, access])``, ``ext.bo(device, size[, access])`` and the
+  ``hw_context`` forms allocate host-only memory the driver provides (Alveo's host-memory bank,
+  ``xbutil configure --host-mem``): not modelled, they fail as a card without it does ("failed
+  to allocate bo: Invalid argument"). The export-handle forms take an ``xrt::pid_type`` pyxrt
+  cannot build (TypeError). ``ext.kernel`` is not modelled.
+* ``map()`` of such a buffer is a view of the caller's memory (XRT maps the pinned pages); the
+  caller keeps that memory mapped while the buffer lives, as XRT requires.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import sys
+import types
 import weakref
 from pathlib import Path
 from typing import ClassVar
@@ -65,8 +92,16 @@ from fpga_sim.xclbin import CLOCK_TYPE_NAMES, MEM_TYPE_NAMES, Xclbin, XclbinErro
 #: marks this module as the simulator (the real pyxrt has no such attribute)
 SIMULATED = True
 XCL_BO_FLAGS_NONE = 0
-XRT_VERSION = "2.17.319"
-XRT_BRANCH = "2024.1"
+ENV_XRT_VERSION = "FPGASERVE_SIM_XRT_VERSION"
+#: the XRT release whose binding this module presents (read at import): 2.17 (default) or 2.20+
+XRT_VERSION = os.environ.get(ENV_XRT_VERSION, "").strip() or "2.17.319"
+try:
+    _RELEASE = tuple(int(p) for p in XRT_VERSION.split(".")[:2])
+except ValueError:
+    raise SimulationError(f"{ENV_XRT_VERSION} must be an XRT version such as 2.17.319 or 2.20.197") from None
+if _RELEASE < (2, 17):
+    raise SimulationError(f"{ENV_XRT_VERSION}={XRT_VERSION}: the simulated pyxrt models XRT 2.17 and later")
+XRT_BRANCH = {(2, 17): "2024.1", (2, 18): "2024.2", (2, 19): "2025.1", (2, 20): "2025.2"}.get(_RELEASE, "unknown")
 NULL_UUID = "00000000-0000-0000-0000-000000000000"
 
 
@@ -931,6 +966,8 @@ class bo:
 
     def _host(self) -> memoryview:
         b = self._buf
+        if b.root.userptr:  # the caller's memory (XRT maps the pinned pages)
+            return memoryview((ctypes.c_char * b.size).from_address(b.root.userptr + b.offset)).cast("B")
         if b.root.host is None:
             raise RuntimeError("device only buffer has no host buffer: Invalid argument")
         return memoryview(b.root.host)[b.offset : b.offset + b.size]
@@ -1003,6 +1040,82 @@ class bo:
 
 for _k, _v in bo.flags.__members__.items():
     setattr(bo, _k, _v)
+
+
+# ---------------------------------------------------------------------------------- ext (XRT >= 2.20)
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def _void_pointer(value) -> int | None:
+    """pybind11's ``void*`` caster: None -> nullptr, a PyCapsule -> its pointer; else not castable."""
+    if value is None:
+        return 0
+    if type(value).__name__ == "PyCapsule":
+        return int(_capsule_pointer(value, _capsule_name(value)) or 0)
+    return None
+
+
+def _make_ext() -> types.ModuleType:
+    module = types.ModuleType("pyxrt.ext", "Submodule for external")
+    members = {"none": 0, "read": 1, "write": 2, "read_write": 3, "local": 0, "shared": 4, "process": 8, "hybrid": 16}
+    access_mode = _make_enum("access_mode", members, False)  # nested in ext.bo (below)
+    access_mode._names = {}
+    for name, value in members.items():  # pybind11 names a value by its first member
+        access_mode._names.setdefault(value, name)
+    access_mode.__or__ = lambda a, b: access_mode(int(a) | int(b))
+    access_mode.__and__ = lambda a, b: access_mode(int(a) & int(b))
+
+    class ext_bo(bo):
+        """``xrt::ext::bo``: a host-only buffer, over the caller's memory when given a pointer."""
+
+        def __init__(self, *args, **kwargs):
+            _no_kwargs("bo.__init__", args, kwargs)
+            access = 0
+            userptr = None
+            if len(args) in (3, 4) and isinstance(args[0], device) and _void_pointer(args[1]) is not None:
+                if len(args) == 4 and not isinstance(args[3], access_mode):
+                    raise _incompatible("bo.__init__", args, kwargs)
+                userptr, size = _void_pointer(args[1]), _size_t(args[2], "bo.__init__")
+                access = int(args[3]) if len(args) == 4 else 0
+                dev = args[0]._require()
+            elif len(args) in (2, 3) and isinstance(args[0], (device, hw_context)):
+                if len(args) == 3 and not isinstance(args[2], access_mode):
+                    raise _incompatible("bo.__init__", args, kwargs)
+                size = _size_t(args[1], "bo.__init__")
+                access = int(args[2]) if len(args) == 3 else 0
+                dev = args[0]._require() if isinstance(args[0], device) else args[0]._device
+                if dev is None:
+                    raise RuntimeError("No hardware context: Invalid argument")
+            else:
+                raise _incompatible("bo.__init__", args, kwargs)
+            if access & ~3 not in (0, 4, 8, 16):  # mode_to_access: one of local/shared/process/hybrid
+                raise RuntimeError("xrt::ext::bo: invalid access mode")
+            if not userptr:
+                # the driver's own host-only memory: Alveo's host-memory bank, not modelled (disabled)
+                raise RuntimeError("failed to allocate bo: Invalid argument")
+            try:
+                self._buf = dev.card.alloc_userptr(dev.handle, userptr, size, 0)
+            except _card.CardError as e:
+                raise RuntimeError(str(e)) from None
+            self._device = dev
+            self._group = 0  # memory group 0: XRT puts the bank and slot 0 into the flags
+            weakref.finalize(self, dev.card.free, self._buf)
+
+    ext_bo.__name__ = ext_bo.__qualname__ = "bo"
+    # py::enum_<access_mode>(pyextbo, ...).export_values(): the enum and its values live in ext.bo
+    ext_bo.access_mode = access_mode
+    for name, value in access_mode.__members__.items():
+        setattr(ext_bo, name, value)
+    ext_bo.__module__ = "pyxrt.ext"
+    module.bo = ext_bo
+    return module
+
+
+if _RELEASE >= (2, 20):
+    ext = _make_ext()
 
 
 # ---------------------------------------------------------------------------------- run
@@ -1120,6 +1233,7 @@ class run:
 
 
 __all__ = [
+    "ENV_XRT_VERSION",
     "SIMULATED",
     "XCL_BO_FLAGS_NONE",
     "bo",
