@@ -82,7 +82,12 @@ class ModelStatistics:
         Triton does. One update per execution, not per request."""
         count = len(queue_ns)
         self.record_successes_summed(
-            rows, total_ns, queue_ns, t.compute_input_ns * count, t.compute_infer_ns * count, t.compute_output_ns * count
+            rows,
+            total_ns,
+            queue_ns,
+            t.compute_input_ns * count,
+            t.compute_infer_ns * count,
+            t.compute_output_ns * count,
         )
 
     def record_successes_summed(

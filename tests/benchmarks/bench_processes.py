@@ -4,6 +4,8 @@
 per request. Issue 11's table, measured in one run.
 
     python tests/benchmarks/bench_processes.py --quick                    # ~3 min
+    python tests/benchmarks/bench_processes.py --processes 2 --rounds 1 \
+        --loads b1c64 b16000c4 b16000c8 b16000c4-shm b16000c8-shm --servers fpgaserve ceiling triton
     python tests/benchmarks/bench_processes.py --out report.md            # every load, 2 rounds
     python tests/benchmarks/bench_processes.py --processes 1,2,4 --fpgaserve-args "--log-verbose 0"
     python tests/benchmarks/bench_processes.py --loads b1c64 b16000c4-shm --servers fpgaserve ceiling
@@ -50,6 +52,12 @@ perf_analyzer processes run together, so N frontend processes get connections to
 report's ``conns`` column shows how many were open). Not for the ``-shm`` loads: perf_analyzer
 names its regions the same in every instance and unregisters all regions when it starts, so
 those always run as one perf_analyzer.
+
+Targets (issue 19), in their own section and on the line ``bench_processes: ...``: fpgaserve in
+the default process model (``auto``'s N on this host) at batch 1 c64 against one zero-work
+process, FACILE events (best of c4, c8) against Triton and against one zero-work process, and
+the shared-memory FACILE loads against FACILE's backend alone in the benchmark's process (its
+best ``execute`` of one event, measured at the start of the run).
 
 Measurement as in the other benchmarks: windows of ``--window-ms`` that must agree within
 25 %, else the mean of 3 windows; best round per (load, server); before each run a bounded
@@ -241,6 +249,39 @@ def write_fpgaserve_repo(workdir: Path, batch1_model: str) -> Path:
     if batch1_model != "facile":
         shutil.copytree(CONFORMANCE_REPO / batch1_model, repo / batch1_model)
     return repo
+
+
+def backend_in_process(repo: Path, fpga_mode: str, rounds: int = 20) -> float:
+    """FACILE's backend alone, in this process: rows/s of its best ``execute`` of one
+    16,000-row event (the served model's config and ``--fpga-mode``; the input is what
+    perf_analyzer sends, random floats). The reference for the shared-memory loads: a server
+    that adds nothing per request reaches it."""
+    import asyncio
+
+    from fpgaserve.server.engine.repository import ModelRepository
+
+    async def measure() -> float:
+        only = repo.parent / "in-process-repo"
+        shutil.rmtree(only, ignore_errors=True)
+        only.mkdir()
+        shutil.copytree(repo / "facile", only / "facile")
+        repository = ModelRepository([str(only)], backend_config={"hls4ml": {"fpga-mode": fpga_mode}})
+        await repository.start()
+        try:
+            mv = repository.get("facile")
+            backend = mv.scheduler.instances[0].backend
+            ((name, spec),) = mv.inputs.items()
+            x = np.random.default_rng(0).random((16000, *spec.dims)).astype(spec.datatype.dtype)
+            best = float("inf")
+            for _ in range(rounds):
+                t = time.perf_counter()
+                backend.execute({name: x})
+                best = min(best, time.perf_counter() - t)
+            return 16000 / best
+        finally:
+            await repository.stop()
+
+    return asyncio.run(measure())
 
 
 def fpgaserve_has_flag(flag: str) -> bool:
@@ -682,6 +723,7 @@ def report(ctx: dict, runs: list[Run]) -> str:
         "shm rows are the protocol's cost alone, not a bound for a server that computes.",
         "",
     ]
+    L += _targets(ctx, best, servers)
     L += _projection(ctx, best, servers)
     L += _card_limits(ctx, best, servers)
     L += [
@@ -709,6 +751,69 @@ def report(ctx: dict, runs: list[Run]) -> str:
 
 
 PROJECTED_CORES = (8, 16, 64)
+
+
+def _default_processes() -> int:
+    """What ``--frontend-processes auto`` means on this host (server/cli.py)."""
+    cores = os.cpu_count() or 1
+    return 2 if cores <= 2 else min(cores - 1, 16)
+
+
+def _targets(ctx: dict, best: dict, servers: list[str]) -> list[str]:
+    """Issue 19's perf_analyzer targets, as ratios of this run's own figures: fpgaserve in the
+    default process model (``auto``'s N here, else the largest N measured) against one
+    zero-work process, the real Triton, and FACILE's backend in this process."""
+    auto = _default_processes()
+    ours = [n for n in servers if n.startswith("fpgaserve N=")]
+    if not ours:
+        return []
+    name = f"fpgaserve N={auto}" if f"fpgaserve N={auto}" in ours else max(ours, key=lambda n: int(n.split("=")[1]))
+
+    def rate(server: str, *keys: str) -> float | None:
+        found = [best[(k, server)].infer_s for k in keys if (k, server) in best and best[(k, server)].infer_s]
+        return max(found) if found else None
+
+    events, shm = ("b16000c4", "b16000c8"), ("b16000c4-shm", "b16000c8-shm")
+    rows = [
+        ("batch 1, c64: fpgaserve / one zero-work process", rate(name, "b1c64"), rate("ceiling N=1", "b1c64"), 0.85),
+        ("FACILE events (best of c4, c8): fpgaserve / Triton", rate(name, *events), rate("Triton", *events), 2.0),
+        (
+            "FACILE events (best of c4, c8): fpgaserve / one zero-work process",
+            rate(name, *events),
+            rate("ceiling N=1", *events),
+            0.85,
+        ),
+        (
+            "FACILE events, system shm (best of c4, c8): fpgaserve / the backend in-process",
+            rate(name, *shm),
+            ctx.get("in_process_rows_s"),
+            0.85,
+        ),
+    ]
+    L = [
+        "## Targets (issue 19)",
+        "",
+        f"`{name}` is the default process model here (`--frontend-processes auto` = {auto} on "
+        f"{os.cpu_count()} cores). The backend in-process: FACILE's backend's best `execute` of one "
+        f"16,000-row event in the benchmark's own process ({common.fmt(ctx.get('in_process_rows_s'))} rows/s).",
+        "",
+        "| target | fpgaserve | reference | ratio | wanted | holds |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for label, a, b, want in rows:
+        ratio = a / b if a and b else None
+        holds = "n/a" if ratio is None else ("yes" if ratio >= want else "no")
+        L.append(
+            f"| {label} | {common.fmt(a)} | {common.fmt(b)} | {'n/a' if ratio is None else f'{ratio:.2f}x'} | "
+            f">= {want:.2f}x | {holds} |"
+        )
+    summary = " ".join(
+        f"{key}={(a / b):.2f}" if a and b else f"{key}=n/a"
+        for key, (_, a, b, _w) in zip(
+            ("b1c64_vs_ceiling", "events_vs_triton", "events_vs_ceiling", "shm_vs_backend"), rows
+        )
+    )
+    return [*L, "", f"bench_processes: {summary}", ""]
 
 
 def _projection(ctx: dict, best: dict, servers: list[str]) -> list[str]:
@@ -858,6 +963,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="bench-processes-"))).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     repo = write_fpgaserve_repo(workdir, args.batch1_model)
+    if "fpgaserve" in args.servers and any(ld.shm and ld.model == "facile" for ld in loads):
+        log("measuring FACILE's backend in-process (the shared-memory loads' reference)")
+        ctx["in_process_rows_s"] = backend_in_process(repo, args.fpga_mode)
 
     plan: list[tuple[str, int]] = []
     args.has_frontend_flag = False
