@@ -97,6 +97,8 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
+import inspect
 import itertools
 import json
 import logging
@@ -212,6 +214,49 @@ def sleep_until(deadline: float, hold_gil: bool) -> None:
             _usleep(min(int(left * 1e6) + 1, 1_000_000_000))
         else:
             time.sleep(left)
+
+
+# ---------------------------------------------------------------------------------- stand-in CPU
+_METER = threading.local()
+_METER_LOCK = threading.Lock()
+#: CPU seconds this process spent inside the simulated card's host APIs (pyxrt's and PYNQ's
+#: stand-ins, buffer finalizers, the stats thread): the simulator's own cost, which a
+#: benchmark subtracts to report the server's (a real runtime's calls cost CPU too, but not
+#: these: parsing /proc/self/maps, writing stats files, talking to the card process)
+_STAND_IN_CPU_S = [0.0]
+
+
+def stand_in_cpu_s() -> float:
+    """CPU seconds spent so far in the simulated runtime, every thread of this process."""
+    return _STAND_IN_CPU_S[0]
+
+
+def metered(fn):
+    """Charge ``fn``'s thread CPU time to the stand-in (outermost metered call only)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        depth = getattr(_METER, "depth", 0)
+        if depth:
+            return fn(*args, **kwargs)
+        _METER.depth = 1
+        t0 = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = time.thread_time() - t0
+            _METER.depth = 0
+            with _METER_LOCK:
+                _STAND_IN_CPU_S[0] += spent
+
+    return call
+
+
+def meter_class(cls) -> None:
+    """Meter every public method of ``cls`` and its ``__init__`` (see ``metered``)."""
+    for name, attr in list(vars(cls).items()):
+        if (name == "__init__" or not name.startswith("_")) and inspect.isfunction(attr):
+            setattr(cls, name, metered(attr))
 
 
 _CALLER = threading.local()
@@ -1001,7 +1046,7 @@ class SimCard:
             self.dev.post("copy", src.bid, src.offset, dst.bid, dst.offset, min(src.size, dst.size))
 
     def free(self, buf: SimBuffer) -> None:
-        _run_or_defer(self._free_locked, buf)
+        metered(_run_or_defer)(self._free_locked, buf)
 
     def _free_locked(self, buf: SimBuffer) -> None:
         with _LOCK:
@@ -1554,7 +1599,7 @@ class _Flusher:
             time.sleep(STATS_FLUSH_S)
             for card in list(_CARDS.values()):
                 if card._dirty:
-                    card.flush_stats()
+                    metered(card.flush_stats)()
 
 
 # ---------------------------------------------------------------------------------- timeline

@@ -1232,6 +1232,13 @@ class run:
         )
 
 
+# the stand-in's own CPU (card.metered): every call into this binding from the server
+for _cls in (xclbin, device, hw_context, kernel, bo, run):
+    _card.meter_class(_cls)
+if _RELEASE >= (2, 20):
+    _card.meter_class(ext.bo)
+
+
 __all__ = [
     "ENV_XRT_VERSION",
     "SIMULATED",
