@@ -137,6 +137,10 @@ def _deserializer(cls):
 
     def deserialize(data: bytes):
         try:
+            if salvage and len(data) >= codec.SPLIT_MIN_BYTES:
+                split = codec.split_raw_inputs(data)
+                if split is not None:  # large raw inputs stay where they arrived
+                    return codec.InferRequestView(from_string(split[0]), split[1])
             return from_string(data)
         except Exception:  # DecodeError, or upb's RuntimeError on too deep nesting
             return _Malformed(type_name, _salvage_request_id(data) if salvage else "")
