@@ -1485,6 +1485,8 @@ class SimCard:
                 "models": models,
                 "pcie_gbps": pcie_rate() / 1e9,
                 "device_side": self._dev.describe() if self._dev is not None else {"mode": self.device_mode},
+                # the simulated runtime's CPU in the process writing these stats (see metered)
+                "stand_in": {"pid": os.getpid(), "cpu_s": stand_in_cpu_s()},
                 **_CONCURRENCY.snapshot(),
             }
 
