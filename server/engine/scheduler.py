@@ -626,18 +626,25 @@ class Scheduler:
                 for t in pending:
                     t.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
-                end = time.monotonic_ns()
-                for r in self.queued():
-                    if not r.future.done():
-                        self.model.stats.record_failure(end - r.arrival_ns, "OTHER")
-                        resolve(r, None, unavailable(self._unloaded_text()))
+                self._fail_unloaded(self.queued(), time.monotonic_ns())
+        await self._release_instances(stuck)
+        return stuck
+
+    def _fail_unloaded(self, queued: list[InferenceRequest], end: int) -> None:
+        """Requests still queued when ``stop`` gave up on stuck instances: UNAVAILABLE."""
+        for r in queued:
+            if not r.future.done():
+                self.model.stats.record_failure(end - r.arrival_ns, "OTHER")
+                resolve(r, None, unavailable(self._unloaded_text()))
+
+    async def _release_instances(self, stuck: list[ModelInstance]) -> None:
+        """Close every instance, leaving the ``stuck`` ones (inside execute()) behind."""
         loop = asyncio.get_running_loop()
         for instance in self.instances:
             if instance in stuck:
                 instance.abandon()
             else:
                 await loop.run_in_executor(None, instance.close)
-        return stuck
 
 
 class DirectScheduler(Scheduler):
@@ -787,16 +794,8 @@ class DirectScheduler(Scheduler):
                     if request is not None:
                         stuck.append(instance)
                         self._fail_batch([request], unavailable(self._abandon_text(instance)), end)
-                for r in queued:
-                    if not r.future.done():
-                        self.model.stats.record_failure(end - r.arrival_ns, "OTHER")
-                        resolve(r, None, unavailable(self._unloaded_text()))
-        loop = asyncio.get_running_loop()
-        for instance in self.instances:
-            if instance in stuck:
-                instance.abandon()
-            else:
-                await loop.run_in_executor(None, instance.close)
+                self._fail_unloaded(queued, end)
+        await self._release_instances(stuck)
         return stuck
 
 

@@ -79,39 +79,10 @@ def _salvage_request_id(data: bytes) -> str:
     Walks the top-level fields only as far as they are well formed, so a stream client whose
     message is corrupt after its id still gets an error response it can match.
     """
-    pos, n = 0, len(data)
-
-    def varint() -> int:
-        nonlocal pos
-        value = shift = 0
-        while pos < n and shift < 64:
-            b = data[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-        raise ValueError("truncated varint")
-
     try:
-        while pos < n:
-            tag = varint()
-            field, wire_type = tag >> 3, tag & 7
-            if wire_type == 0:
-                varint()
-            elif wire_type == 1:
-                pos += 8
-            elif wire_type == 5:
-                pos += 4
-            elif wire_type == 2:
-                length = varint()
-                if pos + length > n:
-                    return ""
-                if field == 3:
-                    return data[pos : pos + length].decode("utf-8", "replace")[:_MALFORMED_ID_LIMIT]
-                pos += length
-            else:
-                return ""
+        for field, wire_type, _, value_start, end in codec.top_level_fields(data):
+            if field == 3 and wire_type == 2:
+                return data[value_start:end].decode("utf-8", "replace")[:_MALFORMED_ID_LIMIT]
     except ValueError:
         pass
     return ""

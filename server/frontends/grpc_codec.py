@@ -32,22 +32,13 @@ SPLIT_MIN_BYTES = 64 * 1024
 _RAW_INPUT_CONTENTS = 7  # ModelInferRequest.raw_input_contents, repeated bytes
 
 
-def split_raw_inputs(data: bytes) -> tuple[bytes, list[memoryview]] | None:
-    """A serialized ModelInferRequest's ``raw_input_contents`` as views of ``data``, and the
-    rest of the message (its other top-level fields, in order) to parse; None when there is
-    nothing to split, or when ``data`` is not a well-formed sequence of top-level fields (the
-    full parser then decides what it is).
-
-    Why: parsing copies every raw input into protobuf's memory, and reading the repeated field
-    copies it again into a new ``bytes`` -- two copies of a 3 MB FACILE event, into freshly
-    allocated pages, ~30 % of a frontend's CPU per event (py-spy, perf_analyzer b16000 c4).
-    The views cost nothing; the tensor is then copied once, where it goes (the engine's arena,
-    or nowhere in one process: numpy reads it in place)."""
+def top_level_fields(data: bytes):
+    """The top-level fields of a serialized protobuf message as far as they are well formed:
+    ``(field, wire_type, start, value_start, end)`` each, ``data[value_start:end]`` being a
+    length-delimited field's bytes. Raises ValueError where the bytes stop being fields (a
+    truncated varint, a field past the end, a group or an unknown wire type)."""
     n = len(data)
     pos = 0
-    kept: list[tuple[int, int]] = []
-    raws: list[memoryview] = []
-    view = memoryview(data)
 
     def varint() -> int:
         nonlocal pos
@@ -61,36 +52,54 @@ def split_raw_inputs(data: bytes) -> tuple[bytes, list[memoryview]] | None:
             shift += 7
         raise ValueError("truncated varint")
 
+    while pos < n:
+        start = pos
+        tag = varint()
+        field, wire_type = tag >> 3, tag & 7
+        value_start = pos
+        if wire_type == 0:
+            varint()
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        elif wire_type == 2:
+            length = varint()
+            value_start = pos
+            pos += length
+        else:
+            raise ValueError(f"wire type {wire_type}")
+        if pos > n:
+            raise ValueError("a field past the end")
+        yield field, wire_type, start, value_start, pos
+
+
+def split_raw_inputs(data: bytes) -> tuple[bytes, list[memoryview]] | None:
+    """A serialized ModelInferRequest's ``raw_input_contents`` as views of ``data``, and the
+    rest of the message (its other top-level fields, in order) to parse; None when there is
+    nothing to split, or when ``data`` is not a well-formed sequence of top-level fields (the
+    full parser then decides what it is).
+
+    Why: parsing copies every raw input into protobuf's memory, and reading the repeated field
+    copies it again into a new ``bytes`` -- two copies of a 3 MB FACILE event, into freshly
+    allocated pages, ~30 % of a frontend's CPU per event (py-spy, perf_analyzer b16000 c4).
+    The views cost nothing; the tensor is then copied once, where it goes (the engine's arena,
+    or nowhere in one process: numpy reads it in place)."""
+    kept: list[tuple[int, int]] = []
+    raws: list[memoryview] = []
+    view = memoryview(data)
     try:
-        while pos < n:
-            start = pos
-            tag = varint()
-            field, wire_type = tag >> 3, tag & 7
+        for field, wire_type, start, value_start, end in top_level_fields(data):
             if field == 0:
                 return None
-            if wire_type == 0:
-                varint()
-            elif wire_type == 1:
-                pos += 8
-            elif wire_type == 5:
-                pos += 4
-            elif wire_type == 2:
-                length = varint()
-                if pos + length > n:
+            if field == _RAW_INPUT_CONTENTS:
+                if wire_type != 2:  # raw contents that are not bytes: the parser reports it
                     return None
-                if field == _RAW_INPUT_CONTENTS:
-                    raws.append(view[pos : pos + length])
-                    pos += length
-                    continue
-                pos += length
-            else:  # groups: not in this message; the parser reports them
-                return None
-            if field == _RAW_INPUT_CONTENTS or pos > n:  # raw contents that are not bytes, or cut short
-                return None
-            if kept and kept[-1][1] == start:
-                kept[-1] = (kept[-1][0], pos)
+                raws.append(view[value_start:end])
+            elif kept and kept[-1][1] == start:
+                kept[-1] = (kept[-1][0], end)
             else:
-                kept.append((start, pos))
+                kept.append((start, end))
     except ValueError:
         return None
     if not raws:
