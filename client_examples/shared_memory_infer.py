@@ -3,7 +3,8 @@
 
     python client_examples/shared_memory_infer.py -u localhost:8001 [-n 4096]
 
-The client must run on the server's machine (the regions live in /dev/shm). Steps:
+The client must run on the server's machine (the regions live in /dev/shm), and the server
+must be started with --allow-client-shm=true (off by default, as in tritonserver >= 26.04). Steps:
 create two regions (tritonclient.utils.shared_memory), copy the input batch into one,
 register both with the server, send a request whose input and output point at the regions
 (the request itself carries no tensor bytes; the response carries none either), read the

@@ -23,7 +23,7 @@ from .engine.repository import ModelRepository
 from .errors import StartupError
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
-from .frontends.grpc_listener import GrpcListener, grpc_credentials
+from .frontends.grpc_listener import GrpcListener, grpc_credentials, port_refusal
 from .frontends.http import DEFAULT_MAX_BODY_BYTES, HttpFrontend, MetricsFrontend, http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
@@ -101,7 +101,7 @@ class ServerOptions:
     reuse_http_port: bool = False
     grpc_max_connection_age_ms: int = 0  # 0 = unlimited
     grpc_max_connection_age_grace_ms: int = 0
-    allow_client_shm: bool = True
+    allow_client_shm: bool = False  # tritonserver >= 26.04's default
     log_info: bool = True
     log_warning: bool = True
     log_error: bool = True
@@ -176,6 +176,7 @@ class InferenceServer:
             if o.exit_on_error and not self.repository.all_ready():
                 raise StartupError("some models failed to load and --exit-on-error is set")
             serve_http = o.allow_http and o.http_port >= 0
+            self._check_ports(serve_http)
             if o.frontend_processes > 1 and (o.allow_grpc or serve_http):
                 from .ipc.supervisor import FrontendSupervisor
 
@@ -212,6 +213,25 @@ class InferenceServer:
             await self.metrics_http.stop()
             await self.repository.stop()
             raise
+
+    def _check_ports(self, serve_http: bool) -> None:
+        """Every port this server will bind is free, or ``StartupError`` before any listener
+        starts (so nothing logs ``Started ...`` first). Frontend processes share their ports
+        with SO_REUSEPORT, which would let them co-bind next to another server of this user;
+        ports the user asked to share (--reuse-grpc-port, --reuse-http-port) are not checked."""
+        o = self.options
+        wanted = [
+            ("gRPC", o.grpc_address, o.grpc_port, o.allow_grpc and not o.reuse_grpc_port),
+            ("HTTP", o.http_address, o.http_port, serve_http and not o.reuse_http_port),
+            ("metrics", o.metrics_address, o.metrics_port, o.allow_metrics and o.metrics_port >= 0),
+        ]
+        for what, address, port, check in wanted:
+            # (in one process gRPC and HTTP bind without SO_REUSEPORT and would fail by
+            # themselves; checking every port first still fails before the first "Started")
+            if check:
+                why = port_refusal(address, port)
+                if why is not None:
+                    raise StartupError(f"cannot bind {what} to {address}:{port}: {why}")
 
     @staticmethod
     async def _start_listener(

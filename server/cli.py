@@ -58,6 +58,7 @@ from fpgaserve.backends.hls4ml import FPGA_MODES  # noqa: E402
 
 from . import __version__, eventloop  # noqa: E402
 from .app import INT32_MAX, InferenceServer, ServerOptions  # noqa: E402
+from .cpus import usable_cpus  # noqa: E402
 from .engine.repository import CONTROL_MODES  # noqa: E402
 from .errors import StartupError  # noqa: E402
 from .frontends.access import CATEGORIES  # noqa: E402
@@ -74,9 +75,10 @@ def _bool(text: str) -> bool:
 
 
 def auto_frontend_processes(cores: int | None = None) -> int:
-    """What ``--frontend-processes auto`` means on a host with ``cores`` CPUs (see README:
+    """What ``--frontend-processes auto`` means with ``cores`` CPUs (default: the CPUs this
+    process may use, its affinity mask and cgroup quota, not the host's count; see README:
     Processes for the measurements behind it)."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cpus()
     # Two processes even on 2 cores: with many client connections (SONIC's case) a second
     # one doubled batch-1 throughput here; with a single connection it costs a quarter,
     # which --frontend-processes 1 avoids. Above that, the engine keeps a core of its own.
@@ -442,11 +444,11 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
     g.add_argument(
         "--allow-client-shm",
         type=_bool,
-        default=True,
+        default=False,
         metavar="BOOL",
-        help="let clients register system shared-memory regions for inputs and outputs (tritonserver "
-        ">= 2.62 defaults to false; SonicTriton's local fallback and Triton 2.51 clients need it on, "
-        "so fpgaserve defaults to true). Off: registration answers UNIMPLEMENTED with Triton's text.",
+        help="let clients register system shared-memory regions for inputs and outputs. Off by "
+        "default, as in tritonserver >= 26.04 (2.68): registration then answers UNIMPLEMENTED with "
+        "Triton's text. cmsTriton and SonicTriton's shared-memory mode pass true.",
     )
     g.add_argument(
         "--max-shm-regions",

@@ -30,7 +30,9 @@ def csim_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "fpgaserve.log"
-    yield from serve(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], log_path=log))
+    # client shared memory on, as cmsTriton starts its local server (tritonserver >= 26.04 and
+    # fpgaserve default to off: tests/test_tritonserver_cli.py checks that)
+    yield from serve(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--allow-client-shm=true", log_path=log))
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def test_sonic_like_prints_repository_agents(tmp_path):
         + '      parameters { key: "MD5:1/model.onnx" value: "0123456789abcdef0123456789abcdef" }\n'
         + "    }\n  ]\n}\n"
     )
-    with ServerProcess([repo], log_path=tmp_path / "server.log") as srv:
+    with ServerProcess([repo], "--allow-client-shm=true", log_path=tmp_path / "server.log") as srv:
         stdout = assert_pass(run_example("sonic_like.py", srv.url, "--events", "2"), "sonic_like")
     assert "ModelConfig: model_repository_agents {" in stdout, stdout
     assert "agent 'checksum': MD5:1/model.onnx: 0123456789abcdef0123456789abcdef" in stdout, stdout

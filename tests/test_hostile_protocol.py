@@ -1440,7 +1440,7 @@ def rss_bytes(pid: int) -> int:
 @pytest.fixture(scope="module")
 def hserver(tmp_path_factory):
     log = tmp_path_factory.mktemp("hostile") / "fpgaserve.log"
-    proc = ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], log_path=log)
+    proc = ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--allow-client-shm=true", log_path=log)
     proc.start(timeout=300)
     yield proc
     rc = proc.stop()

@@ -34,7 +34,7 @@ def server(request, tmp_path_factory):
     log = tmp_path_factory.mktemp("http") / "fpgaserve.log"
     args = ["--fpga-mode", "numpy", f"--frontend-processes={request.param}", "--model-control-mode=explicit"]
     args += ["--load-model=*"]
-    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], *args, log_path=log) as s:
+    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--allow-client-shm=true", *args, log_path=log) as s:
         yield s
         assert s.stop() == 0, s.log()
         assert "failed unexpectedly" not in s.log()

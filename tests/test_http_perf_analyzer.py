@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 def http_pa_server(request, tmp_path_factory):
     log = tmp_path_factory.mktemp("pa_http") / "fpgaserve.log"
     args = ["--fpga-mode", "numpy", f"--frontend-processes={request.param}"]
-    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], *args, log_path=log) as srv:
+    with ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--allow-client-shm=true", *args, log_path=log) as srv:
         yield srv
         rc = srv.stop()
         assert rc == 0, f"server exited with {rc}: {srv.log()}"

@@ -82,7 +82,7 @@ def seven_model_repository(tmp_path_factory):
 def server(request, examples, seven_model_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("examples") / "fpgaserve.log"
     args = ["--model-control-mode=explicit", "--load-model=*", f"--frontend-processes={request.param}"]
-    with ServerProcess([seven_model_repository], *args, log_path=log) as s:
+    with ServerProcess([seven_model_repository], "--allow-client-shm=true", *args, log_path=log) as s:
         yield s
 
 

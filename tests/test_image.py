@@ -396,7 +396,7 @@ def cmstriton(podman, cmstriton_repo):
 
         podman run -d --name N --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
             --ipc=host --cap-add=IPC_OWNER -pB:B -pB+1:B+1 -pB+2:B+2 -vREPO:REPO
-            IMAGE tritonserver --http-port=B --grpc-port=B+1 --metrics-port=B+2 --model-repository=REPO
+            IMAGE tritonserver --allow-client-shm=true --http-port=B --grpc-port=B+1 --metrics-port=B+2 --model-repository=REPO
 
     (ports published on 127.0.0.1 here), ready when `podman logs` shows the started line."""
     base = _free_port_block(3)
@@ -420,6 +420,7 @@ def cmstriton(podman, cmstriton_repo):
     command = [
         podman.image,
         "tritonserver",
+        "--allow-client-shm=true",
         f"--http-port={base}",
         f"--grpc-port={base + 1}",
         f"--metrics-port={base + 2}",

@@ -43,7 +43,9 @@ def pa_server(tmp_path_factory):
     in the numpy emulation (bit-exact with csim, ~20x faster): these tests are about the
     protocol and the statistics perf_analyzer reads, not about the C-simulation."""
     log = tmp_path_factory.mktemp("pa_server") / "fpgaserve.log"
-    yield from serve(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--fpga-mode", "numpy", log_path=log))
+    yield from serve(
+        ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--allow-client-shm=true", "--fpga-mode", "numpy", log_path=log)
+    )
 
 
 @pytest.fixture(scope="module")

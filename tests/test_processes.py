@@ -111,7 +111,9 @@ def _connections(pid: int, port: int) -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("processes") / "server.log"
-    with ServerProcess([CONFORMANCE_REPO], "--frontend-processes", N, *SIMPLE, log_path=log) as s:
+    with ServerProcess(
+        [CONFORMANCE_REPO], "--allow-client-shm=true", "--frontend-processes", N, *SIMPLE, log_path=log
+    ) as s:
         _wait(lambda: len(_frontends(s)) == 2, "two frontend processes")
         yield s
 

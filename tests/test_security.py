@@ -334,6 +334,7 @@ def restricted(tmp_path_factory):
         *explicit,
         "--grpc-restricted-protocol=health,metadata:{}={}".format(*OPS),
         "--grpc-restricted-protocol=shared-memory,trace:{}={}".format(*SHM),
+        "--allow-client-shm=true",
         f"--http-restricted-api=health:{PROBE_HEADER}={PROBE_VALUE}",
         log_path=log_dir / "b.log",
         probe_headers={PROBE_HEADER: PROBE_VALUE},
@@ -667,7 +668,9 @@ def make_region(size: int = 64) -> str:
 def test_log_file_update_allowed_with_flag_and_escaped_there(tmp_path):
     target = tmp_path / "switched.log"
     region = make_region(64)
-    proc = ServerProcess([CONFORMANCE_REPO], "--allow-log-file-update=true", log_path=tmp_path / "stderr.log")
+    proc = ServerProcess(
+        [CONFORMANCE_REPO], "--allow-log-file-update=true", "--allow-client-shm=true", log_path=tmp_path / "stderr.log"
+    )
     try:
         with proc:
             client = grpcclient.InferenceServerClient(proc.url)
@@ -706,6 +709,7 @@ def test_client_strings_never_forge_log_lines(tmp_path):
         "simple",
         "--log-verbose",
         "1",
+        "--allow-client-shm=true",
         log_path=log,
     )
     try:

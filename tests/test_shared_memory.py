@@ -30,7 +30,7 @@ TENSOR_BYTES = 64  # simple: INT32 [1,16]
 @pytest.fixture(scope="module")
 def shm_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("shm") / "fpgaserve.log"
-    yield from serve(ServerProcess([CONFORMANCE_REPO], log_path=log))
+    yield from serve(ServerProcess([CONFORMANCE_REPO], "--allow-client-shm=true", log_path=log))
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ B = np.full((1, 16), 3, dtype=np.int32)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("shm-abuse") / "fpgaserve.log"
-    with ServerProcess([CONFORMANCE_REPO], "--max-shm-regions", "8", log_path=log) as proc:
+    with ServerProcess([CONFORMANCE_REPO], "--allow-client-shm=true", "--max-shm-regions", "8", log_path=log) as proc:
         yield proc
         assert proc.proc.poll() is None, proc.log()
 

@@ -51,7 +51,7 @@ def servers(tritonserver_path, tmp_path_factory):
     write_python_backend_repository(repo, models=("simple", "simple_string"))
     ports = [free_port() for _ in range(3)]
     triton = start_tritonserver(repo, *ports, log_path=tmp / "triton.log")
-    ours = ServerProcess([CONFORMANCE_REPO], log_path=tmp / "fpgaserve.log").start()
+    ours = ServerProcess([CONFORMANCE_REPO], "--allow-client-shm=true", log_path=tmp / "fpgaserve.log").start()
     try:
         yield f"localhost:{ports[0]}", ours.url
     finally:

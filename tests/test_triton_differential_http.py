@@ -35,7 +35,7 @@ def ports(tritonserver_path, tmp_path_factory):  # noqa: F811
     write_python_backend_repository(repo, models=("simple", "simple_string"))
     triton_ports = [free_port() for _ in range(3)]
     triton = start_tritonserver(repo, *triton_ports, log_path=tmp / "triton.log")
-    ours = ServerProcess([CONFORMANCE_REPO], log_path=tmp / "fpgaserve.log").start()
+    ours = ServerProcess([CONFORMANCE_REPO], "--allow-client-shm=true", log_path=tmp / "fpgaserve.log").start()
     try:
         yield triton_ports[1], ours.http_port
     finally:

@@ -261,8 +261,11 @@ def test_each_ignored_flag_warns_once(tmp_path):
 
 
 # ----------------------------------------------------------------------------- honoured switches
-def test_allow_client_shm_false():
-    with ServerProcess([CONFORMANCE_REPO], *SIMPLE, "--allow-client-shm=false") as server:
+@pytest.mark.parametrize("flags", [(), ("--allow-client-shm=false",)], ids=["default", "false"])
+def test_client_shm_is_refused_by_default_and_when_false(flags):
+    """tritonserver >= 26.04 (2.68) refuses client shared memory unless started with
+    --allow-client-shm=true; so does fpgaserve, with Triton's status and text."""
+    with ServerProcess([CONFORMANCE_REPO], *SIMPLE, *flags) as server:
         client = grpcclient.InferenceServerClient(server.url)
         with pytest.raises(InferenceServerException) as e:
             client.register_system_shared_memory("r", "/fpgaserve_cli_test", 64)

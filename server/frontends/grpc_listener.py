@@ -38,17 +38,44 @@ def resolve_bind_address(host: str) -> list[str]:
     return seen
 
 
-def _bind_error(address: str, port: int) -> str:
-    """Why ``address:port`` (numeric) cannot be bound, in the system's words (strerror)."""
+def _bind_refusal(address: str, port: int) -> str | None:
+    """Why ``address:port`` (numeric) cannot be bound now, in the system's words (strerror);
+    None if it can. The probe sets SO_REUSEADDR (as grpc-core and aiohttp bind, so a port with
+    only TIME_WAIT connections left counts as free) and never SO_REUSEPORT, so a port that any
+    listener holds, one that shares it with SO_REUSEPORT included, counts as taken."""
     bare = address[1:-1] if address.startswith("[") else address
     family = socket.AF_INET6 if ":" in bare else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc-core binds
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((bare, port))
         except OSError as e:
             return e.strerror or str(e)
-    return "grpcio refused it"
+    return None
+
+
+def _bind_error(address: str, port: int) -> str:
+    """Why ``address:port`` (numeric) could not be bound, in the system's words (strerror)."""
+    return _bind_refusal(address, port) or "grpcio refused it"
+
+
+def port_refusal(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (strerror, e.g. ``Address already in use``), or
+    None. Checked before listeners that share their port with SO_REUSEPORT bind (the frontend
+    processes): such a bind succeeds next to another server of the same user that did the same,
+    so without this check a second server would co-bind silently instead of failing as
+    tritonserver does (cmsTriton retries other ports when it reads "Address already in use")."""
+    if port <= 0:  # any free port
+        return None
+    try:
+        addresses = resolve_bind_address(host)
+    except socket.gaierror as e:
+        return e.strerror
+    for address in addresses:
+        why = _bind_refusal(address, port)
+        if why is not None:
+            return why
+    return None
 
 
 def grpc_credentials(o) -> grpc.ServerCredentials | None:

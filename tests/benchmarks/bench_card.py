@@ -139,7 +139,7 @@ def facile_repository(root: Path) -> Path:
 def serve(repo: Path, workdir: Path, label: str, cards: int, env: dict[str, str], *models: str) -> ServerProcess:
     control = workdir / f"{label}-control"
     control.mkdir()
-    args = ["--fpga-mode", "hardware", "--model-control-mode", "explicit"]
+    args = ["--fpga-mode", "hardware", "--model-control-mode", "explicit", "--allow-client-shm=true"]
     for m in models:
         args += ["--load-model", m]
     full_env = {

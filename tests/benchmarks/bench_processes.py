@@ -299,7 +299,7 @@ def fpgaserve_has_flag(flag: str) -> bool:
 
 
 def start_fpgaserve(workdir: Path, repo: Path, n: int, args, models: list[str]) -> Server:
-    extra = ["--fpga-mode", args.fpga_mode]
+    extra = ["--fpga-mode", args.fpga_mode, "--allow-client-shm=true"]  # the -shm loads
     if n > 1 or args.has_frontend_flag:  # N=1 explicitly: auto may mean more
         extra += ["--frontend-processes", str(n)]
     extra += shlex.split(args.fpgaserve_args or "")
@@ -359,7 +359,7 @@ def start_card_server(workdir: Path, repo: Path, n: int, args) -> Server:
         "FPGASERVE_SIM_PCIE_GBPS": str(args.pcie_gbps),
         "FPGASERVE_SIM_XRT_VERSION": SIM_XRT_VERSION,
     }
-    extra = ["--fpga-mode", "hardware"]
+    extra = ["--fpga-mode", "hardware", "--allow-client-shm=true"]
     if n > 1 or args.has_frontend_flag:
         extra += ["--frontend-processes", str(n)]
     extra += shlex.split(args.fpgaserve_args or "")
