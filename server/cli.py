@@ -115,7 +115,7 @@ def _int_bool(text: str) -> int:
 # flag -> (takes a value, why it has no effect)
 IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {
     "--backend-directory": (True, "backends are Python packages of fpgaserve"),
-    "--repoagent-directory": (True, "repository agents are not loaded (configs are served verbatim)"),
+    "--repoagent-directory": (True, "repository agents are built in (checksum)"),
     "--cache-directory": (True, "there is no response cache"),
     "--cache-config": (True, "there is no response cache"),
     "--response-cache-byte-size": (True, "there is no response cache"),

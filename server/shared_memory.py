@@ -181,6 +181,9 @@ class SystemSharedMemoryManager:
 
         A region still being read or written keeps its descriptor until that access ends."""
         self._check_allowed()
+        self._unregister(name)
+
+    def _unregister(self, name: str) -> None:
         with self._lock:
             if name:
                 regions = [self._regions.pop(name)] if name in self._regions else []
@@ -292,4 +295,4 @@ class SystemSharedMemoryManager:
             self._release(r)
 
     def close(self) -> None:
-        self.unregister("")
+        self._unregister("")  # at shutdown, whether clients may register or not

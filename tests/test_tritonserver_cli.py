@@ -265,7 +265,8 @@ def test_each_ignored_flag_warns_once(tmp_path):
 def test_client_shm_is_refused_by_default_and_when_false(flags):
     """tritonserver >= 26.04 (2.68) refuses client shared memory unless started with
     --allow-client-shm=true; so does fpgaserve, with Triton's status and text."""
-    with ServerProcess([CONFORMANCE_REPO], *SIMPLE, *flags) as server:
+    server = ServerProcess([CONFORMANCE_REPO], *SIMPLE, *flags).start()
+    try:
         client = grpcclient.InferenceServerClient(server.url)
         with pytest.raises(InferenceServerException) as e:
             client.register_system_shared_memory("r", "/fpgaserve_cli_test", 64)
@@ -277,6 +278,8 @@ def test_client_shm_is_refused_by_default_and_when_false(flags):
             client.unregister_system_shared_memory()
         assert e.value.status() == "StatusCode.UNIMPLEMENTED"
         _simple_infer(server.url)  # everything else still serves
+    finally:
+        assert server.stop() == 0  # and it shuts down cleanly
 
 
 @pytest.mark.parametrize("flag", ["--disable-auto-complete-config", "--strict-model-config=true"])

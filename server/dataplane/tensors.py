@@ -271,6 +271,10 @@ def normalize(request: WireRequest, shm) -> tuple[dict[str, np.ndarray], int]:
             raise invalid_argument(f"{prefix}input '{in_name}' batch size does not match other inputs for '{name}'")
     batch_size = 1
     if max_batch > 0:
+        if not received:
+            # a batching model that declares no inputs (tritonserver loads such a config) and a
+            # request with none: core finds no input to read the batch size from
+            raise invalid_argument(f"{prefix}out of bounds index 0: request has 0 inputs")
         if batch > max_batch:
             raise invalid_argument(f"{prefix}inference request batch-size must be <= {max_batch} for '{name}'")
         batch_size = batch

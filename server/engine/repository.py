@@ -43,6 +43,7 @@ from ..errors import (
     unavailable,
 )
 from .batcher import DynamicBatcher
+from .repoagents import RepositoryAgentError, run_load_agents
 from .scheduler import DirectScheduler, ModelInstance, Scheduler
 from .sequence import SequenceBatcher
 from .statistics import ModelStatistics
@@ -471,6 +472,10 @@ class ModelRepository:
                 source = f"config override of '{name}'"
             else:
                 config = mc.read_config_file(model_dir / "config.pbtxt")
+            try:  # before anything reads the model's files (tritonserver runs them at poll)
+                run_load_agents(config, model_dir)
+            except RepositoryAgentError as e:
+                raise mc.ConfigError(f"{source}: {e}") from None
             if not mc.backend_name(config):
                 _detect_backend(config, model_dir)
             try:
@@ -490,9 +495,10 @@ class ModelRepository:
                     _auto_complete(config, cls, str(model_dir / str(versions[-1])))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
+            # (no input or output is not an error: tritonserver loads such a config, e.g. the
+            # override {"max_batch_size": 16} of a Python model that does not auto-complete,
+            # and then refuses requests that name inputs the config does not declare)
             mc.validate(config, name, source)
-            if not config.input or not config.output:
-                raise mc.ConfigError(f"{source}: model must declare at least one input and one output")
             try:
                 labels = _read_labels(model_dir, config)
             except mc.ConfigError as e:
