@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .dataplane import DataPlane
+from .engine.latency import MetricsConfigError, parse_metrics_config
 from .engine.repository import ModelRepository
 from .errors import StartupError
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
@@ -102,6 +103,7 @@ class ServerOptions:
     grpc_max_connection_age_ms: int = 0  # 0 = unlimited
     grpc_max_connection_age_grace_ms: int = 0
     allow_client_shm: bool = False  # tritonserver >= 26.04's default
+    metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value settings
     log_info: bool = True
     log_warning: bool = True
     log_error: bool = True
@@ -130,6 +132,10 @@ class InferenceServer:
         self.shm = SystemSharedMemoryManager(
             max_regions=options.max_shm_regions, allow_client_shm=options.allow_client_shm
         )
+        try:
+            latency = parse_metrics_config(options.metrics_config)
+        except MetricsConfigError as e:
+            raise StartupError(str(e)) from None
         self.repository = ModelRepository(
             options.model_repositories,
             control_mode=options.model_control_mode,
@@ -140,6 +146,7 @@ class InferenceServer:
             unload_timeout_secs=options.model_unload_timeout_secs,
             allow_code_upload=options.allow_model_code_upload,
             auto_complete_config=options.auto_complete_config,
+            latency=latency,
         )
         self.dataplane = DataPlane(self.repository, self.shm, self.log_settings, server_id=options.server_id)
         self.servicer = InferenceServicer(self.dataplane)
@@ -156,7 +163,10 @@ class InferenceServer:
             ssl_context=http_ssl_context(options) if options.allow_http and options.http_port >= 0 else None,
         )
         self.metrics = Metrics(
-            self.repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=options.allow_cpu_metrics
+            self.repository,
+            gpu_metrics=options.allow_gpu_metrics,
+            cpu_metrics=options.allow_cpu_metrics,
+            latency=latency,
         )
         self.metrics_http = MetricsFrontend(self.metrics.render, header_timeout_s=header_s, idle_timeout_s=idle_s)
         self._grpc: GrpcListener | None = None

@@ -133,7 +133,6 @@ IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {
     "--model-load-retry-count": (True, "a failed load is not retried; RepositoryModelLoad retries it"),
     "--model-namespacing": (True, "model names are unique across repositories"),
     "--metrics-interval-ms": (True, "metrics are read when scraped, not sampled on an interval"),
-    "--metrics-config": (True, "metrics families and their buckets are fixed"),
     "--trace-config": (True, "request tracing is not implemented"),
     "--trace-file": (True, "request tracing is not implemented"),
     "--trace-level": (True, "request tracing is not implemented"),
@@ -274,6 +273,15 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         default=True,
         metavar="BOOL",
         help="export host CPU and memory metrics (nv_cpu_*).",
+    )
+    g.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="tritonserver's latency metric settings (repeatable): summary_latencies=true (nv_inference_*_summary_us "
+        "with quantiles over the last 60 s), summary_quantiles=0.5:0.05,0.99:0.001, histogram_latencies=true "
+        "(first-response histogram of decoupled models; request and compute histograms), counter_latencies=false.",
     )
     g.add_argument(
         "--reuse-grpc-port",
@@ -617,6 +625,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_metrics=args.allow_metrics,
         allow_gpu_metrics=args.allow_gpu_metrics,
         allow_cpu_metrics=args.allow_cpu_metrics,
+        metrics_config=list(args.metrics_config),
         reuse_grpc_port=args.reuse_grpc_port,
         reuse_http_port=args.reuse_http_port,
         grpc_max_connection_age_ms=args.grpc_max_connection_age,

@@ -28,6 +28,7 @@ from prometheus_client.core import Metric
 
 from fpgaserve.backends import telemetry_collectors
 
+from .engine.latency import LatencyConfig
 from .engine.scheduler import abandoned_instances_running
 from .engine.statistics import QUEUE_BUCKETS_US
 
@@ -80,10 +81,11 @@ def _meminfo() -> tuple[int, int]:
 
 
 class InferenceCollector:
-    def __init__(self, repository, extra_collectors=(), cpu_metrics: bool = True):
+    def __init__(self, repository, extra_collectors=(), cpu_metrics: bool = True, latency: LatencyConfig | None = None):
         self.repository = repository
         self.extra = list(extra_collectors)
         self.cpu_metrics = cpu_metrics
+        self.latency = latency or LatencyConfig()
         self._cpu = _HostCpu()
 
     def collect(self):
@@ -98,6 +100,8 @@ class InferenceCollector:
             "nv_inference_compute_infer_duration_us": "Cumulative compute inference duration in microseconds (does not include cached requests)",
             "nv_inference_compute_output_duration_us": "Cumulative inference compute output duration in microseconds (does not include cached requests)",
         }
+        if not self.latency.counters:  # --metrics-config counter_latencies=false
+            counters = {n: d for n, d in counters.items() if not n.endswith("_duration_us")}
         fams = {n: _family(n, d, "counter") for n, d in counters.items()}
         failure = _family(
             "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter"
@@ -126,7 +130,8 @@ class InferenceCollector:
                 ("nv_inference_compute_infer_duration_us", s.compute_infer.ns),
                 ("nv_inference_compute_output_duration_us", s.compute_output.ns),
             ):
-                fams[name].add_sample(name, labels, ns // 1000)
+                if name in fams:
+                    fams[name].add_sample(name, labels, ns // 1000)
             for reason in FAIL_REASONS:
                 failure.add_sample(
                     "nv_inference_request_failure", {**labels, "reason": reason}, s.fail_reasons.get(reason, 0)
@@ -145,6 +150,8 @@ class InferenceCollector:
         yield pending
         yield load
         yield hist
+        if self.latency.any_distribution:
+            yield from _distributions(self.latency, versions)
         if self.cpu_metrics:
             yield from self._host()
         abandoned = _family(
@@ -205,6 +212,88 @@ class BackendTelemetry:
                 log.debug("device telemetry collector failed", exc_info=True)
 
 
+def _distributions(latency: LatencyConfig, versions):
+    """--metrics-config summaries and histograms (server/engine/latency.py)."""
+    quantiles = [q for q, _ in latency.quantiles]
+    if latency.summaries:
+        for key, (name, doc) in _SUMMARIES.items():
+            fam = _family(name, doc, "summary")
+            for v in versions:
+                rec = v.stats.latencies
+                if rec is None or key not in rec.summaries:
+                    continue
+                summary = rec.summaries[key]
+                labels = {"model": v.name, "version": v.version_str}
+                fam.add_sample(f"{name}_count", labels, summary.count)
+                fam.add_sample(f"{name}_sum", labels, summary.sum)
+                for q, value in zip(quantiles, summary.quantiles(quantiles)):
+                    fam.add_sample(name, {**labels, "quantile": _number(q)}, value)
+            yield fam
+    if latency.histograms:
+        for attr, (name, doc) in _HISTOGRAMS.items():
+            fam = _family(name, doc, "histogram")
+            for v in versions:
+                rec = v.stats.latencies
+                h = getattr(rec, attr, None) if rec is not None else None
+                if h is None:
+                    continue
+                labels = {"model": v.name, "version": v.version_str}
+                cumulative = 0
+                for bound, count in zip((*h.bounds, float("inf")), h.counts):
+                    cumulative += count
+                    le = "+Inf" if bound == float("inf") else _number(bound)
+                    fam.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)
+                fam.add_sample(f"{name}_count", labels, cumulative)
+                fam.add_sample(f"{name}_sum", labels, h.sum)
+            yield fam
+
+
+def _number(x: float) -> str:
+    """A bound or quantile as Prometheus clients print it (100, 0.5, 2500)."""
+    return str(int(x)) if float(x).is_integer() and x >= 1 else repr(float(x))
+
+
+# Triton's summary families (core metrics.cc), keyed by LatencyRecorder.summaries
+_SUMMARIES = {
+    "request": (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+    ),
+    "queue": (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+    ),
+    "compute_input": (
+        "nv_inference_compute_input_summary_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    "compute_infer": (
+        "nv_inference_compute_infer_summary_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    "compute_output": (
+        "nv_inference_compute_output_summary_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    ),
+}
+# histogram_latencies=true: Triton's first-response histogram (decoupled models), and ours
+_HISTOGRAMS = {
+    "first_response_hist": (
+        "nv_inference_first_response_histogram_ms",
+        "Duration from request to first response in milliseconds",
+    ),
+    "request_hist": (
+        "nv_inference_request_duration_histogram_us",
+        "Request duration of successful requests in microseconds (fpgaserve; histogram_latencies=true)",
+    ),
+    "compute_hist": (
+        "nv_inference_compute_duration_histogram_us",
+        "Compute (input, infer and output) duration of successful requests in microseconds "
+        "(fpgaserve; histogram_latencies=true)",
+    ),
+}
+
+
 class Metrics:
     """The registry served on --metrics-port.
 
@@ -213,9 +302,11 @@ class Metrics:
     and ``nv_gpu_*``) and the host families (``nv_cpu_*``).
     """
 
-    def __init__(self, repository, gpu_metrics: bool = True, cpu_metrics: bool = True):
+    def __init__(
+        self, repository, gpu_metrics: bool = True, cpu_metrics: bool = True, latency: LatencyConfig | None = None
+    ):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = InferenceCollector(repository, cpu_metrics=cpu_metrics)
+        self.collector = InferenceCollector(repository, cpu_metrics=cpu_metrics, latency=latency)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)
         if gpu_metrics:

@@ -43,6 +43,7 @@ from ..errors import (
     unavailable,
 )
 from .batcher import DynamicBatcher
+from .latency import LatencyConfig, LatencyRecorder
 from .repoagents import RepositoryAgentError, run_load_agents
 from .scheduler import DirectScheduler, ModelInstance, Scheduler
 from .sequence import SequenceBatcher
@@ -283,6 +284,7 @@ class ModelRepository:
         unload_timeout_secs: float = 30.0,
         allow_code_upload: bool = False,
         auto_complete_config: bool = True,
+        latency: LatencyConfig | None = None,
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{control_mode}'")
@@ -296,6 +298,8 @@ class ModelRepository:
         self.allow_code_upload = allow_code_upload
         # tritonserver's --disable-auto-complete-config: configs load as written
         self.auto_complete_config = auto_complete_config
+        # --metrics-config: which latency distributions each version records
+        self.latency = latency or LatencyConfig()
         self.models: dict[str, ModelEntry] = {}
         self._lock = asyncio.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -526,6 +530,8 @@ class ModelRepository:
         loop = asyncio.get_running_loop()
         version_dir = str(model_dir / str(version))
         mv = ModelVersion(name, version, config, version_dir, str(model_dir), labels)
+        if self.latency.any_distribution:
+            mv.stats.latencies = LatencyRecorder(self.latency, decoupled=mv.decoupled)
         cfg_dict = mc.config_dict(config)
         backend_settings = self.backend_config.get(mc.backend_name(config), {})
         instances: list[ModelInstance] = []

@@ -67,6 +67,9 @@ class InferenceRequest:
     seq: int = 0
     # filled by the scheduler when the request starts executing
     exec_start_ns: int = 0
+    # decoupled models: when the first response was emitted (0 = none yet), for
+    # --metrics-config histogram_latencies' first-response histogram
+    first_response_ns: int = 0
     # (request, its output slices) -> its encoded outputs (bytes, shared-memory writes,
     # classification); set by the data plane, called in the instance's worker thread. It takes
     # the request so that one callable serves every request of a channel (no object each)

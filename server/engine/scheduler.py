@@ -377,6 +377,8 @@ class ModelInstance:
                 outputs = self._check_outputs(outputs, [request], request.batch_size)
                 emit = request.emit
                 assert emit is not None  # decoupled requests always carry one
+                if not request.first_response_ns:
+                    request.first_response_ns = time.monotonic_ns()
                 emit(request.encode(request, outputs))
                 t = time.monotonic_ns()
                 output_ns += t - t1
@@ -575,6 +577,18 @@ class Scheduler:
                 succeeded.append((r, result))
         stats.record_execution(sum(r.batch_size for r in batch), timings)
         stats.record_successes(rows, total_ns, queue_ns, timings)
+        if stats.latencies is not None and succeeded:
+            n = len(succeeded)
+            stats.latencies.observe(
+                [end - r.arrival_ns for r, _ in succeeded],
+                queue_ns,
+                [timings.compute_input_ns] * n,
+                [timings.compute_infer_ns] * n,
+                [timings.compute_output_ns] * n,
+            )
+            for r, _ in succeeded:
+                if r.first_response_ns:
+                    stats.latencies.observe_first_response(r.first_response_ns - r.arrival_ns)
         complete = self._complete
         for r, result in succeeded:  # answered once the statistics count them
             complete(r, result, None)
@@ -769,9 +783,30 @@ class DirectScheduler(Scheduler):
             stats.record_executions(size, count, i_ns, c_ns, o_ns)
         if succeeded:
             stats.record_successes_summed(rows, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+            if stats.latencies is not None:
+                self._observe_latencies(stats.latencies, outcomes)
         complete = self._complete
         for request, result in succeeded:  # answered once the statistics count them
             complete(request, result, None)
+
+    @staticmethod
+    def _observe_latencies(latencies, outcomes) -> None:
+        """--metrics-config distributions of a burst's successful requests (off: not called)."""
+        done = [
+            (request, timings, end)
+            for request, result, timings, error, end in outcomes
+            if error is None and result is not _WITHDRAWN and not isinstance(result, InferenceError)
+        ]
+        latencies.observe(
+            [end - r.arrival_ns for r, _, end in done],
+            [r.exec_start_ns - r.arrival_ns for r, _, _ in done],
+            [t.compute_input_ns for _, t, _ in done],
+            [t.compute_infer_ns for _, t, _ in done],
+            [t.compute_output_ns for _, t, _ in done],
+        )
+        for r, _, _ in done:
+            if r.first_response_ns:
+                latencies.observe_first_response(r.first_response_ns - r.arrival_ns)
 
     # ------------------------------------------------------------------ stop
     async def stop(self, timeout: float | None = None) -> list[ModelInstance]:

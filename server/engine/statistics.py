@@ -14,6 +14,8 @@ import bisect
 import time
 from dataclasses import dataclass, field
 
+from .latency import LatencyRecorder
+
 # queue-time histogram bucket upper bounds, in microseconds (Prometheus "le")
 QUEUE_BUCKETS_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000, 5_000_000)
 
@@ -60,6 +62,9 @@ class ModelStatistics:
     fail_reasons: dict[str, int] = field(default_factory=dict)
     # queue time histogram of successful requests: counts per QUEUE_BUCKETS_US bucket (+Inf last)
     queue_hist: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_US) + 1))
+    # --metrics-config summaries and histograms (latency.py); None when they are off, so the
+    # schedulers skip them with one check per burst
+    latencies: LatencyRecorder | None = None
 
     def record_execution(self, batch_size: int, t: BatchTimings) -> None:
         self.record_executions(batch_size, 1, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns)
