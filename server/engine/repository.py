@@ -725,10 +725,19 @@ def _materialize_files(name: str, files: dict[str, bytes]) -> str:
                     f"failed to load '{name}', invalid file path '{escape_control(rel)}' in load parameters"
                 )
             path = os.path.join(root, *parts)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except OSError as e:
+                # a name longer than the file system takes (Triton's model_control example sends
+                # 256 characters), a full disk: tritonserver's text and status for a load whose
+                # files cannot be written, then the system's reason
+                raise internal(
+                    f"failed to load '{name}', failed to poll from model repository: cannot write file "
+                    f"'{escape_control(rel)[:300]}': {e.strerror or 'error'}"
+                ) from None
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
