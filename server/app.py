@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .dataplane import DataPlane
 from .engine.latency import MetricsConfigError, parse_metrics_config
 from .engine.repository import ModelRepository
+from .engine.tracing import TraceConfigError, Tracer, parse_trace_config
 from .errors import StartupError
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
@@ -104,6 +105,7 @@ class ServerOptions:
     grpc_max_connection_age_grace_ms: int = 0
     allow_client_shm: bool = False  # tritonserver >= 26.04's default
     metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value settings
+    trace_config: list[str] = field(default_factory=list)  # --trace-config [mode,]key=value settings
     log_info: bool = True
     log_warning: bool = True
     log_error: bool = True
@@ -134,7 +136,8 @@ class InferenceServer:
         )
         try:
             latency = parse_metrics_config(options.metrics_config)
-        except MetricsConfigError as e:
+            tracer = Tracer(parse_trace_config(options.trace_config))
+        except (MetricsConfigError, TraceConfigError) as e:
             raise StartupError(str(e)) from None
         self.repository = ModelRepository(
             options.model_repositories,
@@ -148,7 +151,9 @@ class InferenceServer:
             auto_complete_config=options.auto_complete_config,
             latency=latency,
         )
-        self.dataplane = DataPlane(self.repository, self.shm, self.log_settings, server_id=options.server_id)
+        self.dataplane = DataPlane(
+            self.repository, self.shm, self.log_settings, server_id=options.server_id, tracer=tracer
+        )
         self.servicer = InferenceServicer(self.dataplane)
         header_s, idle_s = options.http_header_timeout_secs, options.http_idle_timeout_secs
         # HTTP/REST in this process (with --frontend-processes N > 1 each frontend process
@@ -276,6 +281,8 @@ class InferenceServer:
             self.abandoned = True
             log.error("models did not finish within --exit-timeout-secs; exiting without them")
         self.shm.close()
+        # the trace file's closing bracket, the last spans to the collector
+        await asyncio.get_running_loop().run_in_executor(None, self.dataplane.tracer.close)
         log.info("server stopped")
         self._stopped.set()
 

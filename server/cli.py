@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -74,6 +75,10 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid value for bool option: {text}")
 
 
+def _setting(name: str, value: str) -> str:
+    return f"{name}={value}"
+
+
 def auto_frontend_processes(cores: int | None = None) -> int:
     """What ``--frontend-processes auto`` means with ``cores`` CPUs (default: the CPUs this
     process may use, its affinity mask and cgroup quota, not the host's count; see README:
@@ -133,12 +138,6 @@ IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {
     "--model-load-retry-count": (True, "a failed load is not retried; RepositoryModelLoad retries it"),
     "--model-namespacing": (True, "model names are unique across repositories"),
     "--metrics-interval-ms": (True, "metrics are read when scraped, not sampled on an interval"),
-    "--trace-config": (True, "request tracing is not implemented"),
-    "--trace-file": (True, "request tracing is not implemented"),
-    "--trace-level": (True, "request tracing is not implemented"),
-    "--trace-rate": (True, "request tracing is not implemented"),
-    "--trace-count": (True, "request tracing is not implemented"),
-    "--trace-log-frequency": (True, "request tracing is not implemented"),
     "--grpc-infer-allocation-pool-size": (True, "gRPC responses are built per request by grpcio"),
     "--grpc-max-response-pool-size": (True, "gRPC responses are built per request by grpcio"),
     "--grpc-infer-thread-count": (True, "the gRPC frontend runs on one event loop"),
@@ -274,6 +273,30 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         metavar="BOOL",
         help="export host CPU and memory metrics (nv_cpu_*).",
     )
+    g.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="tritonserver's request tracing (repeatable): mode=triton|opentelemetry, level=OFF|TIMESTAMPS|TENSORS, "
+        "rate=N (one request in N), count=N (-1: no limit), triton,file=PATH, triton,log-frequency=N, "
+        "opentelemetry,url=http://collector:4318/v1/traces, opentelemetry,resource=KEY=VALUE.",
+    )
+    for legacy, setting in (
+        ("--trace-file", "triton,file"),
+        ("--trace-level", "level"),
+        ("--trace-rate", "rate"),
+        ("--trace-count", "count"),
+        ("--trace-log-frequency", "triton,log-frequency"),
+    ):
+        # tritonserver's deprecated spellings of --trace-config settings, still accepted
+        g.add_argument(
+            legacy,
+            action="append",
+            dest="trace_config",
+            type=functools.partial(_setting, setting),
+            help=f"deprecated form of --trace-config {setting}=VALUE.",
+        )
     g.add_argument(
         "--metrics-config",
         action="append",
@@ -626,6 +649,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_gpu_metrics=args.allow_gpu_metrics,
         allow_cpu_metrics=args.allow_cpu_metrics,
         metrics_config=list(args.metrics_config),
+        trace_config=list(args.trace_config),
         reuse_grpc_port=args.reuse_grpc_port,
         reuse_http_port=args.reuse_http_port,
         grpc_max_connection_age_ms=args.grpc_max_connection_age,

@@ -501,8 +501,10 @@ def test_logging_and_trace_settings(server, client):
     trace = client.get_trace_settings()
     assert trace["trace_level"] == ["OFF"]
     assert client.get_trace_settings(model_name="simple")["trace_level"] == ["OFF"]
-    with pytest.raises(InferenceServerException):
-        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+    with pytest.raises(InferenceServerException) as e:  # Triton's check: the level with no rate
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "0"})
+    assert e.value.message() == "Attempting to set invalid trace setting :sample rate must be non-zero"
+    assert client.get_trace_settings()["trace_level"] == ["OFF"]  # nothing applied
 
 
 # ----------------------------------------------------------------------------- restricted APIs

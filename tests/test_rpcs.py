@@ -662,11 +662,18 @@ def test_trace_settings_unknown_model(client):
     assert info.value.message() == "Request for unknown model : nonexistent"
 
 
-def test_trace_settings_enabling_is_refused(client):
-    with pytest.raises(InferenceServerException) as info:
-        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
-    assert info.value.status() == "StatusCode.UNIMPLEMENTED"
-    assert list(client.get_trace_settings().settings["trace_level"].value) == ["OFF"]
+def test_trace_settings_of_one_model_and_back(client):
+    # (tests/test_tracing.py traces requests; here the shared server's settings round-trip)
+    try:
+        got = client.update_trace_settings(
+            model_name="simple", settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "5"}
+        ).settings
+        assert list(got["trace_level"].value) == ["TIMESTAMPS"] and list(got["trace_rate"].value) == ["5"]
+        assert list(client.get_trace_settings().settings["trace_level"].value) == ["OFF"]
+    finally:  # null: the model follows the global settings again
+        client.update_trace_settings(model_name="simple", settings={"trace_level": None, "trace_rate": None})
+    back = client.get_trace_settings(model_name="simple").settings
+    assert list(back["trace_level"].value) == ["OFF"] and list(back["trace_rate"].value) == ["1000"]
 
 
 # ----------------------------------------------------------------------------- CUDA shm

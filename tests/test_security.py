@@ -327,6 +327,7 @@ def restricted(tmp_path_factory):
         *explicit,
         "--grpc-restricted-protocol=inference,model-config,statistics,logging:{}={}".format(*ADMIN),
         "--grpc-restricted-protocol=model-repository:{}={}".format(*REPO),
+        "--allow-client-shm=true",
         log_path=log_dir / "a.log",
     )
     b = ProbeHeaderServer(

@@ -19,6 +19,7 @@ import time
 from .. import __version__
 from ..engine.repository import ModelRepository, ModelVersion, parse_version
 from ..engine.request import EncodedOutput, InferenceRequest
+from ..engine.tracing import Tracer
 from ..errors import InferenceError, Status, invalid_argument, not_found, unavailable, unimplemented
 from ..log_settings import LogSettings
 from ..shared_memory import Region, SystemSharedMemoryManager
@@ -37,6 +38,7 @@ EXTENSIONS = (
     "system_shared_memory",
     "parameters",
     "statistics",
+    "trace",  # TraceSetting, --trace-config (server/engine/tracing.py)
     "logging",
 )
 SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."  # Triton's text
@@ -53,6 +55,7 @@ class DataPlane(DataPlaneAPI):
         shm: SystemSharedMemoryManager,
         log_settings: LogSettings,
         server_id: str = "triton",
+        tracer: Tracer | None = None,
     ):
         self.repository = repository
         self.shm = shm
@@ -64,14 +67,7 @@ class DataPlane(DataPlaneAPI):
         # False while the server is still starting its listeners: a frontend process already
         # serving HTTP must not report the server ready before the others are up
         self.started = True
-        self._trace: dict[str, list[str]] = {
-            "trace_file": [""],
-            "trace_level": ["OFF"],
-            "trace_rate": ["1000"],
-            "trace_count": ["-1"],
-            "log_frequency": ["0"],
-            "trace_mode": ["triton"],
-        }
+        self.tracer = tracer or Tracer()
 
     # ------------------------------------------------------------------ health
     async def live(self) -> bool:
@@ -159,6 +155,8 @@ class DataPlane(DataPlaneAPI):
         )
         if request.emit is not None:
             ireq.emit = request.emit
+        if self.tracer.active:
+            ireq.trace = self.tracer.start(request.model.name, request.traceparent)
         # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
         ireq.encode = self._encode
         return await self.submit(ireq)
@@ -216,16 +214,13 @@ class DataPlane(DataPlaneAPI):
     async def trace_settings(
         self, model: str = "", settings: dict[str, list[str]] | None = None
     ) -> dict[str, list[str]]:
-        # Request tracing is not implemented: it is reported OFF (honestly) and turning it on
-        # is refused rather than pretended. Other trace settings are stored and echoed.
         if model and not self.repository.is_ready(model):
             # (sic) Triton's text, with the space before the colon
             raise invalid_argument(f"Request for unknown model : {model}")
-        for key, values in (settings or {}).items():
-            if key not in self._trace:
-                raise invalid_argument(f"unknown trace setting '{key}'")
-            if key == "trace_level" and any(v.upper() != "OFF" for v in values):
-                raise unimplemented("request tracing is not supported by fpgaserve; trace_level can only be OFF")
-            if values:
-                self._trace[key] = list(values)
-        return {k: list(v) for k, v in self._trace.items()}
+        if settings:
+            return self.tracer.update(model, settings)
+        return self.tracer.settings(model)
+
+    @property
+    def tracing_active(self) -> bool:  # type: ignore[override]
+        return self.tracer.active

@@ -78,6 +78,9 @@ class DataPlaneAPI(ABC):
     # it): the codecs check a request's regions with it in the frontend's order, before the
     # inputs are normalized.
     shm: SystemSharedMemoryManager
+    # True while any request may be traced: the frontends then collect each request's W3C
+    # ``traceparent`` into ``WireRequest.traceparent`` (and never otherwise: no cost when off)
+    tracing_active: bool = False
 
     # ------------------------------------------------------------------ health
     @abstractmethod
@@ -154,4 +157,6 @@ class DataPlaneAPI(ABC):
     @abstractmethod
     async def trace_settings(
         self, model: str = "", settings: dict[str, list[str]] | None = None
-    ) -> dict[str, list[str]]: ...
+    ) -> dict[str, list[str]]:
+        """Triton's TraceSetting: apply ``settings`` (all or none) globally or to ``model``;
+        the settings in force there (server/engine/tracing.py)."""

@@ -76,6 +76,9 @@ class WireRequest:
     timeout_us: int = 0
     # decoupled models: called from the instance thread with each response as it comes
     emit: Callable[[list[EncodedOutput]], object] | None = None
+    # the client's W3C trace context (gRPC metadata / HTTP header), collected only while
+    # tracing is on (``DataPlaneAPI.tracing_active``)
+    traceparent: str = ""
 
 
 def all_outputs(model) -> list[RequestedOutput]:

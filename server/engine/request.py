@@ -70,6 +70,8 @@ class InferenceRequest:
     # decoupled models: when the first response was emitted (0 = none yet), for
     # --metrics-config histogram_latencies' first-response histogram
     first_response_ns: int = 0
+    # a sampled request's tracing.Trace (None: not traced; resolve() records it)
+    trace: Any = None
     # (request, its output slices) -> its encoded outputs (bytes, shared-memory writes,
     # classification); set by the data plane, called in the instance's worker thread. It takes
     # the request so that one callable serves every request of a channel (no object each)

@@ -133,6 +133,8 @@ def resolve(request: InferenceRequest, result, error) -> None:
     """Hand a request its result or error, unless it already has one (e.g. it was cancelled)."""
     if request.future.done():
         return
+    if request.trace is not None:
+        request.trace.tracer.finish(request, error)
     if error is not None:
         request.future.set_exception(error)
     else:
@@ -575,6 +577,8 @@ class Scheduler:
                 total_ns += end - r.arrival_ns
                 queue_ns.append(r.exec_start_ns - r.arrival_ns)
                 succeeded.append((r, result))
+            if r.trace is not None:
+                r.trace.compute = (timings.compute_input_ns, timings.compute_infer_ns, timings.compute_output_ns)
         stats.record_execution(sum(r.batch_size for r in batch), timings)
         stats.record_successes(rows, total_ns, queue_ns, timings)
         if stats.latencies is not None and succeeded:
@@ -761,6 +765,8 @@ class DirectScheduler(Scheduler):
                 self._fail_batch([request], error, end)
                 continue
             size = request.batch_size
+            if request.trace is not None:
+                request.trace.compute = (timings.compute_input_ns, timings.compute_infer_ns, timings.compute_output_ns)
             sums = executions.get(size)
             if sums is None:
                 sums = executions[size] = [0, 0, 0, 0]

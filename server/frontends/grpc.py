@@ -43,6 +43,7 @@ from fpgaserve.protos import (
 )
 
 from ..dataplane.api import DataPlaneAPI
+from ..engine.tracing import traceparent_from
 from ..errors import InferenceError, Status, invalid_argument, unimplemented
 from . import common
 from . import grpc_codec as codec
@@ -224,22 +225,28 @@ class InferenceServicer:
         return json_format.ParseDict({"model_stats": rows}, pb.ModelStatisticsResponse())
 
     # ------------------------------------------------------------------ inference
-    async def _infer(self, request, model):
+    def _collect(self, request, model, context):
+        wire = codec.collect(request, model, self.dataplane.shm)
+        if self.dataplane.tracing_active:  # the client's W3C trace context, only while tracing
+            wire.traceparent = traceparent_from(context.invocation_metadata())
+        return wire
+
+    async def _infer(self, request, model, context):
         """Collect against the model, execute, await the encoded outputs. Raises InferenceError."""
-        return await self.dataplane.infer(codec.collect(request, model, self.dataplane.shm))
+        return await self.dataplane.infer(self._collect(request, model, context))
 
     async def ModelInfer(self, request, context):
         model = await self.dataplane.model(request.model_name, request.model_version)
         if model.decoupled:
             raise unimplemented("ModelInfer RPC doesn't support models with decoupled transaction policy")
-        encoded = await self._infer(request, model)
+        encoded = await self._infer(request, model, context)
         return codec.build_response(model, request.id, encoded)
 
-    async def _stream_decoupled(self, request, model, responses: asyncio.Queue) -> None:
+    async def _stream_decoupled(self, request, model, responses: asyncio.Queue, context) -> None:
         """Stream each response of a decoupled model as the model yields it; then an empty
         final response if the client asked for one (triton_enable_empty_final_response)."""
         loop = asyncio.get_running_loop()
-        wire = codec.collect(request, model, self.dataplane.shm)
+        wire = self._collect(request, model, context)
 
         def put(encoded):
             msg = pb.ModelStreamInferResponse()
@@ -286,9 +293,9 @@ class InferenceServicer:
                 if lookup_error is not None:
                     raise lookup_error
                 if model.decoupled:
-                    await self._stream_decoupled(request, model, responses)
+                    await self._stream_decoupled(request, model, responses, context)
                     return
-                encoded = await self._infer(request, model)
+                encoded = await self._infer(request, model, context)
                 msg = pb.ModelStreamInferResponse()
                 msg.infer_response.CopyFrom(codec.build_response(model, request.id, encoded, final_flag=True))
                 responses.put_nowait((msg, None))

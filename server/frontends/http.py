@@ -718,6 +718,8 @@ class HttpFrontend:
             else:
                 header = codec.parse_json(mv[:header_length])
                 wire, plan = codec.collect(header, mv[header_length:], model, dp.shm)
+            if dp.tracing_active:  # the client's W3C trace context, only while tracing
+                wire.traceparent = request.headers.get("traceparent", "")
             encoded = await dp.infer(wire)
             shm_outputs = {o.spec.name for o in wire.outputs if o.shm is not None}
             head, binaries = codec.build_response(model, wire.id, encoded, plan, shm_outputs)

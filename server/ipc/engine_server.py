@@ -106,7 +106,7 @@ class _Frontend:
             as_tuples=True,  # pickled straight into the result frame
         )
         regions = [(r.name, r.key, r.offset, r.byte_size) for r in dp.shm.status("")]
-        self.send(("welcome", regions))
+        self.send(("welcome", regions, dp.tracer.active))
         self.server.frontends.add(self)
         return True
 
@@ -136,6 +136,14 @@ class EngineServer:
         self._control_calls = 0
         self._background: set[asyncio.Task] = set()
         dataplane.repository.listeners.append(self._on_repository_change)
+        dataplane.tracer.on_change.append(self._on_tracing_change)
+
+    def _on_tracing_change(self, active: bool) -> None:
+        """Tracing went on or off: the frontends start or stop collecting ``traceparent``
+        (one-way; a request sent meanwhile is sampled here all the same, only without its
+        client's trace context)."""
+        for fe in list(self.frontends):
+            fe.send(("tracing", active))
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -284,9 +292,16 @@ class EngineServer:
         """Submit to the scheduler, which answers through the request's ``_Reply``. The
         frontend validated the request against this model version (``uid``): nothing is
         checked again, the inputs become numpy views on its arena in the model's dtypes."""
-        _, token, name, version, uid, request_id, parameters, priority, timeout_us, batch_size, inputs, outputs = (
-            message
-        )
+        if len(message) == 12:
+            _, token, name, version, uid, request_id, parameters, priority, timeout_us, batch_size, inputs, outputs = (
+                message
+            )
+            traceparent = ""
+        else:  # tracing is on in the frontend: the client's trace context comes last
+            _, token, name, version, uid, request_id, parameters, priority, timeout_us, batch_size, inputs, outputs = (
+                message[:12]
+            )
+            traceparent = message[12]
         reply = _Reply(fe, token)
         fe.tasks[token] = reply  # a "cancel" from the frontend withdraws it
         try:
@@ -317,6 +332,9 @@ class EngineServer:
                 encode=fe.encode,  # type: ignore[arg-type]
                 tag=token,
             )
+            tracer = self.dataplane.tracer
+            if tracer.active:
+                ireq.trace = tracer.start(name, traceparent)
             if mv.decoupled:
                 loop = asyncio.get_running_loop()
                 ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, ("emit", token, encoded))

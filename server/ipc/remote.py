@@ -134,6 +134,7 @@ class RemoteDataPlane(DataPlaneAPI):
         self.responses = Arena(arena_bytes)  # the engine allocates in it (ResponseArena)
         self.shm = ArenaShmMirror(self.arena)
         self.exiting = False
+        self.tracing_active = False  # the engine says when it changes ("tracing")
         self.engine_lost = asyncio.Event()
         self._tokens = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -170,6 +171,7 @@ class RemoteDataPlane(DataPlaneAPI):
                 return
             for name, key, offset, byte_size in welcome[1]:  # before any later registry change
                 self._mirror("register", (name, key, offset, byte_size))
+            self.tracing_active = welcome[2]
             welcomed.set_result(None)
         dispatch = self._dispatch
         for message in messages:
@@ -213,6 +215,8 @@ class RemoteDataPlane(DataPlaneAPI):
             _, token, op, args = message
             self._mirror(op, args)
             self.send(("ack", token))
+        elif kind == "tracing":
+            self.tracing_active = message[1]
         elif kind == "models_changed":
             self._snapshots.clear()
             self._generation += 1
@@ -362,6 +366,8 @@ class RemoteDataPlane(DataPlaneAPI):
             inputs,
             outputs,
         )
+        if request.traceparent:
+            message = (*message, request.traceparent)  # type: ignore[assignment]  # one element more
         future = loop.create_future()
         self._pending[token] = _Pending(future, blocks, request.emit, keep, infer=True)
         try:
