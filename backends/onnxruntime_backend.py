@@ -73,6 +73,14 @@ class OnnxRuntimeBackend(Backend):
         super().__init__(config, version_dir, instance_index, backend_config)
         self.session = _session(_model_path(config, version_dir), config)
         self._inputs = {a.name: a.type for a in self.session.get_inputs()}
+        declared = config.get("input", [])
+        if len(declared) != len(self._inputs) and not any(i.get("optional") for i in declared):
+            # Triton's ONNX Runtime backend: a config that does not declare the graph's inputs
+            # (auto-complete off, or an override without them) fails the load, with its text
+            raise BackendError(
+                f"unable to load model '{config.get('name', '')}', configuration expects {len(declared)} inputs, "
+                f"model provides {len(self._inputs)}"
+            )
         self._string_inputs = frozenset(n for n, t in self._inputs.items() if t == "tensor(string)")
         self._output_names = [o["name"] for o in config.get("output", [])] or [
             o.name for o in self.session.get_outputs()

@@ -100,20 +100,24 @@ def test_shared_memory_example_cleans_up(server, client):
 
 
 def test_sonic_like_prints_repository_agents(tmp_path):
-    """A config with SonicTriton's checksum agent block is served verbatim and printed."""
+    """A config with SonicTriton's checksum agent block (the model file's real digest: the
+    agent checks it at load) is served verbatim and printed."""
+    import hashlib
+
     repo = tmp_path / "repo"
     shutil.copytree(BUNDLED_REPO / "facile", repo / "facile")
     config = repo / "facile" / "config.pbtxt"
+    digest = hashlib.md5((repo / "facile" / "1" / "model.onnx").read_bytes(), usedforsecurity=False).hexdigest()
     config.write_text(
         config.read_text()
         + 'model_repository_agents {\n  agents [\n    {\n      name: "checksum"\n'
-        + '      parameters { key: "MD5:1/model.onnx" value: "0123456789abcdef0123456789abcdef" }\n'
+        + f'      parameters {{ key: "MD5:1/model.onnx" value: "{digest}" }}\n'
         + "    }\n  ]\n}\n"
     )
     with ServerProcess([repo], "--allow-client-shm=true", log_path=tmp_path / "server.log") as srv:
         stdout = assert_pass(run_example("sonic_like.py", srv.url, "--events", "2"), "sonic_like")
     assert "ModelConfig: model_repository_agents {" in stdout, stdout
-    assert "agent 'checksum': MD5:1/model.onnx: 0123456789abcdef0123456789abcdef" in stdout, stdout
+    assert f"agent 'checksum': MD5:1/model.onnx: {digest}" in stdout, stdout
 
 
 def test_sonic_like_shm_cleans_up_after_a_failure(server, client, tmp_path):

@@ -298,3 +298,25 @@ def test_opentelemetry_spans_reach_the_collector_with_the_clients_trace(tmp_path
         assert root.start_time_unix_nano <= compute[0].start_time_unix_nano <= compute[0].end_time_unix_nano
         assert compute[0].end_time_unix_nano <= root.end_time_unix_nano
         assert model[0].trace_id == root.trace_id == compute[0].trace_id
+
+
+def test_trace_config_parsing():
+    from fpgaserve.server.engine.tracing import TraceConfigError, parse_trace_config
+
+    c = parse_trace_config(
+        ["mode=opentelemetry", "opentelemetry,url=localhost:4318", "rate=100", "level=TIMESTAMPS", "count=7"]
+    )
+    assert (c.mode, c.url, c.rate, c.level, c.count) == (
+        "opentelemetry",
+        "http://localhost:4318/v1/traces",  # SuperSONIC's spelling: the collector's HTTP port
+        100,
+        ("TIMESTAMPS",),
+        7,
+    )
+    assert (
+        parse_trace_config(["opentelemetry,url=https://c.example:4318/custom"]).url == "https://c.example:4318/custom"
+    )
+    assert parse_trace_config(["level=TIMESTAMPS", "level=TENSORS"]).level == ("TIMESTAMPS", "TENSORS")
+    for bad in ["mode=zipkin", "rate=0", "count=-2", "level=LOUD", "triton,nope=1", "jaeger,url=x", "rate"]:
+        with pytest.raises(TraceConfigError):
+            parse_trace_config([bad])

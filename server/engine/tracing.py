@@ -101,6 +101,17 @@ def _int(key: str, text: str, floor: int) -> int:
     return value
 
 
+def _otlp_url(value: str) -> str:
+    """The collector's OTLP/HTTP traces URL. A value without a scheme or path, as SuperSONIC
+    writes it (``localhost:4318``), means the collector's HTTP port: ``http://`` and the OTLP
+    traces path ``/v1/traces`` are added."""
+    url = value if "://" in value else f"http://{value}"
+    scheme, _, rest = url.partition("://")
+    if "/" not in rest:
+        url = f"{scheme}://{rest}/v1/traces"
+    return url
+
+
 def parse_trace_config(items: list[str]) -> TraceStartup:
     """tritonserver's ``--trace-config [<mode>,]<setting>=<value>`` values, in order."""
     cfg = TraceStartup()
@@ -140,7 +151,7 @@ def parse_trace_config(items: list[str]) -> TraceStartup:
                 raise TraceConfigError(f"--trace-config triton: unknown setting '{key}'")
         elif scope == "opentelemetry":
             if key == "url":
-                cfg.url = value
+                cfg.url = _otlp_url(value)
             elif key == "resource":
                 rkey, req, rvalue = value.partition("=")
                 if not req or not rkey:
