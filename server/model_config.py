@@ -32,6 +32,13 @@ PLATFORM_BACKENDS = {
     "onnxruntime_onnx": "onnxruntime",
 }
 
+# an ensemble has no backend: its steps run on the composing models (engine/ensemble.py)
+ENSEMBLE_PLATFORM = "ensemble"
+
+
+def is_ensemble(config: ModelConfig) -> bool:
+    return config.platform == ENSEMBLE_PLATFORM
+
 
 MAX_INSTANCES = 256
 MAX_PRIORITY_LEVELS = 1024
@@ -105,10 +112,14 @@ def normalize(config: ModelConfig, model_name: str, default_model_filename: str 
     """
     if not config.name:
         config.name = model_name
-    if not config.default_model_filename and default_model_filename:
-        config.default_model_filename = default_model_filename
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
+    if is_ensemble(config):
+        # Triton gives an ensemble no instance group (it has no instances: validate_ensemble
+        # refuses one) and no model file
+        return
+    if not config.default_model_filename and default_model_filename:
+        config.default_model_filename = default_model_filename
     if not config.instance_group:
         # the group Triton adds is named after the model; groups written without a name
         # get "<model>_<index>" (core model_config_utils.cc SetDefaultInstanceCount)
@@ -190,6 +201,86 @@ def validate(config: ModelConfig, model_name: str, source: str) -> None:
             f"{source}: sequence batching keeps a slot per batch row; max_batch_size {config.max_batch_size} "
             f"exceeds {MAX_SEQUENCE_SLOTS}"
         )
+
+
+def validate_ensemble(config: ModelConfig) -> None:
+    """Triton's checks of an ensemble's own config (core ValidateEnsembleSchedulingConfig),
+    made before any composing model is looked at, with its texts: every step names a model and
+    maps inputs and outputs, each ensemble tensor is written by one step at most, and the data
+    flows: every ensemble input is read, every output is written from the inputs, and every
+    other tensor is both written from the inputs and read (so a cycle of steps, whose tensors
+    can never become ready, is refused as an unused tensor, as Triton does). Raises
+    ConfigError with the bare text (the caller adds the file)."""
+    name = config.name
+    if not is_ensemble(config):
+        if config.HasField("ensemble_scheduling"):
+            raise ConfigError(
+                f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE_PLATFORM}"
+            )
+        return
+    if config.instance_group:
+        raise ConfigError(f"instance group should not be specified for ensemble '{name}'")
+    if config.HasField("optimization"):
+        raise ConfigError(f"optimization should not be specified for ensemble '{name}'")
+    if config.model_warmup:
+        raise ConfigError(f"model_warmup can not be specified for ensemble '{name}'")
+    steps = config.ensemble_scheduling.step
+    if not steps:
+        raise ConfigError(f"must specify 'step' for ensemble '{name}'")
+    # the data-flow graph over ensemble tensors: a step's outputs each depend on all its inputs
+    written: set[str] = set()
+    readers: dict[str, list[str]] = {}  # tensor -> the tensors computed from it
+    sources: dict[str, list[str]] = {}  # tensor -> the tensors it is computed from
+    order: list[str] = []  # every tensor, first mention first (for a stable error)
+    for index, step in enumerate(steps):
+        for field, what in (("model_name", "model_name"), ("input_map", "input_map"), ("output_map", "output_map")):
+            if not getattr(step, field):
+                raise ConfigError(f"must specify '{what}' in step {index} of ensemble '{name}'")
+        outs = []
+        for tensor in step.output_map.values():
+            if tensor in written:
+                raise ConfigError(
+                    f"ensemble tensor '{tensor}' can appear in an output map only once for ensemble '{name}' "
+                    f"step {index}"
+                )
+            written.add(tensor)
+            outs.append(tensor)
+            sources.setdefault(tensor, [])
+            readers.setdefault(tensor, [])
+            if tensor not in order:
+                order.append(tensor)
+        for tensor in step.input_map.values():
+            readers.setdefault(tensor, [])
+            sources.setdefault(tensor, [])
+            if tensor not in order:
+                order.append(tensor)
+            for out in outs:
+                sources[out].append(tensor)
+                readers[tensor].append(out)
+    ready: set[str] = set()
+    frontier = []
+    for t in config.input:
+        if t.name not in readers:
+            raise ConfigError(f"ensemble input '{t.name}' for ensemble {name}' is not used")  # (sic)
+        ready.add(t.name)
+        frontier.append(t.name)
+    while frontier:
+        for nxt in readers[frontier.pop(0)]:
+            if nxt not in ready and all(s in ready for s in sources[nxt]):
+                ready.add(nxt)
+                frontier.append(nxt)
+    outputs = set()
+    for t in config.output:
+        if t.name not in readers:
+            raise ConfigError(f"ensemble output '{t.name}' for ensemble {name}' is not used")  # (sic)
+        if t.name not in ready:
+            raise ConfigError(f"output '{t.name}' for ensemble '{name}' is not written")
+        outputs.add(t.name)
+    # Triton walks its tensors in a hash map's order, which for libstdc++ is mostly the newest
+    # first: the same order here names the same tensor when several are unused
+    for tensor in reversed(order):
+        if tensor not in outputs and (tensor not in ready or not readers[tensor]):
+            raise ConfigError(f"ensemble tensor '{tensor}' is unused in ensemble '{name}'")
 
 
 def input_specs(config: ModelConfig) -> dict[str, TensorSpec]:

@@ -42,6 +42,7 @@ from ..errors import (
     permission_denied,
     unavailable,
 )
+from . import ensemble
 from .batcher import DynamicBatcher
 from .latency import LatencyConfig, LatencyRecorder
 from .repoagents import RepositoryAgentError, run_load_agents
@@ -158,6 +159,10 @@ class ModelEntry:
     # bumped by every load and unload: a drain that finishes after a newer load or unload
     # started must not overwrite that one's state
     generation: int = 0
+    # an ensemble's composing models (from its last config read), and whether it was
+    # unloaded because one of them went (it comes back when that one is loaded again)
+    depends_on: tuple[str, ...] = ()
+    dependency_unloaded: bool = False
 
     def ready_versions(self) -> list[int]:
         return sorted(self.versions)
@@ -333,6 +338,8 @@ class ModelRepository:
         else:
             names = list(found)
         for name in names:
+            if self.models[name].state:
+                continue  # loaded (or tried) already, as a composing model of an ensemble
             try:
                 await self.load(name, _startup=True)
             except InferenceError as e:
@@ -392,12 +399,14 @@ class ModelRepository:
             check_model_name(name)
         async with self._lock:
             old = await self._load_locked(name, config_json, files)
+            old += await self._reload_dependents(name, {name})
         # Versions the load replaced finish their requests outside the lock, so a model stuck
         # in execute() never blocks other loads, unloads or the index.
         await self._drain(name, old)
 
-    async def _load_locked(self, name: str, config_json, files) -> list[ModelVersion]:
-        """Build and swap in the new versions; returns the replaced ones (still to drain)."""
+    async def _load_locked(self, name: str, config_json, files, chain: tuple[str, ...] = ()) -> list:
+        """Build and swap in the new versions; returns the replaced ones (still to drain).
+        ``chain``: the ensembles whose loading loads this model (to refuse a cycle)."""
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, self._scan)
         entry = self.models.get(name)
@@ -422,13 +431,14 @@ class ModelRepository:
                 model_dir = Path(temp_dir)
             else:
                 model_dir = found[name]
-            new_versions, config, signature = await self._build_versions(
-                name, model_dir, config_json, uploaded=bool(files)
+            new_versions, config, signature, composing_old = await self._build_versions(
+                name, model_dir, config_json, uploaded=bool(files), chain=chain
             )
         except Exception as e:
             if temp_dir:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             reason = e.message if isinstance(e, InferenceError) else str(e)
+            reason = reason.rstrip("\n")  # (Triton ends an ensemble's load error with one)
             entry.reason = reason
             entry.state = READY if entry.versions else UNAVAILABLE
             if not entry.versions:
@@ -439,6 +449,7 @@ class ModelRepository:
             raise internal(f"failed to load '{name}', {reason}") from None
         # Swap in the new versions, then drain and release the old ones.
         old: list = list(entry.versions.values())  # versions, then the reaper of their temp dir
+        old += composing_old
         elapsed = time.monotonic() - start
         for v in new_versions:
             v.load_duration_s = elapsed
@@ -448,6 +459,7 @@ class ModelRepository:
         entry.model_dir = str(model_dir)
         entry.signature = signature
         entry.state, entry.reason = READY, ""
+        entry.dependency_unloaded = False
         old_temp, entry.temp_dir = entry.temp_dir, temp_dir
         for v in new_versions:
             self._notify("load", v)
@@ -466,7 +478,11 @@ class ModelRepository:
         )
         return old
 
-    async def _build_versions(self, name: str, model_dir: Path, config_json, uploaded: bool = False):
+    async def _build_versions(
+        self, name: str, model_dir: Path, config_json, uploaded: bool = False, chain: tuple[str, ...] = ()
+    ):
+        """(the new versions, their config, the folder's signature, replaced versions of
+        composing models an ensemble's load (re)loaded, to drain)."""
         loop = asyncio.get_running_loop()
 
         def prepare():
@@ -480,6 +496,8 @@ class ModelRepository:
                 run_load_agents(config, model_dir)
             except RepositoryAgentError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
+            if mc.is_ensemble(config):
+                return prepare_ensemble(config, source)
             if not mc.backend_name(config):
                 _detect_backend(config, model_dir)
             try:
@@ -499,10 +517,22 @@ class ModelRepository:
                     _auto_complete(config, cls, str(model_dir / str(versions[-1])))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
+            return finish(config, cls, versions, source)
+
+        def prepare_ensemble(config, source):
+            mc.normalize(config, name)
+            versions = _select_versions(config, _available_versions(model_dir), source)
+            return finish(config, None, versions, source)
+
+        def finish(config, cls, versions, source):
             # (no input or output is not an error: tritonserver loads such a config, e.g. the
             # override {"max_batch_size": 16} of a Python model that does not auto-complete,
             # and then refuses requests that name inputs the config does not declare)
             mc.validate(config, name, source)
+            try:
+                mc.validate_ensemble(config)
+            except mc.ConfigError as e:
+                raise mc.ConfigError(f"{source}: {e}") from None
             try:
                 labels = _read_labels(model_dir, config)
             except mc.ConfigError as e:
@@ -515,6 +545,18 @@ class ModelRepository:
             # Triton's text, then the reason (which names the file and the problem)
             raise internal(f"failed to load '{name}', failed to poll from model repository: {e}") from None
 
+        if cls is None:  # an ensemble: its composing models first, then its versions
+            steps, composing_old = await self._load_composing(name, config, chain)
+            pipelines = []
+            for version in versions:
+                mv = ModelVersion(name, version, config, str(model_dir / str(version)), str(model_dir), labels)
+                if self.latency.any_distribution:
+                    mv.stats.latencies = LatencyRecorder(self.latency)
+                mv.scheduler = ensemble.EnsembleScheduler(mv, steps, self.get)
+                mv.scheduler.start()
+                pipelines.append(mv)
+            return pipelines, config, signature, composing_old
+
         built: list[ModelVersion] = []
         try:
             for version in versions:
@@ -524,7 +566,99 @@ class ModelRepository:
                 if v.scheduler is not None:
                     await v.scheduler.stop()
             raise
-        return built, config, signature
+        return built, config, signature, []
+
+    async def _load_composing(self, name: str, config, chain: tuple[str, ...]):
+        """An ensemble's dependencies, as Triton resolves them at load: composing models not
+        loaded yet are loaded (in every control mode, as Triton does), then each step is
+        checked against its model's config. Returns (the steps, versions those loads replaced).
+        Errors are INVALID_ARGUMENT with Triton's "load failed for model" texts."""
+        entry = self.models[name]
+        names = ensemble.composing_names(config)
+        entry.depends_on = tuple(names)
+
+        def failed(text: str) -> InferenceError:
+            # (Triton's text ends with a newline)
+            return invalid_argument(f"load failed for model '{name}': {text}\n")
+
+        for dep in names:
+            if dep == name or dep in chain:
+                error = failed(f"circular dependency between ensembles: {dep} -> ... -> {name} -> {dep}")
+                error.circular = error.message.split(": ", 1)[1]  # type: ignore[attr-defined]
+                raise error
+        found = await asyncio.get_running_loop().run_in_executor(None, self._scan)
+        missing = sorted(d for d in names if d not in found and not (d in self.models and self.models[d].versions))
+        if missing:
+            raise failed(f"ensemble {name} contains models that are not available or ambiguous: {', '.join(missing)}")
+        replaced: list = []
+        for dep in names:
+            dep_entry = self.models.get(dep)
+            if dep_entry is not None and dep_entry.versions:
+                continue
+            try:
+                replaced += await self._load_locked(dep, None, None, chain + (name,))
+            except InferenceError as e:
+                circular = getattr(e, "circular", None)
+                if circular is not None:  # every ensemble of the cycle fails with its text
+                    error = failed(circular)
+                    error.circular = circular  # type: ignore[attr-defined]
+                    raise error from None
+                raise failed(
+                    f"ensemble '{name}' depends on '{dep}' which has no loaded version. Model '{dep}' loading "
+                    f"failed with error: {e.message.rstrip()}"
+                ) from None
+        composing = {}
+        for step in config.ensemble_scheduling.step:
+            dep_entry = self.models[step.model_name]
+            if step.model_version >= 0 and step.model_version not in dep_entry.versions:
+                raise failed(
+                    f"ensemble '{name}' depends on '{step.model_name}' whose required version "
+                    f"{step.model_version} is not loaded."
+                )
+            composing[step.model_name] = dep_entry.config
+        try:
+            ensemble.check_composing(config, composing)
+        except ensemble.EnsembleError as e:
+            raise failed(str(e)) from None
+        return ensemble.plan(config), replaced
+
+    async def _reload_dependents(self, name: str, seen: set[str]) -> list:
+        """After ``name`` loaded: reload the ensembles that use it (checked again against its
+        new config), those it retired included, as Triton does; then theirs. Returns the
+        versions replaced, to drain."""
+        replaced: list = []
+        for entry in list(self.models.values()):
+            if name not in entry.depends_on or entry.name in seen:
+                continue
+            if not (entry.versions or entry.dependency_unloaded):
+                continue
+            seen.add(entry.name)
+            try:
+                replaced += await self._load_locked(entry.name, None, None)
+            except InferenceError as e:
+                log.error("%s", e.message.rstrip())
+                continue
+            replaced += await self._reload_dependents(entry.name, seen)
+        return replaced
+
+    def _retire_dependents(self, name: str, retired: list) -> None:
+        """``name`` is going: the loaded ensembles that use it (and theirs) go with it, as in
+        Triton (UNAVAILABLE, "unloaded"), to come back when it is loaded again. Their versions
+        are appended to ``retired`` (to drain)."""
+        for entry in list(self.models.values()):
+            if name not in entry.depends_on or not entry.versions:
+                continue
+            old = list(entry.versions.values())
+            entry.versions = {}
+            entry.generation += 1
+            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+            entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
+            entry.dependency_unloaded = True
+            for v in old:
+                self._notify("unload", v)
+            retired += old
+            log.info("unloaded ensemble '%s': its composing model '%s' was unloaded", entry.name, name)
+            self._retire_dependents(entry.name, retired)
 
     async def _build_version(self, name, version, config, cls, model_dir: Path, labels=None) -> ModelVersion:
         loop = asyncio.get_running_loop()
@@ -602,7 +736,11 @@ class ModelRepository:
             for v in old:
                 self._notify("unload", v)
             temp_dir, entry.temp_dir = entry.temp_dir, None
+            entry.dependency_unloaded = False
+            dependents: list = []
+            self._retire_dependents(name, dependents)
         # drained outside the lock: loads, unloads and the index go on meanwhile
+        await self._drain(name, dependents)
         await self._drain(name, old)
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)

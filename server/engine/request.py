@@ -74,7 +74,11 @@ class InferenceRequest:
     trace: Any = None
     # (request, its output slices) -> its encoded outputs (bytes, shared-memory writes,
     # classification); set by the data plane, called in the instance's worker thread. It takes
-    # the request so that one callable serves every request of a channel (no object each)
-    encode: Callable[[InferenceRequest, dict[str, np.ndarray]], list[EncodedOutput]] = None  # type: ignore[assignment]
+    # the request so that one callable serves every request of a channel (no object each).
+    # A step of an ensemble gets the slices themselves back (engine/ensemble.py), hence Any.
+    encode: Callable[[InferenceRequest, dict[str, np.ndarray]], Any] = None  # type: ignore[assignment]
+    # set by the scheduler when the request succeeded: its execution's compute durations
+    # (statistics.BatchTimings), which an ensemble charges to itself, as Triton does
+    timings: Any = None
     # the submitter's own handle for the request (the engine's IPC server: the frontend's token)
     tag: Any = None

@@ -576,6 +576,7 @@ class Scheduler:
                 rows += r.batch_size
                 total_ns += end - r.arrival_ns
                 queue_ns.append(r.exec_start_ns - r.arrival_ns)
+                r.timings = timings
                 succeeded.append((r, result))
             if r.trace is not None:
                 r.trace.compute = (timings.compute_input_ns, timings.compute_infer_ns, timings.compute_output_ns)
@@ -781,6 +782,7 @@ class DirectScheduler(Scheduler):
             rows += size
             total_ns += end - request.arrival_ns
             queue_ns.append(request.exec_start_ns - request.arrival_ns)
+            request.timings = timings
             input_ns += timings.compute_input_ns
             infer_ns += timings.compute_infer_ns
             output_ns += timings.compute_output_ns

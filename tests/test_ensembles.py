@@ -1,0 +1,231 @@
+"""Ensembles (``platform: "ensemble"``) served end to end: real fpgaserve processes, both
+protocols (tritonclient gRPC and HTTP), both process modes (``--frontend-processes 1``: one
+process; 2: frontend processes feeding the engine over IPC).
+
+Repositories from tests/ensemble_repos.py (numpy and ONNX composing models); what Triton
+itself answers for the same repositories is checked in test_triton_differential_ensemble.py.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from ensemble_repos import BAD, BAD_VALUE, CONFIG_STAGE, GOOD, write_composing, write_ensembles
+from server_process import ServerProcess, serve
+
+pytestmark = pytest.mark.timeout(300)
+
+X = np.arange(8, dtype=np.float32).reshape(2, 4)
+EXPECTED = {
+    "pipe": 2 * X + 1,
+    "diamond": 2 * X + (X + 1),
+    "nested": 2 * (2 * X + 1),
+    "onnx_pipe": 2 * X + 1,
+}
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "frontend-processes"])
+def server(request, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("ensembles")
+    write_composing(repo, triton=False)
+    write_ensembles(repo)
+    proc = ServerProcess(
+        [repo],
+        f"--frontend-processes={request.param}",
+        "--strict-readiness=false",
+        log_path=repo.parent / f"server-{request.param}.log",
+    )
+    yield from serve(proc)
+
+
+def _infer(client, module, model, x, output="OUT"):
+    inp = module.InferInput("IN", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return client.infer(model, [inp], outputs=[module.InferRequestedOutput(output)]).as_numpy(output)
+
+
+def _grpc(server):
+    return grpcclient.InferenceServerClient(server.url)
+
+
+def _http(server):
+    return httpclient.InferenceServerClient(f"localhost:{server.http_port}")
+
+
+@pytest.mark.parametrize("model", list(GOOD))
+def test_ensemble_outputs_both_protocols(server, model):
+    for client, module in ((_grpc(server), grpcclient), (_http(server), httpclient)):
+        np.testing.assert_array_equal(_infer(client, module, model, X), EXPECTED[model])
+        np.testing.assert_array_equal(_infer(client, module, model, X[:1]), EXPECTED[model][:1])
+
+
+def test_metadata_and_config(server):
+    client = _grpc(server)
+    meta = client.get_model_metadata("pipe", as_json=True)
+    assert meta["platform"] == "ensemble"
+    assert meta["inputs"] == [{"name": "IN", "datatype": "FP32", "shape": ["-1", "4"]}]
+    assert meta["outputs"] == [{"name": "OUT", "datatype": "FP32", "shape": ["-1", "4"]}]
+    config = client.get_model_config("pipe", as_json=True)["config"]
+    assert "instance_group" not in config  # Triton gives an ensemble none
+    assert [s["model_name"] for s in config["ensemble_scheduling"]["step"]] == ["scale", "addone"]
+    assert client.is_model_ready("pipe")
+
+
+def test_bad_ensembles_unavailable_with_triton_reason(server):
+    index = {m["name"]: m for m in _grpc(server).get_model_repository_index(as_json=True)["models"]}
+    for name, (_, text) in BAD.items():
+        assert index[name]["state"] == "UNAVAILABLE", name
+        assert text in index[name]["reason"], (name, index[name]["reason"])
+    for name in GOOD:
+        assert index[name]["state"] == "READY"
+    for name in ("scale", "addone", "adder", "onnx_addone"):
+        assert index[name]["state"] == "READY"
+
+
+def test_step_error_fails_the_request_and_the_server_keeps_serving(server):
+    bad = np.full((1, 4), BAD_VALUE, dtype=np.float32)
+    before = _grpc(server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
+    for client, module, status in (
+        (_grpc(server), grpcclient, "StatusCode.INTERNAL"),
+        (_http(server), httpclient, "500"),
+    ):
+        with pytest.raises(InferenceServerException) as e:
+            _infer(client, module, "pipe", bad)
+        assert e.value.message() == "in ensemble 'pipe', negative input"
+        assert str(e.value.status()) == status
+        np.testing.assert_array_equal(_infer(client, module, "pipe", X), EXPECTED["pipe"])
+    after = _grpc(server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
+    # Triton 2.51 counts each failed ensemble request twice (see engine/ensemble.py)
+    fails = int(after["inference_stats"]["fail"].get("count", 0)) - int(
+        before["inference_stats"]["fail"].get("count", 0)
+    )
+    assert fails == 4
+    successes = int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"])
+    assert successes == 2
+
+
+def test_concurrent_requests_batch_in_the_composing_model(server):
+    client = _grpc(server)
+
+    def stats(name):
+        s = client.get_inference_statistics(name, as_json=True)["model_stats"][0]
+        return int(s.get("inference_count", 0)), int(s.get("execution_count", 0)), s
+
+    scale0, addone0 = stats("scale"), stats("addone")
+    pipe0 = stats("pipe")
+    n = 8
+    results = [None] * n
+    errors = []
+
+    def run(i):
+        try:
+            c = grpcclient.InferenceServerClient(server.url)
+            results[i] = _infer(c, grpcclient, "pipe", X[:1] + i)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for i in range(n):
+        np.testing.assert_array_equal(results[i], 2 * (X[:1] + i) + 1)
+    scale1, addone1, pipe1 = stats("scale"), stats("addone"), stats("pipe")
+    for before, after in ((scale0, scale1), (addone0, addone1)):
+        inferences = after[0] - before[0]
+        executions = after[1] - before[1]
+        assert inferences == n
+        assert executions < inferences, "the steps of concurrent requests did not batch"
+    # the ensemble itself: one execution per request, its rows as inference count
+    assert pipe1[0] - pipe0[0] == n
+    assert pipe1[1] - pipe0[1] == n
+    batch1 = {b["batch_size"]: b for b in pipe1[2]["batch_stats"]}
+    assert "1" in batch1
+    # the ensemble's compute time is its steps': at least its composing models' infer time
+    s = pipe1[2]["inference_stats"]
+    assert int(s["compute_infer"]["ns"]) > 0
+    assert int(s["queue"]["count"]) == int(s["success"]["count"])
+
+
+def test_ensemble_wrong_input_is_refused_like_any_model(server):
+    client = _grpc(server)
+    with pytest.raises(InferenceServerException) as e:
+        _infer(client, grpcclient, "pipe", np.zeros((2, 5), np.float32))
+    assert "unexpected shape for input 'IN' for model 'pipe'" in e.value.message()
+
+
+# ------------------------------------------------------------------------------ explicit mode
+
+
+@pytest.fixture
+def explicit(tmp_path):
+    repo = tmp_path / "repo"
+    write_composing(repo, triton=False)
+    write_ensembles(repo)
+    proc = ServerProcess(
+        [repo], "--model-control-mode=explicit", "--frontend-processes=2", log_path=tmp_path / "server.log"
+    )
+    yield from serve(proc)
+
+
+def _states(client):
+    return {
+        m["name"]: (m.get("state", ""), m.get("reason", ""))
+        for m in client.get_model_repository_index(as_json=True)["models"]
+    }
+
+
+def test_explicit_load_brings_composing_models_and_unload_retires_the_ensemble(explicit):
+    client = _grpc(explicit)
+    assert _states(client)["scale"] == ("", "")
+    client.load_model("nested")  # nested -> pipe -> scale, addone
+    states = _states(client)
+    for name in ("nested", "pipe", "scale", "addone"):
+        assert states[name][0] == "READY", (name, states)
+    assert states["adder"][0] == ""
+    np.testing.assert_array_equal(_infer(client, grpcclient, "nested", X), EXPECTED["nested"])
+
+    client.unload_model("addone")
+    states = _states(client)
+    assert states["pipe"] == ("UNAVAILABLE", "unloaded")
+    assert states["nested"] == ("UNAVAILABLE", "unloaded")
+    assert states["scale"][0] == "READY"
+    assert not client.is_model_ready("pipe")
+    with pytest.raises(InferenceServerException) as e:
+        _infer(client, grpcclient, "pipe", X)
+    assert e.value.message() == "Request for unknown model: 'pipe' has no available versions"
+    assert str(e.value.status()) == "StatusCode.NOT_FOUND"
+
+    client.load_model("addone")  # the ensembles it retired come back, as in Triton
+    states = _states(client)
+    assert states["pipe"][0] == "READY" and states["nested"][0] == "READY", states
+    np.testing.assert_array_equal(_infer(client, grpcclient, "nested", X), EXPECTED["nested"])
+
+    client.unload_model("pipe")  # composing models stay
+    states = _states(client)
+    assert states["pipe"] == ("UNAVAILABLE", "unloaded")
+    assert states["scale"][0] == "READY"
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_explicit_load_of_a_bad_ensemble_fails_with_triton_text(explicit, name):
+    client = _grpc(explicit)
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model(name)
+    text = BAD[name][1]
+    if name in CONFIG_STAGE:
+        assert str(e.value.status()) == "StatusCode.INTERNAL"
+        assert e.value.message().startswith(f"failed to load '{name}', failed to poll from model repository")
+        assert e.value.message().endswith(text)
+    else:
+        assert str(e.value.status()) == "StatusCode.INVALID_ARGUMENT"
+        assert e.value.message() == f"load failed for model '{name}': {text}\n"
+    assert _states(client)[name][0] == "UNAVAILABLE"
