@@ -192,6 +192,11 @@ BAD = {
         {"steps": [("bad_self", -1, {"IN": "IN"}, {"OUT": "OUT"})]},
         "circular dependency between ensembles: bad_self -> ... -> bad_self -> bad_self",
     ),
+    # two ensembles that use each other (bad_cycle_a's partner is cycle_b, written with it)
+    "bad_cycle_a": (
+        {"steps": [("cycle_b", -1, {"IN": "IN"}, {"OUT": "OUT"})]},
+        "circular dependency between ensembles: bad_cycle_a -> ... -> cycle_b -> bad_cycle_a",
+    ),
     "bad_input_unused": (
         {"steps": [step("scale", "IN", "OUT")], "inputs": (("IN", "TYPE_FP32", "4"), ("IN2", "TYPE_FP32", "4"))},
         "ensemble input 'IN2' for ensemble bad_input_unused' is not used",
@@ -257,10 +262,27 @@ CONFIG_STAGE = {
 }
 
 
-def write_ensembles(repo: Path, names=None, bad: bool = True) -> None:
+# an ensemble whose composing model cannot load (dims 0): Triton's text up to that model's
+# own error (which each server words its way)
+BROKEN_DEP = "bad_broken_dep"
+BROKEN_DEP_TEXT = (
+    f"load failed for model '{BROKEN_DEP}': ensemble '{BROKEN_DEP}' depends on 'broken' which has no loaded "
+    "version. Model 'broken' loading failed with error: "
+)
+
+
+def write_ensembles(repo: Path, triton: bool = False) -> None:
+    """GOOD and BAD ensembles, BROKEN_DEP and the models only they use."""
     for name, args in GOOD.items():
-        if names is None or name in names:
-            _write(repo, name, ensemble_config(name, **args), {})  # type: ignore[arg-type]
-    if bad:
-        for name, (args, _) in BAD.items():
-            _write(repo, name, ensemble_config(name, **args), {})  # type: ignore[arg-type]
+        _write(repo, name, ensemble_config(name, **args), {})  # type: ignore[arg-type]
+    for name, (args, _) in BAD.items():
+        _write(repo, name, ensemble_config(name, **args), {})  # type: ignore[arg-type]
+    _write(repo, "cycle_b", ensemble_config("cycle_b", [("bad_cycle_a", -1, {"IN": "IN"}, {"OUT": "OUT"})]), {})
+    backend = "python" if triton else "numpy"
+    _write(
+        repo,
+        "broken",
+        f'name: "broken"\nbackend: "{backend}"\n{_BATCHING}{_IO.replace("[ 4 ]", "[ 0 ]")}',
+        {"model.py": (_TRITON if triton else _NUMPY).format(expr="X")},
+    )
+    _write(repo, BROKEN_DEP, ensemble_config(BROKEN_DEP, [step("broken", "IN", "OUT")]), {})

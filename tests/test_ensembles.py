@@ -16,7 +16,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from ensemble_repos import BAD, BAD_VALUE, CONFIG_STAGE, GOOD, write_composing, write_ensembles
+from ensemble_repos import (
+    BAD,
+    BAD_VALUE,
+    BROKEN_DEP,
+    BROKEN_DEP_TEXT,
+    CONFIG_STAGE,
+    GOOD,
+    write_composing,
+    write_ensembles,
+)
 from server_process import ServerProcess, serve
 
 pytestmark = pytest.mark.timeout(300)
@@ -229,3 +238,14 @@ def test_explicit_load_of_a_bad_ensemble_fails_with_triton_text(explicit, name):
         assert str(e.value.status()) == "StatusCode.INVALID_ARGUMENT"
         assert e.value.message() == f"load failed for model '{name}': {text}\n"
     assert _states(client)[name][0] == "UNAVAILABLE"
+
+
+def test_explicit_load_of_an_ensemble_whose_composing_model_fails(explicit):
+    client = _grpc(explicit)
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model(BROKEN_DEP)
+    assert str(e.value.status()) == "StatusCode.INVALID_ARGUMENT"
+    assert e.value.message().startswith(BROKEN_DEP_TEXT)
+    states = _states(client)
+    assert states["broken"][0] == "UNAVAILABLE"
+    assert states[BROKEN_DEP][0] == "UNAVAILABLE"

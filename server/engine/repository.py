@@ -583,8 +583,9 @@ class ModelRepository:
 
         for dep in names:
             if dep == name or dep in chain:
-                error = failed(f"circular dependency between ensembles: {dep} -> ... -> {name} -> {dep}")
-                error.circular = error.message.split(": ", 1)[1]  # type: ignore[attr-defined]
+                circular = f"circular dependency between ensembles: {dep} -> ... -> {name} -> {dep}"
+                error = failed(circular)
+                error.circular = circular  # type: ignore[attr-defined]
                 raise error
         found = await asyncio.get_running_loop().run_in_executor(None, self._scan)
         missing = sorted(d for d in names if d not in found and not (d in self.models and self.models[d].versions))
