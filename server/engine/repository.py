@@ -599,10 +599,10 @@ class ModelRepository:
             try:
                 replaced += await self._load_locked(dep, None, None, chain + (name,))
             except InferenceError as e:
-                circular = getattr(e, "circular", None)
-                if circular is not None:  # every ensemble of the cycle fails with its text
-                    error = failed(circular)
-                    error.circular = circular  # type: ignore[attr-defined]
+                cycle: str | None = getattr(e, "circular", None)
+                if cycle is not None:  # every ensemble of the cycle fails with its text
+                    error = failed(cycle)
+                    error.circular = cycle  # type: ignore[attr-defined]
                     raise error from None
                 raise failed(
                     f"ensemble '{name}' depends on '{dep}' which has no loaded version. Model '{dep}' loading "
