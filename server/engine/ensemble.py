@@ -304,7 +304,15 @@ class EnsembleScheduler(Scheduler):
                 sreq, fut = self._launch(step, request, tensors)
                 running[fut] = (step, sreq)
             while running:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                if len(running) == 1:  # a chain of steps: no asyncio.wait machinery per step
+                    only = next(iter(running))
+                    try:
+                        await only
+                    except Exception:
+                        pass  # raised again by result() below
+                    done = {only}
+                else:
+                    done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
                     step, sreq = running.pop(fut)
                     result = fut.result()  # a failed step fails the ensemble's request
