@@ -40,7 +40,7 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "frontend-processes"])
-def server(request, tmp_path_factory):
+def ens_server(request, tmp_path_factory):
     repo = tmp_path_factory.mktemp("ensembles")
     write_composing(repo, triton=False)
     write_ensembles(repo)
@@ -68,14 +68,14 @@ def _http(server):
 
 
 @pytest.mark.parametrize("model", list(GOOD))
-def test_ensemble_outputs_both_protocols(server, model):
-    for client, module in ((_grpc(server), grpcclient), (_http(server), httpclient)):
+def test_ensemble_outputs_both_protocols(ens_server, model):
+    for client, module in ((_grpc(ens_server), grpcclient), (_http(ens_server), httpclient)):
         np.testing.assert_array_equal(_infer(client, module, model, X), EXPECTED[model])
         np.testing.assert_array_equal(_infer(client, module, model, X[:1]), EXPECTED[model][:1])
 
 
-def test_metadata_and_config(server):
-    client = _grpc(server)
+def test_metadata_and_config(ens_server):
+    client = _grpc(ens_server)
     meta = client.get_model_metadata("pipe", as_json=True)
     assert meta["platform"] == "ensemble"
     assert meta["inputs"] == [{"name": "IN", "datatype": "FP32", "shape": ["-1", "4"]}]
@@ -86,8 +86,8 @@ def test_metadata_and_config(server):
     assert client.is_model_ready("pipe")
 
 
-def test_bad_ensembles_unavailable_with_triton_reason(server):
-    index = {m["name"]: m for m in _grpc(server).get_model_repository_index(as_json=True)["models"]}
+def test_bad_ensembles_unavailable_with_triton_reason(ens_server):
+    index = {m["name"]: m for m in _grpc(ens_server).get_model_repository_index(as_json=True)["models"]}
     for name, (_, text) in BAD.items():
         assert index[name]["state"] == "UNAVAILABLE", name
         assert text in index[name]["reason"], (name, index[name]["reason"])
@@ -97,19 +97,19 @@ def test_bad_ensembles_unavailable_with_triton_reason(server):
         assert index[name]["state"] == "READY"
 
 
-def test_step_error_fails_the_request_and_the_server_keeps_serving(server):
+def test_step_error_fails_the_request_and_the_server_keeps_serving(ens_server):
     bad = np.full((1, 4), BAD_VALUE, dtype=np.float32)
-    before = _grpc(server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
+    before = _grpc(ens_server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
     for client, module, status in (
-        (_grpc(server), grpcclient, "StatusCode.INTERNAL"),
-        (_http(server), httpclient, "500"),
+        (_grpc(ens_server), grpcclient, "StatusCode.INTERNAL"),
+        (_http(ens_server), httpclient, "500"),
     ):
         with pytest.raises(InferenceServerException) as e:
             _infer(client, module, "pipe", bad)
         assert e.value.message() == "in ensemble 'pipe', negative input"
         assert str(e.value.status()) == status
         np.testing.assert_array_equal(_infer(client, module, "pipe", X), EXPECTED["pipe"])
-    after = _grpc(server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
+    after = _grpc(ens_server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
     # Triton 2.51 counts each failed ensemble request twice (see engine/ensemble.py)
     fails = int(after["inference_stats"]["fail"].get("count", 0)) - int(
         before["inference_stats"]["fail"].get("count", 0)
@@ -119,8 +119,8 @@ def test_step_error_fails_the_request_and_the_server_keeps_serving(server):
     assert successes == 2
 
 
-def test_concurrent_requests_batch_in_the_composing_model(server):
-    client = _grpc(server)
+def test_concurrent_requests_batch_in_the_composing_model(ens_server):
+    client = _grpc(ens_server)
 
     def stats(name):
         s = client.get_inference_statistics(name, as_json=True)["model_stats"][0]
@@ -134,7 +134,7 @@ def test_concurrent_requests_batch_in_the_composing_model(server):
 
     def run(i):
         try:
-            c = grpcclient.InferenceServerClient(server.url)
+            c = grpcclient.InferenceServerClient(ens_server.url)
             results[i] = _infer(c, grpcclient, "pipe", X[:1] + i)
         except Exception as e:  # reported below
             errors.append(e)
@@ -164,8 +164,8 @@ def test_concurrent_requests_batch_in_the_composing_model(server):
     assert int(s["queue"]["count"]) == int(s["success"]["count"])
 
 
-def test_ensemble_wrong_input_is_refused_like_any_model(server):
-    client = _grpc(server)
+def test_ensemble_wrong_input_is_refused_like_any_model(ens_server):
+    client = _grpc(ens_server)
     with pytest.raises(InferenceServerException) as e:
         _infer(client, grpcclient, "pipe", np.zeros((2, 5), np.float32))
     assert "unexpected shape for input 'IN' for model 'pipe'" in e.value.message()
@@ -249,3 +249,32 @@ def test_explicit_load_of_an_ensemble_whose_composing_model_fails(explicit):
     states = _states(client)
     assert states["broken"][0] == "UNAVAILABLE"
     assert states[BROKEN_DEP][0] == "UNAVAILABLE"
+
+
+# ------------------------------------------------------------------------------ bundled example
+
+
+def test_bundled_facile_pipeline(server):
+    """bitstreams/facile_pipeline (the conftest server: conformance + bundled repositories):
+    the same rows through the ensemble and through its three models one by one."""
+    rng = np.random.default_rng(7)
+    raw = rng.uniform(0, 8, size=(64, 47)).astype(np.float32)
+    client = _grpc(server)
+
+    def call(model, name, x, out):
+        inp = grpcclient.InferInput(name, list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        return client.infer(model, [inp]).as_numpy(out)
+
+    scaled = call("facile_scale", "raw", raw, "scaled")
+    mean = np.linspace(0.0, 4.6, 47, dtype=np.float32)
+    std = np.linspace(1.0, 3.3, 47, dtype=np.float32)
+    np.testing.assert_array_equal(scaled, (raw - mean) / std)
+    regressed = call("facile", "input", scaled, "output/BiasAdd")
+    energy = call("facile_energy", "regressed", regressed, "energy")
+    np.testing.assert_array_equal(energy, np.maximum(regressed * np.float32(10), 0))
+    assert (energy > 0).any() and (energy == 0).any()  # both sides of the clip are exercised
+    np.testing.assert_array_equal(call("facile_pipeline", "raw", raw, "energy"), energy)
+    meta = client.get_model_metadata("facile_pipeline", as_json=True)
+    assert meta["platform"] == "ensemble"
+    assert [i["name"] for i in meta["inputs"]] == ["raw"] and [o["name"] for o in meta["outputs"]] == ["energy"]
