@@ -8,6 +8,7 @@ itself answers for the same repositories is checked in test_triton_differential_
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -23,6 +24,8 @@ from ensemble_repos import (
     BROKEN_DEP_TEXT,
     CONFIG_STAGE,
     GOOD,
+    ensemble_config,
+    step,
     write_composing,
     write_ensembles,
 )
@@ -169,6 +172,83 @@ def test_ensemble_wrong_input_is_refused_like_any_model(ens_server):
     with pytest.raises(InferenceServerException) as e:
         _infer(client, grpcclient, "pipe", np.zeros((2, 5), np.float32))
     assert "unexpected shape for input 'IN' for model 'pipe'" in e.value.message()
+
+
+# ------------------------------------------------------------------------------ no copies
+
+_PRODUCER = """\
+import builtins
+
+import numpy as np
+
+
+class Model:
+    def execute(self, inputs):
+        out = inputs["X"] * 2
+        builtins.fpgaserve_test_produced = out  # what the next step should get, not a copy of
+        return {"Y": out}
+"""
+
+_CONSUMER = """\
+import builtins
+
+import numpy as np
+
+
+class Model:
+    def execute(self, inputs):
+        shared = np.shares_memory(inputs["X"], builtins.fpgaserve_test_produced)
+        return {"Y": np.full_like(inputs["X"], 1.0 if shared else 0.0)}
+"""
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_steps_get_the_previous_steps_arrays_not_copies(tmp_path, processes):
+    """The array a step's model returned is what the next step's model receives (the same
+    memory), in both process modes: the ensemble passes it on without a copy."""
+    repo = tmp_path / "repo"
+    io = (
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    )
+    for name, code in (("producer", _PRODUCER), ("consumer", _CONSUMER)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "numpy"\nmax_batch_size: 8\n{io}')
+        (repo / name / "1" / "model.py").write_text(code)
+    (repo / "chain" / "1").mkdir(parents=True)
+    (repo / "chain" / "config.pbtxt").write_text(
+        ensemble_config("chain", [step("producer", "IN", "mid"), step("consumer", "mid", "OUT")])
+    )
+    with ServerProcess([repo], f"--frontend-processes={processes}", log_path=tmp_path / "server.log") as proc:
+        for client, module in ((_grpc(proc), grpcclient), (_http(proc), httpclient)):
+            np.testing.assert_array_equal(_infer(client, module, "chain", X), np.ones_like(X))
+
+
+def test_config_override_of_an_ensemble_is_checked_too(tmp_path):
+    """RepositoryModelLoad with a client's config: the same checks, the same texts."""
+    repo = tmp_path / "repo"
+    write_composing(repo, triton=False)
+    write_ensembles(repo)
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--load-model=pipe", log_path=tmp_path / "server.log"
+    ) as proc:
+        client = _grpc(proc)
+        config = client.get_model_config("pipe", as_json=True)["config"]
+        config["ensemble_scheduling"]["step"][1]["model_name"] = "pipe"
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("pipe", config=json.dumps(config))
+        assert e.value.message() == (
+            "load failed for model 'pipe': circular dependency between ensembles: pipe -> ... -> pipe -> pipe\n"
+        )
+        # the loaded version keeps serving, as after any failed reload
+        np.testing.assert_array_equal(_infer(client, grpcclient, "pipe", X), EXPECTED["pipe"])
+        config["ensemble_scheduling"]["step"][1]["model_name"] = "adder"
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("pipe", config=json.dumps(config))
+        assert e.value.message() == (
+            "load failed for model 'pipe': in ensemble pipe, ensemble tensor mid is mapping to non-existing "
+            "input X in model adder\n"
+        )
 
 
 # ------------------------------------------------------------------------------ explicit mode
