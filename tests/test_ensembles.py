@@ -9,6 +9,7 @@ itself answers for the same repositories is checked in test_triton_differential_
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import numpy as np
@@ -30,6 +31,7 @@ from ensemble_repos import (
     write_ensembles,
 )
 from server_process import ServerProcess, serve
+from waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -358,3 +360,25 @@ def test_bundled_facile_pipeline(server):
     meta = client.get_model_metadata("facile_pipeline", as_json=True)
     assert meta["platform"] == "ensemble"
     assert [i["name"] for i in meta["inputs"]] == ["raw"] and [o["name"] for o in meta["outputs"]] == ["energy"]
+
+
+def test_poll_mode_removing_and_restoring_a_composing_model(tmp_path):
+    repo, staging = tmp_path / "repo", tmp_path / "staging"
+    write_composing(repo, triton=False)
+    (repo / "pipe" / "1").mkdir(parents=True)
+    (repo / "pipe" / "config.pbtxt").write_text(ensemble_config("pipe", **GOOD["pipe"]))  # type: ignore[arg-type]
+    with ServerProcess(
+        [repo],
+        "--model-control-mode=poll",
+        "--repository-poll-secs=0.5",
+        "--strict-readiness=false",
+        log_path=tmp_path / "server.log",
+    ) as proc:
+        client = _grpc(proc)
+        np.testing.assert_array_equal(_infer(client, grpcclient, "pipe", X), EXPECTED["pipe"])
+        os.rename(repo / "addone", staging)
+        wait_until(lambda: not client.is_model_ready("pipe"), what="the ensemble to go with its composing model")
+        assert _states(client)["pipe"] == ("UNAVAILABLE", "unloaded")
+        os.rename(staging, repo / "addone")
+        wait_until(lambda: client.is_model_ready("pipe"), what="the ensemble to come back")
+        np.testing.assert_array_equal(_infer(client, grpcclient, "pipe", X), EXPECTED["pipe"])
