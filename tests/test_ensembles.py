@@ -382,3 +382,24 @@ def test_poll_mode_removing_and_restoring_a_composing_model(tmp_path):
         os.rename(staging, repo / "addone")
         wait_until(lambda: client.is_model_ready("pipe"), what="the ensemble to come back")
         np.testing.assert_array_equal(_infer(client, grpcclient, "pipe", X), EXPECTED["pipe"])
+
+
+def test_latency_summaries_of_an_ensemble(tmp_path):
+    """--metrics-config summaries and histograms count an ensemble's requests like any model's."""
+    from test_latency_metrics import _families, _samples
+
+    repo = tmp_path / "repo"
+    write_composing(repo, triton=False)
+    (repo / "pipe" / "1").mkdir(parents=True)
+    (repo / "pipe" / "config.pbtxt").write_text(ensemble_config("pipe", **GOOD["pipe"]))  # type: ignore[arg-type]
+    args = ["--metrics-config=summary_latencies=true", "--metrics-config=histogram_latencies=true"]
+    with ServerProcess([repo], *args, log_path=tmp_path / "server.log") as proc:
+        client = _grpc(proc)
+        for _ in range(3):
+            _infer(client, grpcclient, "pipe", X)
+        fams = _families(proc.metrics_port)
+        for name in ("nv_inference_request_summary_us", "nv_inference_compute_infer_summary_us"):
+            assert _samples(fams, name, "pipe")[(f"{name}_count", None, None)] == 3
+        hist = "nv_inference_request_duration_histogram_us"
+        assert _samples(fams, hist, "pipe")[(f"{hist}_count", None, None)] == 3
+        assert _samples(fams, hist, "scale")[(f"{hist}_count", None, None)] == 3
