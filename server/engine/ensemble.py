@@ -266,6 +266,8 @@ class EnsembleScheduler(Scheduler):
             raise invalid_argument(f"inference request batch-size must be <= {model.max_batch_size} for '{model.name}'")
         outputs = self._outputs.get((step.position, model.uid))
         if outputs is None:
+            if len(self._outputs) >= 1024:  # composing versions come and go: keep it bounded
+                self._outputs.clear()
             outputs = self._outputs[(step.position, model.uid)] = [
                 RequestedOutput(model.outputs[key]) for key in step.output_map
             ]
