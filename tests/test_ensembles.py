@@ -403,3 +403,25 @@ def test_latency_summaries_of_an_ensemble(tmp_path):
         hist = "nv_inference_request_duration_histogram_us"
         assert _samples(fams, hist, "pipe")[(f"{hist}_count", None, None)] == 3
         assert _samples(fams, hist, "scale")[(f"{hist}_count", None, None)] == 3
+
+
+def test_traced_ensemble_request(tmp_path):
+    """--trace-config: a traced ensemble request gets Triton's timestamps, its compute span
+    covering its steps (the steps themselves are not traced: see README)."""
+    from test_tracing import TIMESTAMPS, _by_id
+
+    repo, path = tmp_path / "repo", tmp_path / "trace.json"
+    write_composing(repo, triton=False)
+    (repo / "pipe" / "1").mkdir(parents=True)
+    (repo / "pipe" / "config.pbtxt").write_text(ensemble_config("pipe", **GOOD["pipe"]))  # type: ignore[arg-type]
+    args = [f"--trace-config=triton,file={path}", "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1"]
+    proc = ServerProcess([repo], *args, log_path=tmp_path / "server.log").start()
+    try:
+        np.testing.assert_array_equal(_infer(_grpc(proc), grpcclient, "pipe", X), EXPECTED["pipe"])
+    finally:
+        assert proc.stop() == 0
+    (trace,) = _by_id(json.loads(path.read_text())).values()
+    assert trace["head"]["model_name"] == "pipe"
+    assert [x["name"] for x in trace["timestamps"]] == TIMESTAMPS
+    ns = [x["ns"] for x in trace["timestamps"]]
+    assert ns == sorted(ns)

@@ -375,6 +375,9 @@ class EnsembleScheduler(Scheduler):
         if stats.latencies is not None:  # --metrics-config summaries and histograms
             stats.latencies.observe([end - request.arrival_ns], [start - request.arrival_ns], *([n] for n in compute))
         request.timings = timings
+        if request.trace is not None:  # traced: the ensemble's compute span is its steps'
+            request.exec_start_ns = start
+            request.trace.compute = (compute[0], compute[1], compute[2])
         resolve(request, encoded, None)
 
     def _in_ensemble(self, error: InferenceError) -> InferenceError:
