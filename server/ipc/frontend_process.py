@@ -69,19 +69,28 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, dataplane.engine_lost.set)  # the parent-death signal
+
+    def engine_gone() -> None:
+        # Die at once, as a one-process server killed with its engine would: the kernel then
+        # resets every connection, which clients and proxies read as UNAVAILABLE and retry
+        # elsewhere (nginx marks the replica failed on the first reset). Called from the
+        # channel's end before the calls this frontend holds are failed: answering them with
+        # UNAVAILABLE would be a well-formed gRPC answer, which a proxy does not count as the
+        # replica failing, so its clients' next calls would still go here. Stopping the
+        # listeners instead would answer the calls with CANCELLED and keep taking new ones.
+        if stop.is_set():
+            return  # draining on SIGTERM: the engine ends after us, as expected
+        log.error("frontend %d: the engine process is gone; exiting", index)
+        logging.shutdown()
+        os._exit(2)
+
+    dataplane.on_engine_lost = engine_gone
+    loop.add_signal_handler(signal.SIGHUP, engine_gone)  # the parent-death signal
     stop_wait = loop.create_task(stop.wait())
     lost_wait = loop.create_task(dataplane.engine_lost.wait())
     await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
     if not stop.is_set():
-        # Die at once, as a one-process server killed with its engine would: the kernel then
-        # resets every connection, which clients and proxies read as UNAVAILABLE and retry
-        # elsewhere. Stopping the listeners instead would answer the calls they still hold
-        # with CANCELLED (grpc-core's text for calls a stopping server drops), and keep
-        # taking new ones until the end.
-        log.error("frontend %d: the engine process is gone; exiting", index)
-        logging.shutdown()
-        os._exit(2)
+        engine_gone()
     dataplane.exiting = True  # new requests: UNAVAILABLE; in-flight ones finish
     if http is not None:
         await http.stop()

@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -135,6 +135,7 @@ class RemoteDataPlane(DataPlaneAPI):
         self.shm = ArenaShmMirror(self.arena)
         self.exiting = False
         self.tracing_active = False  # the engine says when it changes ("tracing")
+        self.on_engine_lost: Callable[[], None] | None = None  # called first when the channel ends
         self.engine_lost = asyncio.Event()
         self._tokens = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -178,6 +179,11 @@ class RemoteDataPlane(DataPlaneAPI):
             dispatch(message)
 
     def _on_closed(self) -> None:
+        if self.on_engine_lost is not None:
+            # a frontend process dies here, before any call it holds is answered (see
+            # frontend_process.serve): answering them first would tell a proxy "this replica
+            # works, it said UNAVAILABLE", and its clients' next calls would go to it again
+            self.on_engine_lost()
         self.engine_lost.set()
         if self._welcomed is not None and not self._welcomed.done():
             self._welcomed.set_exception(RuntimeError("the engine closed the channel before its welcome"))
