@@ -33,6 +33,7 @@ from fpgaserve.server.engine.latency import (
     parse_metrics_config,
 )
 from server_process import CONFORMANCE_REPO, ServerProcess, free_port
+from test_decoupled import _inputs as decoupled_inputs
 from test_triton_differential import tritonserver_path  # noqa: F401  (fixture: locate/install, else skip)
 
 SUMMARIES = [
@@ -109,15 +110,7 @@ def _simple(client, n: int) -> None:
 
 
 def _repeat(client, values) -> None:
-    n = len(values)
-    ins = [
-        grpcclient.InferInput("IN", [n], "INT32"),
-        grpcclient.InferInput("DELAY", [n], "UINT32"),
-        grpcclient.InferInput("WAIT", [1], "UINT32"),
-    ]
-    ins[0].set_data_from_numpy(np.asarray(values, dtype=np.int32))
-    ins[1].set_data_from_numpy(np.full(n, 1, dtype=np.uint32))
-    ins[2].set_data_from_numpy(np.array([1], dtype=np.uint32))
+    ins = decoupled_inputs(values)
     results: queue.Queue = queue.Queue()
     client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), results))
     try:

@@ -95,6 +95,14 @@ def _fmt(dims) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
+def _declare(tensors: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> None:
+    """Record what a step declares ensemble ``tensor`` to be; it must agree with earlier steps."""
+    if tensor in tensors:
+        _consistent(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
+    else:
+        tensors[tensor] = node
+
+
 def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
     if lhs.dtype != rhs.dtype:
         raise EnsembleError(
@@ -149,12 +157,7 @@ def check_composing(config, composing: dict[str, Any]) -> None:
                 raise EnsembleError(
                     f"in ensemble {ensemble}, input {key} in model {model.name} is not mapped to any ensemble tensors"
                 )
-            tensor = step.input_map[key]
-            node = _node(name, model_batching, spec)
-            if tensor in tensors:
-                _consistent(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
-            else:
-                tensors[tensor] = node
+            _declare(tensors, step.input_map[key], _node(name, model_batching, spec), ensemble)
         outputs = {t.name: t for t in model.output}
         for key, tensor in step.output_map.items():
             if key not in outputs:
@@ -163,11 +166,7 @@ def check_composing(config, composing: dict[str, Any]) -> None:
                     f"in model {name}"
                 )
         for key, tensor in step.output_map.items():
-            node = _node(name, model_batching, outputs[key])
-            if tensor in tensors:
-                _consistent(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
-            else:
-                tensors[tensor] = node
+            _declare(tensors, tensor, _node(name, model_batching, outputs[key]), ensemble)
 
 
 # ---------------------------------------------------------------------------- running

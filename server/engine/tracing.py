@@ -176,6 +176,20 @@ class _Scope:
     log_frequency: int
     seen: int = 0
 
+    def take(self, values: dict[str, Any], base: _Scope | TraceStartup) -> None:
+        """Each setting from ``values`` (TraceSetting keys) where given, else ``base``'s."""
+        for key, attr in _SETTINGS:
+            setattr(self, attr, values.get(key, getattr(base, attr)))
+
+
+# TraceSetting key -> attribute of _Scope (and of TraceStartup, its defaults)
+_SETTINGS = (
+    ("trace_level", "level"),
+    ("trace_rate", "rate"),
+    ("trace_count", "count"),
+    ("log_frequency", "log_frequency"),
+)
+
 
 class Trace:
     """One traced request (see the module docstring for what it records)."""
@@ -270,34 +284,19 @@ class Tracer:
             own = {k: v for k, v in own.items() if k not in cleared}
             own.update(changes)
             if own:
-                g = self._global
-                scope = _Scope(
-                    own.get("trace_level", g.level),
-                    own.get("trace_rate", g.rate),
-                    own.get("trace_count", g.count),
-                    own.get("log_frequency", g.log_frequency),
-                )
+                scope = _Scope(("OFF",), 0, 0, 0)
+                scope.take(own, self._global)
                 self._models[model] = (own, scope)
             else:
                 self._models.pop(model, None)
         else:
-            g, s = self._global, self.startup
-            defaults: dict[str, Any] = {
-                "trace_level": s.level,
-                "trace_rate": s.rate,
-                "trace_count": s.count,
-                "log_frequency": s.log_frequency,
-            }
-            applied: dict[str, Any] = {**{k: defaults[k] for k in cleared}, **changes}
-            g.level = applied.get("trace_level", g.level)
-            g.rate = applied.get("trace_rate", g.rate)
-            g.count = applied.get("trace_count", g.count)
-            g.log_frequency = applied.get("log_frequency", g.log_frequency)
+            g = self._global
+            g.take(changes, g)
+            for key, attr in _SETTINGS:  # a null setting goes back to its value at start
+                if key in cleared and key not in changes:
+                    setattr(g, attr, getattr(self.startup, attr))
             for own, scope in self._models.values():  # what models inherit follows
-                scope.level = own.get("trace_level", g.level)
-                scope.rate = own.get("trace_rate", g.rate)
-                scope.count = own.get("trace_count", g.count)
-                scope.log_frequency = own.get("log_frequency", g.log_frequency)
+                scope.take(own, g)
         self._refresh()
         return self.settings(model)
 
