@@ -21,6 +21,7 @@ hls4ml = pytest.importorskip("hls4ml")
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
 from fpgaserve.backends.hls4ml.fixed_point import FixedType, cast_f64, f64_capable, from_float_f64  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError  # noqa: E402
+from server_process import BUNDLED_REPO  # noqa: E402
 
 AP_TYPES = Path(hls4ml.__file__).parent / "templates" / "vivado" / "ap_types"
 QUANT = ["AP_TRN", "AP_TRN_ZERO", "AP_RND", "AP_RND_ZERO", "AP_RND_INF", "AP_RND_MIN_INF", "AP_RND_CONV"]
@@ -430,3 +431,16 @@ def test_inconsistent_graphs_are_refused(built, tmp_path):
     # the second dense reads the first dense's output, whose type is not the one it declares
     with pytest.raises(UnsupportedLayerError, match=r"input type .* differs from the type of 'layer2_out'"):
         FixedPointModel(edited("types", "config4>(layer3_out", "config4>(layer2_out"))
+
+
+@pytest.mark.parametrize("name", ["facile", "jet_tagger", "calo_cnn"])
+def test_zero_rows_give_zero_rows(name):
+    """0 rows in, 0 rows out (an ensemble step can hand a model an empty batch); the emulator
+    once raised in its reshape."""
+    model = FixedPointModel(Hls4mlProject.load(BUNDLED_REPO / name / "1"))
+    for x in (np.zeros((0, model.n_in)), np.zeros((0, model.n_in), np.float32).reshape(0, 1, model.n_in)):
+        y = model.predict(x)
+        assert y.shape == (0, model.n_out) and y.dtype == np.float64
+    assert model.predict(np.ones((3, model.n_in))).shape == (3, model.n_out)
+    with pytest.raises(ValueError, match=f"expected {model.n_in} input values per sample, got {model.n_in + 1}"):
+        model.predict(np.zeros((0, model.n_in + 1)))

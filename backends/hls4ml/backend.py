@@ -297,6 +297,9 @@ class Hls4mlBackend(Backend):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         x = inputs[self.input_name]
         rows = x.shape[0] if self.max_batch_size > 0 else 1
+        shape = (rows, *self.output_dims) if self.max_batch_size > 0 else self.output_dims
+        if rows == 0:  # nothing to compute (a card cannot transfer 0 bytes): 0 rows out, as Triton answers
+            return {self.output_name: np.zeros(shape, self.output_dtype)}
         x = x.reshape(rows, self.project.input.size)
         if self.emulated_device is None:
             y = self._runner.predict(x)
@@ -304,7 +307,6 @@ class Hls4mlBackend(Backend):
             with self.emulated_device.executing():
                 y = self._runner.predict(x)
         y = y.astype(self.output_dtype, copy=False)
-        shape = (rows, *self.output_dims) if self.max_batch_size > 0 else self.output_dims
         return {self.output_name: y.reshape(shape)}
 
     def close(self) -> None:

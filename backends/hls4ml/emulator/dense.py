@@ -1,0 +1,209 @@
+"""``nnet::dense``: latency and resource strategies, replayed in the C++ loop order where the
+order of additions can matter (saturating accumulators that may overflow)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..firmware_graph import Layer, UnsupportedLayerError, const_int
+from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64
+from .registry import register
+
+if TYPE_CHECKING:
+    from .model import FixedPointModel
+
+
+# dense
+def _dense_triplets(m: FixedPointModel, layer: Layer, n_in: int, n_out: int) -> list[tuple[int, int, int]]:
+    """(input index, weight index, output index) of every product, in the C loop order."""
+    kernel = layer.config.get("using", {}).get("kernel", "nnet::DenseLatency")
+    rf = const_int(layer, "reuse_factor")
+    total = n_in * n_out
+    trip: list[tuple[int, int, int]] = []
+    if kernel.endswith("DenseLatency"):
+        return [(i, i * n_out + j, j) for i in range(n_in) for j in range(n_out)]
+    multfactor = min(n_in, rf)
+    multiplier_limit = -(-total // multfactor)
+    if kernel.endswith("DenseResource_rf_leq_nin"):
+        block = -(-total // rf)
+        multscale = multiplier_limit // n_out
+        if not ((multiplier_limit % n_out == 0 or rf >= n_in) and multiplier_limit == block):
+            raise UnsupportedLayerError(f"{layer.describe()}: reuse factor {rf} violates the kernel's assertions")
+        for ir in range(rf):
+            w, i, o, step = ir, ir, 0, 0
+            for _ in range(block):
+                trip.append((i, w, o))
+                w += rf
+                i += rf
+                if i >= n_in:
+                    i = ir
+                if step + 1 >= multscale:
+                    step, o = 0, o + 1
+                else:
+                    step += 1
+    elif kernel.endswith("DenseResource_rf_gt_nin_rem0"):
+        ru = min(rf, total)
+        block = -(-total // rf)
+        if not ((multiplier_limit % n_out == 0 or ru >= n_in) and ru > n_in and ru % n_in == 0):
+            raise UnsupportedLayerError(f"{layer.describe()}: reuse factor {rf} violates the kernel's assertions")
+        outscale = ru // n_in
+        outidx, outstep = [], 0
+        for ir in range(ru):
+            outidx.append(outstep)
+            if (ir + 1) % n_in == 0:
+                outstep += 1
+        i = 0
+        for ir in range(ru):
+            w, o = ir, outidx[ir]
+            for _ in range(block):
+                trip.append((i, w, o))
+                w += ru
+                if w >= total:
+                    break
+                o += outscale
+            i += 1
+            if i >= n_in:
+                i = 0
+    else:
+        raise UnsupportedLayerError(f"{layer.describe()}: dense kernel {kernel} is not supported")
+    for i, w, o in trip:
+        if not (0 <= i < n_in and 0 <= w < total and 0 <= o < n_out):
+            raise UnsupportedLayerError(f"{layer.describe()}: kernel {kernel} indexes outside its arrays")
+    return trip
+
+
+@register("dense")
+def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    product = layer.config.get("using", {}).get("product", "nnet::product::mult")
+    if not product.endswith("product::mult"):
+        raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported (only product::mult)")
+    if in_t.integer_type and in_t.width == 1 and not in_t.signed:
+        raise UnsupportedLayerError(f"{layer.describe()}: binary (ap_uint<1>) dense input is not supported")
+    n_in, n_out = const_int(layer, "n_in"), const_int(layer, "n_out")
+    out_t = m._type(layer.template[1], layer)
+    acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+    w = m._weights(layer, layer.args[2], w_t)
+    b = m._weights(layer, layer.args[3], b_t)
+    if w.size != n_in * n_out or b.size != n_out:
+        raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}")
+    m._check_width(layer, in_t.width + w_t.width, "the product")
+    trip = _dense_triplets(m, layer, n_in, n_out)
+    wmat = np.zeros((n_in, n_out), np.int64)
+    used = np.zeros((n_in, n_out), np.int64)
+    for i, wi, o in trip:
+        wmat[i, o] += w[wi]
+        used[i, o] += 1
+    bias_acc = acc_t.cast(b, b_t)
+    fp = in_t.frac + w_t.frac  # fractional bits of each exact product
+    fa = acc_t.frac
+    modular = acc_t.overflow == "AP_WRAP" and acc_t.sat_bits == 0
+    xmax = in_t.max_abs_raw()
+    colsum = np.abs(wmat).sum(axis=0)  # |w| per output (object maths below stays exact)
+    linear = fa >= fp and used.max(initial=0) <= 1
+    if linear and not modular:
+        # saturating accumulators: the order of additions cannot matter if no partial sum can leave the range
+        bound = int(np.abs(bias_acc).max(initial=0)) + (int(colsum.max(initial=0)) * xmax << (fa - fp))
+        linear = bound <= min(acc_t.raw_max, -acc_t.raw_min)
+    if linear:
+        matmul = _exact_matmul(wmat, xmax)
+        shift = np.int64(fa - fp)
+
+        def dense_linear(x, matmul=matmul, shift=shift):
+            acc = (matmul(x) << shift) + bias_acc
+            if modular:
+                acc = acc_t._wrap(acc)
+            return out_t.cast(acc, acc_t)
+
+        return dense_linear, out_t, _dense_f64(m, wmat, bias_acc, in_t, acc_t, out_t, fa - fp, modular)
+    if modular:
+        # each product is quantized into accum_t on its own, the sum is modular: group by input
+        rows = [(i, wmat[i], used[i] > 0) for i in range(n_in)]
+
+        def dense_per_input(x):
+            acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
+            for i, wrow, mask in rows:
+                prod = acc_t.from_raw(x[:, i : i + 1] * wrow, fp)
+                acc += np.where(mask, prod, 0)
+            return out_t.cast(acc_t._wrap(acc), acc_t)
+
+        return dense_per_input, out_t
+
+    # saturating accumulator that may overflow: replay every addition in the C loop order
+    wflat = w
+
+    def dense_sequential(x):
+        acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
+        for i, wi, o in trip:
+            prod = acc_t.from_raw(x[:, i] * wflat[wi], fp)
+            acc[:, o] = acc_t.from_raw(acc[:, o] + prod, fa)
+        return out_t.cast(acc, acc_t)
+
+    return dense_sequential, out_t
+
+
+def _dense_f64(
+    m: FixedPointModel, wmat, bias_acc, in_t: FixedType, acc_t: FixedType, out_t: FixedType, shift: int, modular
+):
+    """The linear dense on float64 raws: one BLAS product with the weights pre-scaled to
+    accum_t's grid, the bias added in place, then accum_t's wrap and the cast to the
+    result type, skipped where the bounds of the sums show they cannot change anything."""
+    if not (f64_capable(in_t) and f64_capable(acc_t) and f64_capable(out_t)):
+        return None
+    wf = wmat.astype(np.float64) * 2.0**shift
+    bf = bias_acc.astype(np.float64)
+    # bounds of every partial sum (products of in_t's extreme raws), per output
+    lo_x, hi_x = float(in_t.raw_min), float(in_t.raw_max)
+    hi_p = np.maximum(wf * lo_x, wf * hi_x).sum(axis=0)
+    lo_p = np.minimum(wf * lo_x, wf * hi_x).sum(axis=0)
+    peak = float(np.abs(wf).sum(axis=0).max(initial=0.0)) * max(-lo_x, hi_x) + float(np.abs(bf).max(initial=0.0))
+    if peak * (1 + 1e-9) + 2 >= F64_EXACT:
+        return None  # partial sums would not be exact in float64: the int64 path runs
+    margin = 1e-9 * peak + 2
+    lo, hi = float((lo_p + bf).min(initial=0.0)) - margin, float((hi_p + bf).max(initial=0.0)) + margin
+    if modular and not (acc_t.raw_min <= lo and hi <= acc_t.raw_max):
+        acc_lo, acc_hi = float(acc_t.raw_min), float(acc_t.raw_max)
+    else:
+        modular, acc_lo, acc_hi = False, lo, hi
+    key = m._layer_key
+    n_out = wf.shape[1]
+
+    def dense_f64(x):
+        rows = x.shape[0]
+        acc = np.matmul(x, wf, out=m._buffer(key, (rows, n_out)))
+        # a bias row broadcast over a short inner axis is slow in numpy: add a full-size copy
+        acc += m._buffer((key, "bias"), (rows, n_out), fill=bf)
+        if modular:
+            acc = overflow_f64(acc_t, acc)
+        return cast_f64(out_t, acc, acc_t.frac, acc_lo, acc_hi)
+
+    return dense_f64
+
+
+def _exact_matmul(wmat: np.ndarray, xmax: int) -> Callable[[np.ndarray], np.ndarray]:
+    """x_raw @ wmat exactly: float64 BLAS while every partial sum stays below 2**53,
+    splitting x into bit slices when it would not; int64 maths as the last resort."""
+    colsum = int(np.abs(wmat).sum(axis=0).max(initial=0))
+    wf = wmat.astype(np.float64)
+    if colsum == 0 or xmax * colsum < 2**53:
+        return lambda x: (x.astype(np.float64) @ wf).astype(np.int64)
+    slice_bits = (2**53 // colsum).bit_length() - 1  # 2**slice_bits * colsum < 2**53
+    if slice_bits >= 8 and int(np.abs(wmat).max(initial=0)) * 4096 < 2**62:
+        nslices = -(-(xmax.bit_length() + 1) // slice_bits)
+        mask = np.int64((1 << slice_bits) - 1)
+
+        def sliced(x):
+            acc = np.zeros((x.shape[0], wmat.shape[1]), np.int64)
+            rest = x
+            for k in range(nslices):
+                low = rest & mask  # non-negative slice; the last slice carries the sign
+                rest = rest >> np.int64(slice_bits)
+                part = (low.astype(np.float64) @ wf).astype(np.int64)
+                acc += part << np.int64(k * slice_bits)
+            acc += (rest.astype(np.float64) @ wf).astype(np.int64) << np.int64(nslices * slice_bits)
+            return acc
+
+        return sliced
+    return lambda x: x @ wmat

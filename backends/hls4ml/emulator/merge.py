@@ -1,0 +1,98 @@
+"""Two-input merges: ``add``, ``subtract``, ``multiply``, ``average``, ``maximum``, ``minimum``
+and ``concatenate1d``/``2d``/``3d``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..firmware_graph import Layer, UnsupportedLayerError, const_int
+from ..fixed_point import FixedType, cast_f64
+from .registry import register
+
+if TYPE_CHECKING:
+    from .model import FixedPointModel
+
+
+def _merge_sizes(m: FixedPointModel, layer: Layer) -> tuple[int, int, int]:
+    n1, n2 = const_int(layer, "n_elem1"), const_int(layer, "n_elem2")
+    n = const_int(layer, "n_elem")
+    return n1, n2, n
+
+
+@register("add", "subtract", "multiply", "average", "maximum", "minimum")
+def build_merge(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    t1, t2 = m._in_types
+    out_t = m._type(layer.template[2], layer)
+    n1, n2, n = _merge_sizes(m, layer)
+    i1, i2 = np.arange(n) % n1, np.arange(n) % n2
+    kind = layer.kind
+    f = max(t1.frac, t2.frac)
+    s1, s2 = np.int64(f - t1.frac), np.int64(f - t2.frac)
+    m._check_width(layer, max(t1.width + f - t1.frac, t2.width + f - t2.frac) + 2, "the merged values")
+    if kind == "multiply":
+        m._check_width(layer, t1.width + t2.width, "data1 * data2")
+        return (lambda a, b: out_t.from_raw(a[:, i1] * b[:, i2], t1.frac + t2.frac)), out_t
+    if kind in ("add", "subtract", "average"):
+        sign = np.int64(-1 if kind == "subtract" else 1)
+        extra = 1 if kind == "average" else 0  # (a + b) * ap_ufixed<1,0>(0.5): one more fractional bit
+
+        def addsub(a, b):
+            return out_t.from_raw((a[:, i1] << s1) + sign * (b[:, i2] << s2), f + extra)
+
+        return addsub, out_t
+    if kind in ("maximum", "minimum"):
+
+        def pick(a, b):
+            x, y = a[:, i1], b[:, i2]
+            first = (x << s1) > (y << s2) if kind == "maximum" else (x << s1) < (y << s2)
+            return np.where(first, out_t.cast(x, t1), out_t.cast(y, t2))
+
+        return pick, out_t
+    raise UnsupportedLayerError(f"{layer.describe()}: merge nnet::{kind} is not supported")
+
+
+@register(
+    "concatenate1d",
+    "concatenate2d",
+    "concatenate2d_0",
+    "concatenate2d_1",
+    "concatenate3d",
+    "concatenate3d_0",
+    "concatenate3d_1",
+    "concatenate3d_2",
+)
+def build_concatenate(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    t1, t2 = m._in_types
+    out_t = m._type(layer.template[2], layer)
+    kind = layer.kind
+    dims = 1 if kind.startswith("concatenate1d") else 2 if kind.startswith("concatenate2d") else 3
+    c = layer.config.get("consts", {})
+    shape1 = [const_int(layer, f"n_elem1_{d}") for d in range(dims)]
+    shape2 = [const_int(layer, f"n_elem2_{d}") for d in range(dims)]
+    if kind[-2] == "_":
+        axis = int(kind[-1])
+    else:
+        a = int(c.get("axis", "-1"))
+        axis = {1: 0, 2: {2: 1, -1: 1}.get(a, 0), 3: {3: 2, -1: 2, 2: 1, -2: 1}.get(a, 0)}[dims]
+    n1, n2 = int(np.prod(shape1)), int(np.prod(shape2))
+    # which source element lands at each output position
+    tag = np.concatenate([np.arange(n1).reshape(shape1), (n1 + np.arange(n2)).reshape(shape2)], axis=axis).reshape(-1)
+    from1 = tag < n1
+    idx1, idx2 = tag[from1], tag[~from1] - n1
+    lo1, hi1, lo2, hi2 = float(t1.raw_min), float(t1.raw_max), float(t2.raw_min), float(t2.raw_max)
+
+    def concat(a, b):
+        res = np.empty((a.shape[0], tag.size), dtype=np.int64)
+        res[:, from1] = out_t.cast(a[:, idx1], t1)
+        res[:, ~from1] = out_t.cast(b[:, idx2], t2)
+        return res
+
+    def concat_f64(a, b):
+        res = np.empty((a.shape[0], tag.size))
+        res[:, from1] = cast_f64(out_t, a[:, idx1], t1.frac, lo1, hi1)
+        res[:, ~from1] = cast_f64(out_t, b[:, idx2], t2.frac, lo2, hi2)
+        return res
+
+    return concat, out_t, concat_f64

@@ -1,0 +1,224 @@
+"""The emulated firmware: the chain of layer steps and the two number representations.
+
+``FixedPointModel(project).predict(x)`` computes what the firmware's top function computes
+(for a VivadoAccelerator project: the ``myproject_axi`` wrapper, i.e. T_in -> input_t ->
+layers -> result_t -> T_out), every cast done with the type's quantization and overflow
+modes (see ``fixed_point.py``). The layers run in the order of the top function's calls; an
+array may feed several layers (branches, merges), and Reshape/Flatten are aliases.
+
+Two representations of the same integers (the ``ap_fixed`` raws):
+
+* float64 (``_predict_f64``, used whenever every type of the model is at most 52 bits wide):
+  exact integers below 2**52, so BLAS products are exact; Dense and convolution windows are
+  one matrix product with the weights pre-scaled to ``accum_t``'s grid, casts are a few
+  in-place vector operations (floor/rint, clip, and a wrap only where min/max show a value
+  left the range), scratch arrays are reused per model and thread;
+* int64 (``_predict_int64``): the reference formulation, used for wider types; layers
+  without a float64 form run it inside the float64 chain.
+
+A layer kind the registry does not know raises ``UnsupportedLayerError`` when the model is
+built (never in ``predict``), naming the layer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from ..firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, read_firmware_graph
+from ..fixed_point import FixedType, cast_f64, f64_capable, from_float_f64
+from ..project import Hls4mlProject, ProjectError
+from .registry import BUILDERS
+
+Op = Callable[[np.ndarray], np.ndarray]
+
+
+class FixedPointModel:
+    """The firmware of an hls4ml io_parallel project as a chain of vectorised ops, one per
+    ``nnet::`` call, each made by the builder its layer family registered (``registry.py``)."""
+
+    def __init__(self, project: Hls4mlProject):
+        self.project = project
+        self.graph: FirmwareGraph = read_firmware_graph(project)
+        # one step per nnet:: call: (arrays read, array written, int64 op, float64 op)
+        self._steps: list[tuple[list[str], str, Op, Op | None]] = []
+        self._ws = threading.local()  # per-thread preallocated buffers, see _buffer
+        in_type = self._type(project.input.ctype, None)
+        self.input_type = in_type
+        types: dict[str, FixedType] = {project.input.name: in_type}
+        f64 = True  # the float64 chain (exact integers below 2**52) serves every type of the model
+        for index, layer in enumerate(self.graph.layers):
+            builder = BUILDERS.get(layer.kind)
+            if builder is None:
+                raise UnsupportedLayerError(
+                    f"{layer.describe()}: nnet::{layer.kind} is not supported by the numpy emulator"
+                )
+            in_types = [types[name] for name in layer.inputs]
+            for k, actual in enumerate(in_types):
+                declared = self._type(layer.template[k], layer)
+                if declared != actual:
+                    raise UnsupportedLayerError(
+                        f"{layer.describe()}: input type {declared} differs from the type of "
+                        f"'{layer.inputs[k]}' ({actual})"
+                    )
+            self._layer_key = index
+            self._in_types = in_types
+            built = builder(self, layer, in_types[0])
+            op, out_t = built[0], built[1]
+            fop = built[2] if len(built) > 2 else None
+            types[layer.output] = out_t
+            self._steps.append((layer.inputs, layer.output, op, fop))
+            f64 = f64 and all(f64_capable(t) for t in (*in_types, out_t))
+        self.output_type = types[self.graph.layers[-1].output]
+        self.n_in = project.input.size
+        self.n_out = project.output.size
+        self._io_in, self._io_out = self._accelerator_io()
+        f64 = f64 and all(f64_capable(t) for t in (self._io_in, self._io_out) if isinstance(t, FixedType))
+        self._f64 = f64
+        # an array read again later is handed to other layers as a copy (float64 ops work in place)
+        self._keep: list[list[bool]] = []
+        for i, (ins, _out, _op, _fop) in enumerate(self._steps):
+            later = {name for step in self._steps[i + 1 :] for name in step[0]}
+            self._keep.append([name in later or ins.count(name) > 1 for name in ins])
+
+    def _run(self, v: np.ndarray, use_f64: bool) -> np.ndarray:
+        env = {self.project.input.name: v}
+        for (ins, out, op, fop), keep in zip(self._steps, self._keep):
+            args = [env[name].copy() if k else env[name] for name, k in zip(ins, keep)]
+            if not use_f64:
+                env[out] = op(*args)
+            elif fop is not None:
+                env[out] = fop(*args)
+            else:  # a layer without a float64 form: its int64 op on the same integers
+                env[out] = op(*(a.astype(np.int64) for a in args)).astype(np.float64)
+            for name, k in zip(ins, keep):
+                if not k:
+                    env.pop(name, None)
+        return env[self._steps[-1][1]]
+
+    def _buffer(self, key, shape: tuple[int, ...], fill: np.ndarray | None = None) -> np.ndarray:
+        """A float64 array owned by this model and thread, reused across calls of the same
+        batch size: scratch space, or (``fill``) a constant broadcast to ``shape`` once."""
+        bufs = getattr(self._ws, "bufs", None)
+        if bufs is None:
+            bufs = self._ws.bufs = {}
+        buf = bufs.get(key)
+        if buf is None or buf.shape != shape:
+            buf = bufs[key] = np.empty(shape, np.float64)
+            if fill is not None:
+                buf[...] = fill
+        return buf
+
+    # ------------------------------------------------------------------ types
+    def _type(self, name: str, layer: Layer | None) -> FixedType:
+        seen = set()
+        text = name.strip()
+        local = layer.config.get("types", {}) if layer is not None else {}
+        while text in local or text in self.graph.typedefs:
+            if text in seen:
+                break
+            seen.add(text)
+            text = local[text] if text in local else self.graph.typedefs[text]
+        try:
+            return FixedType.parse(text)
+        except ValueError as e:
+            where = layer.describe() if layer is not None else f"firmware type {name}"
+            raise UnsupportedLayerError(f"{where}: type '{name}' = '{text}': {e}") from None
+
+    # typedefs a config struct inherits from its nnet:: base when it does not override them
+    _BASE_TYPES: ClassVar[dict[tuple[str, str], str]] = {("activ_config", "table_t"): "ap_fixed<18,8>"}
+
+    def _cfg_type(self, layer: Layer, key: str) -> FixedType:
+        inherited = self._BASE_TYPES.get((layer.config.get("base", ""), key))
+        if key not in layer.config.get("types", {}) and inherited is not None:
+            return FixedType.parse(inherited)
+        if key not in layer.config.get("types", {}):
+            raise UnsupportedLayerError(f"{layer.describe()}: {layer.config_name} defines no {key}")
+        return self._type(key, layer)
+
+    def _weights(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
+        values = self.graph.weight_array(layer, arg)
+        if t.integer_type:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: integer weight type {t} (parsed as text by ap_int) is not emulated"
+            )
+        try:
+            return t.from_float(values)
+        except ValueError as e:
+            raise UnsupportedLayerError(f"{layer.describe()}: weights '{arg}': {e}") from None
+
+    @staticmethod
+    def _check_width(layer: Layer, bits: int, what: str) -> None:
+        if bits > 62:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: {what} needs {bits} bits, beyond the emulator's int64 raws"
+            )
+
+    # ------------------------------------------------------------------ I/O
+    def _accelerator_io(self):
+        """The conversions at the firmware's boundary (``Hls4mlProject.host_io``): for a
+        VivadoAccelerator project the ``<name>_axi`` wrapper's T_in -> input_t and result_t -> T_out,
+        "float" where a float32 crosses (the kernel casts), None where input_t/result_t cross."""
+        io = self.project.host_io
+        out = []
+        for key, text in (("input", io.input), ("output", io.output)):
+            if text is None or text.strip() == "float":
+                out.append(text)
+                continue
+            try:
+                out.append(FixedType.parse(text.strip()))
+            except ValueError as e:
+                raise ProjectError(f"accelerator {key} precision '{text}': {e}") from None
+        return out[0], out[1]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if x.ndim == 1:
+            x = x[None, :]
+        per_row = int(np.prod(x.shape[1:], dtype=np.int64))
+        if per_row != self.n_in:
+            raise ValueError(f"expected {self.n_in} input values per sample, got {per_row}")
+        x = x.reshape(x.shape[0], self.n_in)  # -1 would not do for 0 rows
+        if x.shape[0] == 0:
+            return np.zeros((0, self.n_out), np.float64)
+        if self._f64:
+            return self._predict_f64(x)
+        return self._predict_int64(x)
+
+    def _predict_f64(self, x: np.ndarray) -> np.ndarray:
+        if self._io_in is None:
+            v = from_float_f64(self.input_type, x)
+        elif self._io_in == "float":
+            v = from_float_f64(self.input_type, x.astype(np.float32, copy=False))
+        else:
+            io_in = self._io_in
+            v = from_float_f64(io_in, x)
+            v = cast_f64(self.input_type, v, io_in.frac, float(io_in.raw_min), float(io_in.raw_max))
+        v = self._run(v, True)
+        out_t = self.output_type
+        if isinstance(self._io_out, FixedType):
+            io_out = self._io_out
+            v = cast_f64(io_out, v, out_t.frac, float(out_t.raw_min), float(out_t.raw_max))
+            out_t = io_out
+        y = v * 2.0**-out_t.frac  # a new array: the chain's buffers are reused by the next call
+        if self._io_out == "float":
+            y = y.astype(np.float32).astype(np.float64)
+        y += 0.0  # -0.0 (floor of a negative fraction) reads as +0.0, as the firmware's zero does
+        return y
+
+    def _predict_int64(self, x: np.ndarray) -> np.ndarray:
+        if self._io_in is None:
+            raw = self.input_type.from_float(x.astype(np.float64))
+        elif self._io_in == "float":
+            raw = self.input_type.from_float(x.astype(np.float32).astype(np.float64))
+        else:
+            raw = self.input_type.cast(self._io_in.from_float(x.astype(np.float64)), self._io_in)
+        raw = self._run(raw, False)
+        if self._io_out is None:
+            return self.output_type.to_float(raw)
+        if self._io_out == "float":
+            return self.output_type.to_float32(raw).astype(np.float64)
+        return self._io_out.to_float(self._io_out.cast(raw, self.output_type))

@@ -1,0 +1,42 @@
+"""Layers that only move values: ``nnet::transpose`` (Flatten/Reshape are aliases in the top
+function and need no step)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..firmware_graph import Layer, UnsupportedLayerError, const_int
+from ..fixed_point import FixedType, cast_f64
+from .registry import register
+
+if TYPE_CHECKING:
+    from .model import FixedPointModel
+
+
+# reshapes and merges
+@register("transpose")
+def build_transpose(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    out_t = m._type(layer.template[1], layer)
+    arrays = m.graph.arrays
+    to_shape = arrays.get(f"{layer.config_name}_to_shape")
+    strides = arrays.get(f"{layer.config_name}_perm_strides")
+    n = const_int(layer, "N")
+    if to_shape is None or strides is None or len(to_shape) != len(strides):
+        raise UnsupportedLayerError(f"{layer.describe()}: transpose shapes not found in parameters.h")
+    src = np.zeros(n, dtype=np.int64)
+    for i in range(n):  # transfer_idx
+        index, idx = i, 0
+        for d in range(len(to_shape) - 1, -1, -1):
+            idx += (index % to_shape[d]) * strides[d]
+            index //= to_shape[d]
+        src[i] = idx
+    if src.max(initial=0) >= n:
+        raise UnsupportedLayerError(f"{layer.describe()}: transpose reads outside its input")
+    lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+    return (
+        (lambda x: out_t.cast(x[:, src], in_t)),
+        out_t,
+        (lambda x: cast_f64(out_t, x[:, src], in_t.frac, lo, hi)),
+    )
