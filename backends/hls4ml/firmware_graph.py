@@ -219,7 +219,13 @@ class FirmwareGraph:
 
 
 # which arguments are the layer inputs and which its output, for each supported call form
-_IO_ARGS = {"leaky_relu": ((0,), 2), "elu": ((0,), 2), "thresholded_relu": ((0,), 2), "prelu": ((0,), 2)}
+_IO_ARGS = {
+    # one entry per line, sorted: (argument indices of the inputs, argument index of the output)
+    "elu": ((0,), 2),
+    "leaky_relu": ((0,), 2),
+    "prelu": ((0,), 2),
+    "thresholded_relu": ((0,), 2),
+}
 _MERGES = ("add", "subtract", "multiply", "average", "maximum", "minimum", "dot1d")
 _BUFFER = re.compile(r"buffer\[(\d+)\]\[(\d+)\]\s*=\s*(data\[\s*\d+\s*\]|0)\s*;")
 _ALIAS = re.compile(r"\bauto\s*&\s*(\w+)\s*=\s*(\w+)\s*;")

@@ -1,15 +1,22 @@
 """Bit-exact numpy emulation of hls4ml firmware (the C-simulation, vectorised).
 
-``model.py`` holds the chain of steps; each layer family is one module that registers its
-builders (``registry.py``), as hls4ml keeps one template module per layer family. Every
-layer is checked bit for bit against hls4ml's own C-simulation in ``tests/test_hls4ml_*.py``.
+``model.py`` holds the chain of steps; every other module of this package except
+``registry.py`` and ``maths.py`` is one layer family (as hls4ml keeps one template module per
+family) and registers its builders when it is imported, below. Adding a layer is one module
+and one ``@register``. Every layer is checked bit for bit against hls4ml's own C-simulation
+in ``tests/test_hls4ml_*.py``.
 """
 
-from ..firmware_graph import UnsupportedLayerError
+import importlib
+import pkgutil
 
-# the family modules register their builders on import
-from . import activations, conv, dense, merge, normalization, pooling, reshape, softmax  # noqa: F401
+from ..firmware_graph import UnsupportedLayerError
 from .model import FixedPointModel
 from .registry import BUILDERS, register
+
+_NOT_FAMILIES = {"model", "registry", "maths"}
+for _info in pkgutil.iter_modules(__path__):
+    if _info.name not in _NOT_FAMILIES:
+        importlib.import_module(f"{__name__}.{_info.name}")
 
 __all__ = ["BUILDERS", "FixedPointModel", "UnsupportedLayerError", "register"]
