@@ -527,7 +527,10 @@ def build_parser(prog: str = "fpgaserve") -> argparse.ArgumentParser:
         help="a backend setting, as tritonserver's flag. Repeatable. hls4ml: fpga-mode, kernel-timeout-secs "
         "(default 5), card-api (auto|xrt|pynq: auto takes XRT's pyxrt when it imports, else PYNQ 3.0.1), "
         "card-reset (auto: run `xbutil reset` after a kernel hang; off: log the operator's command), "
-        "card-retry-secs (health probes retry a card waiting for a reset at most this often, default 10).",
+        "card-retry-secs (health probes retry a card waiting for a reset at most this often, default 10), "
+        "csim-compile-memory-mb (address space of a csim model's g++ build, all processes together; default: "
+        "half the memory, at most 8192; env FPGASERVE_CSIM_COMPILE_MEMORY_MB), csim-compile-timeout-secs "
+        "(wall clock of that build, default 900; env FPGASERVE_CSIM_COMPILE_TIMEOUT_S).",
     )
     g = p.add_argument_group("logging and shutdown")
     g.add_argument(
@@ -593,6 +596,14 @@ def parse_backend_config(items: list[str], fpga_mode: str | None) -> dict[str, d
                 ok = False
             if not ok:
                 raise SystemExit(f"error: hls4ml {key} must be a positive number of seconds, got '{hls4ml[key]}'")
+    # the C-simulation's compile limits (settings, else FPGASERVE_CSIM_COMPILE_*): refused now,
+    # not at the first csim model's load
+    from fpgaserve.backends.hls4ml.csim import CompileLimits
+
+    try:
+        CompileLimits.resolve(hls4ml)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     return config
 
 

@@ -30,7 +30,9 @@ its xclbin), ``kernel_timeout_secs`` (default from ``kernel-timeout-secs``, else
 Server-wide (``--backend-config=hls4ml,<key>=<value>``): ``fpga-mode``, ``kernel-timeout-secs``,
 ``card-api`` (``auto``: pyxrt when it imports, else PYNQ; ``xrt``; ``pynq``), ``card-reset``
 (``auto``: run ``xbutil reset`` after a hang; ``off``: log the operator's command),
-``card-retry-secs`` (health probes retry a card waiting for a reset at most this often, 10).
+``card-retry-secs`` (health probes retry a card waiting for a reset at most this often, 10),
+``csim-compile-memory-mb`` and ``csim-compile-timeout-secs`` (bounds of the g++ build of a
+csim model: csim.CompileLimits, else ``FPGASERVE_CSIM_COMPILE_MEMORY_MB``/``..._TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -177,9 +179,13 @@ class Hls4mlBackend(Backend):
 
             return FixedPointModel(self.project)
         if self.mode == "csim":
-            from .csim import CsimLibrary
+            from .csim import CompileLimits, CsimLibrary
 
-            return CsimLibrary.load(self.project)
+            try:
+                limits = CompileLimits.resolve(self.backend_config)
+            except ValueError as e:  # the CLI refuses bad values at startup; an embedder may not
+                raise BackendError(str(e)) from None
+            return CsimLibrary.load(self.project, limits=limits, name=self.config.get("name"))
         if self.mode == "onnx":
             return OnnxReference(self.config, self.version_dir)
         return self._hardware_runner()

@@ -16,19 +16,33 @@ firmware, weights, templates or hls4ml version gives a new folder, hence a rebui
 The build never happens inside the model repository: that may be read-only, and hls4ml's
 weight loader reads ``WEIGHTS_DIR``, an absolute path compiled into the library, so the
 library must point at a copy that nobody moves or edits.
+
+Compiles are bounded (``CompileLimits``): every g++ process (and its cc1plus, as, ld children)
+runs under an address-space limit, the whole compile under a wall-clock limit, and one process
+compiles one project at a time. A real io_parallel project once made cc1plus grow past 20 GiB
+on a 24 GiB host; bounded, that is a load error naming the limit instead of a host in swap or
+an OOM kill of the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import hashlib
+import itertools
+import logging
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,9 +50,10 @@ import numpy as np
 
 from .project import Hls4mlProject, ProjectError
 
+log = logging.getLogger("fpgaserve.hls4ml")
+
 SHIM_TEMPLATE = Path(__file__).with_name("batch_shim.cpp")
 COMPILER = "g++"
-COMPILE_TIMEOUT_S = 900
 #: lines of g++'s stderr quoted in a ProjectError
 ERROR_LINES = 20
 
@@ -73,6 +88,110 @@ def default_cache_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "fpgaserve" / "csim"
+
+
+# ---------------------------------------------------------------------------- compile limits
+#: the memory budget when none is set: half the memory this process may use (the host's RAM, or
+#: its cgroup's memory.max in a container), at most 8 GiB. Half leaves room for the server
+#: itself and the models it already serves; 8 GiB is ~30x what the bundled projects' largest
+#: cc1plus needs (~270 MiB resident) and far more than a project that compiles in reasonable
+#: time takes, while a runaway compile (the >20 GiB report) is stopped well before it takes a
+#: 24 GiB host down.
+DEFAULT_MEMORY_CAP_MB = 8192
+DEFAULT_COMPILE_TIMEOUT_S = 900.0
+#: csim compiles at once per process. Several models loading in parallel (the repository loads
+#: them concurrently) would each run g++ under a whole budget; one at a time keeps the process
+#: within one budget. A constant, not a setting: more would need the budget split among them.
+MAX_CONCURRENT_COMPILES = 1
+_compile_slots = threading.BoundedSemaphore(MAX_CONCURRENT_COMPILES)
+#: the address space given to each of the small translation units (batch shim, accelerator
+#: wrapper: ap_types headers and a few lines, ~200 MiB measured) when they compile beside the
+#: firmware; see _Builder._compile for when they do
+SIDE_UNIT_MB = 512
+
+MEMORY_SETTING = "csim-compile-memory-mb"
+TIMEOUT_SETTING = "csim-compile-timeout-secs"
+MEMORY_ENV = "FPGASERVE_CSIM_COMPILE_MEMORY_MB"
+TIMEOUT_ENV = "FPGASERVE_CSIM_COMPILE_TIMEOUT_S"
+
+# what g++, cc1plus, as and ld print when an allocation fails under the address-space limit
+_OUT_OF_MEMORY = re.compile(
+    r"virtual memory exhausted|memory exhausted|out of memory allocating|Cannot allocate memory|std::bad_alloc"
+)
+# g++ reporting a child (cc1plus) killed by a signal: SIGKILL (an OOM killer) or SIGSEGV (the
+# stack could not grow within the address-space limit)
+_CHILD_KILLED = re.compile(r"(Killed|Segmentation fault) signal terminated program (\S+)")
+
+
+def _memory_available_mb() -> int:
+    """The physical memory this process may use, in MiB: the host's, or its cgroup v2 limit."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        cgroup = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if cgroup.isdigit():
+            total = min(total, int(cgroup))
+    except OSError:
+        pass
+    return total // (1 << 20)
+
+
+def default_memory_mb() -> int:
+    return max(1, min(DEFAULT_MEMORY_CAP_MB, _memory_available_mb() // 2))
+
+
+@dataclass(frozen=True)
+class CompileLimits:
+    """How much one csim compile may take: ``memory_mb`` MiB of address space in all (every
+    g++ process the build runs, together) and ``timeout_s`` seconds of wall clock (compile and
+    link, counted once this process's compile slot is free)."""
+
+    memory_mb: int
+    timeout_s: float
+
+    @classmethod
+    def resolve(
+        cls, settings: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> CompileLimits:
+        """The limits from the server's hls4ml settings (``--backend-config=hls4ml,KEY=VALUE``),
+        else the environment (``FPGASERVE_CSIM_COMPILE_MEMORY_MB``, ``..._TIMEOUT_S``: what
+        ``fpgaserve doctor`` and the image's precompile read), else the defaults. Raises
+        ValueError naming the setting for a value that is not a positive number."""
+        settings = settings or {}
+        environ = os.environ if environ is None else environ
+
+        def pick(key: str, env: str) -> tuple[str | None, str]:
+            if key in settings:
+                return settings[key], f"hls4ml {key}"
+            value = environ.get(env, "").strip()
+            return (value or None), env
+
+        memory_mb = default_memory_mb()
+        value, where = pick(MEMORY_SETTING, MEMORY_ENV)
+        if value is not None:
+            try:
+                memory_mb = int(value)
+            except ValueError:
+                memory_mb = 0
+            if memory_mb <= 0:
+                raise ValueError(f"{where} must be a positive whole number of MiB, got '{value}'")
+        timeout_s = DEFAULT_COMPILE_TIMEOUT_S
+        value, where = pick(TIMEOUT_SETTING, TIMEOUT_ENV)
+        if value is not None:
+            try:
+                timeout_s = float(value)
+            except ValueError:
+                timeout_s = 0.0
+            if not 0 < timeout_s < float("inf"):
+                raise ValueError(f"{where} must be a positive number of seconds, got '{value}'")
+        return cls(memory_mb, timeout_s)
+
+
+class CompileLimitError(ProjectError):
+    """The compile ran past its memory or time limit (not an error in the project's code)."""
+
+
+def _raise_hint(setting: str, env: str) -> str:
+    return f"raise it with --backend-config=hls4ml,{setting}=N (or {env} for fpgaserve doctor and the image build)"
 
 
 def fix_axi_typedefs(text: str) -> str:
@@ -164,11 +283,20 @@ class CsimLibrary:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load(cls, project: Hls4mlProject, cache_dir: str | os.PathLike | None = None) -> CsimLibrary:
+    def load(
+        cls,
+        project: Hls4mlProject,
+        cache_dir: str | os.PathLike | None = None,
+        limits: CompileLimits | None = None,
+        name: str | None = None,
+    ) -> CsimLibrary:
         """Build (or find in the cache) and load the C-simulation of ``project``.
 
-        Raises ProjectError for anything that makes the project unservable: missing weights,
-        g++ missing, compiler errors. Thread-safe; one library per content hash per process.
+        A build runs within ``limits`` (default: ``CompileLimits.resolve()``, from the
+        environment); ``name`` (the model's) names the project in errors. Raises ProjectError
+        for anything that makes the project unservable: missing weights, g++ missing, compiler
+        errors, and CompileLimitError when the compile ran past its memory or time limit.
+        Thread-safe; one library per content hash per process.
         """
         if project.io_type != "io_parallel" and project.accelerator is None:
             # an io_stream top function takes hls::stream arguments; hls4ml's Alveo wrapper
@@ -191,7 +319,13 @@ class CsimLibrary:
             if lib is not None:
                 return lib
             cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-            so_path, word_types, built = _Builder(project, cache, content, weight_names).library()
+            if limits is None:
+                try:
+                    limits = CompileLimits.resolve()
+                except ValueError as e:
+                    raise ProjectError(str(e)) from None
+            builder = _Builder(project, cache, content, weight_names, limits, name)
+            so_path, word_types, built = builder.library()
             lib = cls(project, so_path, word_types, built)
             # Weights (and activation tables) load lazily behind static flags on the first call.
             # Make that first call here, under the loading lock and before the library is
@@ -228,8 +362,20 @@ class CsimLibrary:
 class _Builder:
     """Builds one project's library into the cache; safe against concurrent builders."""
 
-    def __init__(self, project: Hls4mlProject, cache: Path, content: str, weight_names: list[str]):
+    def __init__(
+        self,
+        project: Hls4mlProject,
+        cache: Path,
+        content: str,
+        weight_names: list[str],
+        limits: CompileLimits,
+        name: str | None = None,
+    ):
         self.project = project
+        self.limits = limits
+        #: the project as errors name it: the model's name and the project folder
+        self.label = f"hls4ml project '{name}' ({project.path})" if name else f"hls4ml project {project.path}"
+        self._logs = itertools.count()
         self.cache = cache
         self.content = content
         self.weight_names = weight_names
@@ -334,44 +480,174 @@ class _Builder:
         weights_dir = _c_string(str((firmware / "weights").resolve()))
         base = [self.compiler, *CXXFLAGS, f"-I{firmware / 'ap_types'}", f"-I{self.folder}"]
         base.append(f"-DWEIGHTS_DIR={weights_dir}")
+        budget = self.limits.memory_mb
         tmp = Path(tempfile.mkdtemp(prefix="build-", dir=self.folder))
         try:
-            # one g++ per translation unit, in parallel (the firmware dominates; the shim is small)
-            jobs = []
-            for i, src in enumerate(sources):
-                obj = tmp / f"{i}-{src.stem}.o"
-                jobs.append((obj, self._spawn([*base, "-c", str(src), "-o", str(obj)])))
-            errors = [self._wait(proc) for _, proc in jobs]
-            first_error = next((e for e in errors if e is not None), None)
-            if first_error is not None:
-                raise _compile_error(self.project, first_error)
+            objects = [tmp / f"{i}-{src.stem}.o" for i, src in enumerate(sources)]
+            units = [[*base, "-c", str(src), "-o", str(obj)] for src, obj in zip(sources, objects, strict=True)]
+            # The memory budget bounds the build's total, and the translation units compile in
+            # parallel or one after another so that the sum of their limits stays within it:
+            # * the firmware (first unit) is the one that grows with the network, the shim and
+            #   accelerator wrapper are a fixed ~200 MiB each (ap_types headers);
+            # * with a budget of 4x the side units' share or more, all compile at once: each
+            #   side unit gets SIDE_UNIT_MB and the firmware the rest (>= 3/4 of the budget);
+            # * below that (small budgets, e.g. a small container), one at a time, each with
+            #   the whole budget: splitting a small budget would starve the firmware, while
+            #   running the side units after it costs ~2-3 s, little against a large compile.
+            side = SIDE_UNIT_MB * (len(units) - 1)
+            if budget >= 4 * side:
+                steps = [[(units[0], budget - side), *((unit, SIDE_UNIT_MB) for unit in units[1:])]]
+            else:
+                steps = [[(unit, budget)] for unit in units]
             out = tmp / self.so_path.name
-            err = self._wait(self._spawn([*base, "-shared", *(str(o) for o, _ in jobs), "-o", str(out)]))
-            if err is not None:
-                raise _compile_error(self.project, err)
+            steps.append([([*base, "-shared", *(str(o) for o in objects), "-o", str(out)], budget)])
+            with _compile_slot(self.label):
+                deadline = time.monotonic() + self.limits.timeout_s
+                for step in steps:
+                    self._run(step, deadline, tmp)
             # rename last: a library at so_path is always complete
             os.replace(out, self.so_path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _spawn(self, argv: list[str]) -> subprocess.Popen:
+    def _run(self, step: list[tuple[list[str], int]], deadline: float, tmp: Path) -> None:
+        """Run g++ commands at once, each ``(argv, MiB of address space)``, until ``deadline``.
+
+        Each runs in a session of its own, so that on the deadline (or any exception) killing
+        its process group also ends the cc1plus, as and ld it started. The address-space limit
+        is set by ``sh -c 'ulimit -v'`` before exec'ing g++ (not preexec_fn, unsafe in this
+        multithreaded server) and inherited by every child. Output goes to files, not pipes:
+        one chatty g++ cannot block while another is waited for."""
+        running: list[tuple[subprocess.Popen, Path, int]] = []
         try:
-            return subprocess.Popen(
-                argv, cwd=self.folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
-            )
+            for argv, limit_mb in step:
+                log_path = tmp / f"{next(self._logs)}.log"
+                running.append((self._spawn(argv, limit_mb, log_path), log_path, limit_mb))
+            for proc, _, _ in running:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise CompileLimitError(
+                        f"compiling the C-simulation of {self.label} did not finish within its "
+                        f"{self.limits.timeout_s:g} s time limit ({TIMEOUT_SETTING}); "
+                        f"{_raise_hint(TIMEOUT_SETTING, TIMEOUT_ENV)}"
+                    ) from None
+        finally:
+            for proc, _, _ in running:
+                if proc.poll() is None:  # still ours (not reaped): its group is its own
+                    _kill_group(proc)
+        failures = [(proc, path.read_text(errors="replace"), limit) for proc, path, limit in running]
+        failures = [f for f in failures if f[0].returncode != 0]
+        for proc, output, limit_mb in failures:
+            found = self._memory_failure(proc, output)
+            if found is not None:
+                evidence, certain = found
+                what = "ran out of its" if certain else "was most likely stopped by its"
+                share = "" if limit_mb == self.limits.memory_mb else f" (this step's share: {limit_mb} MiB)"
+                raise CompileLimitError(
+                    f"compiling the C-simulation of {self.label} {what} {self.limits.memory_mb} MiB "
+                    f"memory limit ({MEMORY_SETTING}){share}: {evidence}; "
+                    f"{_raise_hint(MEMORY_SETTING, MEMORY_ENV)}"
+                )
+        if failures:
+            proc, output, _ = failures[0]
+            raise _compile_error(self.project, output or f"error: {COMPILER} exit status {proc.returncode}")
+
+    @staticmethod
+    def _memory_failure(proc: subprocess.Popen, output: str) -> tuple[str, bool] | None:
+        """(evidence, certain) that the compiler ran out of memory, else None: a memory error
+        is reported from what the compiler said, never from its exit status alone. Certain: an
+        allocation failure it printed. Likely: g++ or its cc1plus killed by a signal, which under
+        an address-space limit is a stack that could not grow or an OOM killer."""
+        for line in output.splitlines():
+            if _OUT_OF_MEMORY.search(line):
+                return f'{COMPILER} said "{line.strip()[:300]}"', True
+        for line in output.splitlines():
+            if _CHILD_KILLED.search(line):
+                return f'{COMPILER} said "{line.strip()[:300]}"', False
+        if proc.returncode is not None and proc.returncode < 0:
+            return f"{COMPILER} was killed by {signal.Signals(-proc.returncode).name}", False
+        return None
+
+    def _spawn(self, argv: list[str], limit_mb: int, log_path: Path) -> subprocess.Popen:
+        kib = limit_mb * 1024
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            kib = min(kib, hard // 1024)  # a lower hard limit cannot be raised; ulimit would fail
+        try:
+            with open(log_path, "wb") as out:
+                return subprocess.Popen(
+                    ["/bin/sh", "-c", 'ulimit -v "$0" && exec "$@"', str(kib), *argv],
+                    cwd=self.folder,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         except OSError as e:
             raise ProjectError(f"cannot run {argv[0]}: {e}") from None
 
-    @staticmethod
-    def _wait(proc: subprocess.Popen) -> str | None:
-        """None when the compiler succeeded, else its output."""
+
+#: how long a killed compile's processes may take to be gone
+_KILL_WAIT_S = 5.0
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL g++'s process group and wait until none of it runs: g++ itself is reaped here;
+    its cc1plus, reparented once g++ is gone, takes a moment to free its memory and exit (then
+    it is a zombie until init reaps it, which may take a second, but holds nothing). A load
+    error must not return while a compiler it started still holds memory or CPU."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    deadline = time.monotonic() + _KILL_WAIT_S
+    while time.monotonic() < deadline and _group_runs(proc.pid):
+        time.sleep(0.02)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` exists that is not a zombie."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # a member that is not ours: look at /proc
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
         try:
-            stdout, stderr = proc.communicate(timeout=COMPILE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return f"error: {COMPILER} did not finish within {COMPILE_TIMEOUT_S} s"
-        return None if proc.returncode == 0 else (stderr or stdout or f"error: exit status {proc.returncode}")
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
-__all__ = ["CXXFLAGS", "CsimLibrary", "default_cache_dir", "fix_axi_typedefs"]
+@contextlib.contextmanager
+def _compile_slot(label: str) -> Iterator[None]:
+    """Holds one of the process's MAX_CONCURRENT_COMPILES compile slots (a wait is logged)."""
+    if not _compile_slots.acquire(blocking=False):
+        log.info("%s: waiting for another C-simulation compile in this process to finish", label)
+        _compile_slots.acquire()
+    try:
+        yield
+    finally:
+        _compile_slots.release()
+
+
+__all__ = [
+    "CXXFLAGS",
+    "CompileLimitError",
+    "CompileLimits",
+    "CsimLibrary",
+    "default_cache_dir",
+    "default_memory_mb",
+    "fix_axi_typedefs",
+]
