@@ -201,14 +201,24 @@ class FirmwareGraph:
                 table[part * n_pixels + pxl, slot] = idx
         return table
 
-    def weight_array(self, layer: Layer, arg: str) -> np.ndarray:
-        """The float64 values of the weight array passed as ``arg`` (before quantization)."""
+    def weight_tokens(self, layer: Layer, arg: str) -> list[str]:
+        """The comma separated texts of the weight array passed as ``arg``, as
+        ``load_weights_from_txt`` splits its file's first line (each is read by the array
+        type's ``operator>>``: a double for ap_fixed, an integer text for ap_int)."""
         if arg not in layer.weights:
             raise ProjectError(f"{layer.describe()}: no load_weights_from_txt call fills '{arg}'")
         fname, _type, n = layer.weights[arg]
         text = self.project.read_firmware(f"weights/{fname}")
         line = text.splitlines()[0] if text.strip() else ""
-        tokens = [t for t in line.split(",") if t.strip()]
+        tokens = [t.strip() for t in line.split(",") if t.strip()]
+        if len(tokens) != n:
+            raise ProjectError(f"firmware/weights/{fname}: {len(tokens)} values, the firmware expects {n}")
+        return tokens
+
+    def weight_array(self, layer: Layer, arg: str) -> np.ndarray:
+        """The float64 values of the weight array passed as ``arg`` (before quantization)."""
+        tokens = self.weight_tokens(layer, arg)
+        fname, _type, n = layer.weights[arg]
         try:
             values = np.array([float(t) for t in tokens], dtype=np.float64)
         except ValueError:

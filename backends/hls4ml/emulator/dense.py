@@ -77,71 +77,172 @@ def _dense_triplets(m: FixedPointModel, layer: Layer, n_in: int, n_out: int) -> 
 
 @register("dense")
 def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    product = layer.config.get("using", {}).get("product", "nnet::product::mult")
-    if not product.endswith("product::mult"):
-        raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported (only product::mult)")
-    if in_t.integer_type and in_t.width == 1 and not in_t.signed:
-        raise UnsupportedLayerError(f"{layer.describe()}: binary (ap_uint<1>) dense input is not supported")
     n_in, n_out = const_int(layer, "n_in"), const_int(layer, "n_out")
     out_t = m._type(layer.template[1], layer)
-    acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+    w_t, b_t = m._cfg_type(layer, "weight_t"), m._cfg_type(layer, "bias_t")
     w = m._weights(layer, layer.args[2], w_t)
     b = m._weights(layer, layer.args[3], b_t)
     if w.size != n_in * n_out or b.size != n_out:
         raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}")
-    m._check_width(layer, in_t.width + w_t.width, "the product")
     trip = _dense_triplets(m, layer, n_in, n_out)
+    return dense_from_arrays(m, layer, in_t, out_t, w, b, n_in, n_out, trip)
+
+
+def _ones_like(x: np.ndarray, where_zero: float, elsewhere: float) -> np.ndarray:
+    return np.where(x == 0, x.dtype.type(where_zero), x.dtype.type(elsewhere))
+
+
+def product_terms(layer: Layer, in_t: FixedType, w_t: FixedType, w: np.ndarray):
+    """What ``CONFIG_T::product<data_T, weight_t>::product(a, w)`` (nnet_mult.h) computes, as
+    ``x' * W + K`` exact at ``frac`` fractional bits: ``(x_map, data type of x', W, K, frac)``,
+    ``x_map`` (None: x' = x) turning the layer's data raws into x'. hls4ml picks the product
+    from the precisions (``FPGABackend.product_type``): ``mult`` (a * w), ``weight_binary``
+    (ap_uint<1> weights: w == 0 ? -a : a), ``weight_ternary`` (ap_int<2> weights: 0 if w == 0,
+    -a if w == -1, else a, so a weight of -2 multiplies by +1), ``data_binary`` (ap_uint<1>
+    data: a == 0 ? -w : w) and ``both_binary`` (ap_uint<1> both: the 0/1 value a == w).
+    Every product is exact in its C++ return type (``decltype(-a)``, ``x_T``)."""
+    product = layer.config.get("using", {}).get("product", "nnet::product::mult").split("::")[-1]
+    zero = np.zeros(w.shape, np.int64)
+    if product == "mult":
+        return None, in_t, w, zero, in_t.frac + w_t.frac
+    if product in ("weight_binary", "weight_ternary"):
+        if product == "weight_binary":
+            eff = np.where(w == 0, -1, 1)
+        else:
+            minus_one = w_t.frac >= 0 and w_t.raw_min <= -(1 << w_t.frac)
+            eff = np.where(w == 0, 0, np.where(minus_one & (w == -(1 << max(w_t.frac, 0))), -1, 1))
+        return None, in_t, eff.astype(np.int64), zero, in_t.frac
+    if product in ("data_binary", "both_binary"):
+        if not (in_t.integer_type and in_t.width == 1 and not in_t.signed):
+            raise UnsupportedLayerError(f"{layer.describe()}: product {product} on {in_t} data (ap_uint<1> expected)")
+        if product == "data_binary":
+            # a == 0 ? -w : w is w times x' = -1 or +1
+            return (lambda x: _ones_like(x, -1, 1)), FixedType(2, 2), w, zero, w_t.frac
+        if not (w_t.integer_type and w_t.width == 1 and not w_t.signed):
+            raise UnsupportedLayerError(f"{layer.describe()}: product both_binary with {w_t} weights")
+        # a, w in {0, 1}: (a == w) = a * (2w - 1) + (1 - w)
+        return None, in_t, 2 * w - 1, 1 - w, 0
+    raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported")
+
+
+def _is_bit(t: FixedType) -> bool:
+    return t.integer_type and t.width == 1 and not t.signed
+
+
+def _ceillog2(x: int) -> int:
+    return 1 if x <= 2 else 1 + _ceillog2((x + 1) // 2)
+
+
+def dense_from_arrays(
+    m: FixedPointModel,
+    layer: Layer,
+    in_t: FixedType,
+    out_t: FixedType,
+    w: np.ndarray,
+    b: np.ndarray,
+    n_in: int,
+    n_out: int,
+    trip: list[tuple[int, int, int]],
+    cast_n_in: int | None = None,
+):
+    """The dense layer of ``layer``'s config (accum_t, weight_t, bias_t, product) on weight
+    raws ``w`` (flat, indexed as the kernel does) and bias raws ``b``, the products in the
+    order of ``trip``. The result goes through ``nnet::cast`` (nnet_mult.h): ``res_T(acc)``,
+    or, when data_T and weight_t are both exactly ap_uint<1>, ``res_T(ap_int<ceillog2(n_in)
+    + 2>(acc * 2 - n_in))`` (the +-1 count of a binary net); ``cast_n_in`` is that n_in when
+    the kernel's config differs from the matrix (EinsumDense's per-slice dense)."""
+    acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+    x_map, x_t, w, k, fp = product_terms(layer, in_t, w_t, w)
+    m._check_width(layer, x_t.width + w_t.width + 1, "the product")
     wmat = np.zeros((n_in, n_out), np.int64)
+    kmat = np.zeros((n_in, n_out), np.int64)
     used = np.zeros((n_in, n_out), np.int64)
     for i, wi, o in trip:
         wmat[i, o] += w[wi]
+        kmat[i, o] += k[wi]
         used[i, o] += 1
     bias_acc = acc_t.cast(b, b_t)
-    fp = in_t.frac + w_t.frac  # fractional bits of each exact product
     fa = acc_t.frac
     modular = acc_t.overflow == "AP_WRAP" and acc_t.sat_bits == 0
-    xmax = in_t.max_abs_raw()
+    xmax = x_t.max_abs_raw()
+    binary_cast = _dense_cast(layer, in_t, w_t, acc_t, out_t, n_in if cast_n_in is None else cast_n_in)
+    finish = binary_cast if binary_cast is not None else (lambda acc: out_t.cast(acc, acc_t))
     colsum = np.abs(wmat).sum(axis=0)  # |w| per output (object maths below stays exact)
+    ksum = np.abs(kmat).sum(axis=0)
     linear = fa >= fp and used.max(initial=0) <= 1
     if linear and not modular:
         # saturating accumulators: the order of additions cannot matter if no partial sum can leave the range
-        bound = int(np.abs(bias_acc).max(initial=0)) + (int(colsum.max(initial=0)) * xmax << (fa - fp))
+        peak = int((colsum * xmax + ksum).max(initial=0)) << (fa - fp)
+        bound = int(np.abs(bias_acc).max(initial=0)) + peak
         linear = bound <= min(acc_t.raw_max, -acc_t.raw_min)
     if linear:
         matmul = _exact_matmul(wmat, xmax)
         shift = np.int64(fa - fp)
+        bias_lin = bias_acc + (kmat.sum(axis=0) << shift)  # the constant parts of the products
 
-        def dense_linear(x, matmul=matmul, shift=shift):
-            acc = (matmul(x) << shift) + bias_acc
+        def dense_linear(x):
+            if x_map is not None:
+                x = x_map(x)
+            acc = (matmul(x) << shift) + bias_lin
             if modular:
                 acc = acc_t._wrap(acc)
-            return out_t.cast(acc, acc_t)
+            return finish(acc)
 
-        return dense_linear, out_t, _dense_f64(m, wmat, bias_acc, in_t, acc_t, out_t, fa - fp, modular)
+        fop = None
+        if x_map is None and binary_cast is None:
+            fop = _dense_f64(m, wmat, bias_lin, x_t, acc_t, out_t, fa - fp, modular)
+        return dense_linear, out_t, fop
     if modular:
         # each product is quantized into accum_t on its own, the sum is modular: group by input
-        rows = [(i, wmat[i], used[i] > 0) for i in range(n_in)]
+        rows = [(i, wmat[i], kmat[i], used[i] > 0) for i in range(n_in)]
 
         def dense_per_input(x):
+            if x_map is not None:
+                x = x_map(x)
             acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
-            for i, wrow, mask in rows:
-                prod = acc_t.from_raw(x[:, i : i + 1] * wrow, fp)
+            for i, wrow, krow, mask in rows:
+                prod = acc_t.from_raw(x[:, i : i + 1] * wrow + krow, fp)
                 acc += np.where(mask, prod, 0)
-            return out_t.cast(acc_t._wrap(acc), acc_t)
+            return finish(acc_t._wrap(acc))
 
         return dense_per_input, out_t
 
     # saturating accumulator that may overflow: replay every addition in the C loop order
-    wflat = w
+    wflat, kflat = w, k
 
     def dense_sequential(x):
+        if x_map is not None:
+            x = x_map(x)
         acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
         for i, wi, o in trip:
-            prod = acc_t.from_raw(x[:, i] * wflat[wi], fp)
+            prod = acc_t.from_raw(x[:, i] * wflat[wi] + kflat[wi], fp)
             acc[:, o] = acc_t.from_raw(acc[:, o] + prod, fa)
-        return out_t.cast(acc, acc_t)
+        return finish(acc)
 
     return dense_sequential, out_t
+
+
+def _dense_cast(
+    layer: Layer, in_t: FixedType, w_t: FixedType, acc_t: FixedType, out_t: FixedType, n_in: int
+) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``nnet::cast<data_T, res_T, CONFIG_T>(acc)`` (nnet_mult.h), chosen by the types alone
+    (std::is_same with ap_uint<1>), whatever the product; None for the plain ``res_T(acc)``."""
+    if not (_is_bit(in_t) and _is_bit(w_t)):
+        return None
+    # x * 2 - n_in is exact (ap_fixed arithmetic), then static_cast to ap_int<K>: C truncation
+    # toward zero of any fraction, K low bits kept
+    k_t = FixedType.parse(f"ap_int<{_ceillog2(n_in) + 2}>")
+    offset = np.int64(n_in) << np.int64(acc_t.frac) if acc_t.frac >= 0 else None
+    if offset is None:
+        raise UnsupportedLayerError(f"{layer.describe()}: binary dense with accum_t {acc_t} (negative fraction)")
+    m_width = acc_t.width + 2 + max(n_in.bit_length(), 1)
+    if m_width > 62:
+        raise UnsupportedLayerError(f"{layer.describe()}: binary cast needs {m_width} bits")
+
+    def binary_cast(acc):
+        return out_t.cast(k_t.from_raw(acc * 2 - offset, acc_t.frac), k_t)
+
+    return binary_cast
 
 
 def _dense_f64(

@@ -22,6 +22,7 @@ built (never in ``predict``), naming the layer.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import ClassVar
@@ -140,11 +141,11 @@ class FixedPointModel:
         return self._type(key, layer)
 
     def _weights(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
-        values = self.graph.weight_array(layer, arg)
+        """The raws of a weight array as ``load_weights_from_txt`` fills it: ap_fixed reads
+        each text as a double and converts it; ap_int reads it as an integer text."""
         if t.integer_type:
-            raise UnsupportedLayerError(
-                f"{layer.describe()}: integer weight type {t} (parsed as text by ap_int) is not emulated"
-            )
+            return _int_weights(layer, self.graph.weight_tokens(layer, arg), t)
+        values = self.graph.weight_array(layer, arg)
         try:
             return t.from_float(values)
         except ValueError as e:
@@ -222,3 +223,25 @@ class FixedPointModel:
         if self._io_out == "float":
             return self.output_type.to_float32(raw).astype(np.float64)
         return self._io_out.to_float(self._io_out.cast(raw, self.output_type))
+
+
+_INT_TEXT = re.compile(r"(-?)(\d+)")
+
+
+def _int_weights(layer: Layer, tokens: list[str], t: FixedType) -> np.ndarray:
+    """``std::istringstream(token) >> w`` for an ap_int/ap_uint ``w``: its ``operator>>`` reads
+    a string and builds ``ap_int_base(str, radix 0)``, i.e. ``fromString``: a leading '-' is
+    taken off, the decimal digits are read by ``sscanf("%lu")``, the 64-bit value negated for
+    '-', and the low W bits kept (sign-extended for ap_int). So "-1" in an ap_uint<1> is 1 and
+    300 in an ap_int<8> is 44: hls4ml writes integer types' weights as ``{:.0f}`` (Python's
+    round-half-even) without checking their range, and the firmware wraps them."""
+    raws = []
+    for token in tokens:
+        m = _INT_TEXT.fullmatch(token)
+        if m is None or int(m.group(2)) >= 2**63:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: weight text '{token}' for {t} is not a decimal integer the emulator reads"
+            )
+        value = int(m.group(2))
+        raws.append(-value if m.group(1) else value)
+    return t._wrap(np.array(raws, dtype=np.int64))
