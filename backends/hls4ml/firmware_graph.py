@@ -231,6 +231,7 @@ class FirmwareGraph:
 # which arguments are the layer inputs and which its output, for each supported call form
 _IO_ARGS = {
     # one entry per line, sorted: (argument indices of the inputs, argument index of the output)
+    "einsum": ((0, 1), 2),
     "elu": ((0,), 2),
     "leaky_relu": ((0,), 2),
     "prelu": ((0,), 2),
