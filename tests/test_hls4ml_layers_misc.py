@@ -17,10 +17,9 @@ import pytest
 torch = pytest.importorskip("torch")
 hls4ml = pytest.importorskip("hls4ml")
 
-from test_hls4ml_layers import PRECISION, _assert_bit_exact, _convert_torch, _keras  # noqa: E402
-
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject  # noqa: E402
+from test_hls4ml_layers import PRECISION, _assert_bit_exact, _convert_torch, _keras  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +134,7 @@ def test_pytorch_pad_upsample_einsum_bit_exact(workdir):
     torch.manual_seed(4)
 
     def tweak(layers):
-        for name, layer in layers.items():
-            precision = layer.get("Precision")
-            if isinstance(precision, dict):
-                for key, value in precision.items():
-                    if isinstance(value, str) and value == "auto":
-                        precision[key] = PRECISION
+        _no_auto(layers)
         einsum = next(name for name in layers if "einsum" in name)
         layers[einsum]["Precision"] = {"accum": "ap_fixed<14,5,AP_RND,AP_SAT>", "result": PRECISION}
 
