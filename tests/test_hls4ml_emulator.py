@@ -176,7 +176,8 @@ def test_type_parsing():
     assert FixedType.parse("ap_uint<1>").signed is False
     assert FixedType.parse("ap_int<8>").integer_type
     for bad in (
-        "ap_fixed<64,10>",
+        "ap_fixed<125,10>",  # beyond the Wide raws (126 bits less a carry)
+        "ap_fixed<80,10,AP_TRN,AP_WRAP,2>",  # saturation bits are emulated up to 63 bits only
         "ap_fixed<16,6,AP_FOO>",
         "ap_fixed<16,6,AP_TRN,AP_WRAP_SM>",
         "float",

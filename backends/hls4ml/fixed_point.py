@@ -10,7 +10,10 @@ the C-simulation compiles. The rules follow ``ap_fixed_base.h``:
   to the W-bit result;
 * products and sums are exact (``RType``), quantization happens only on assignment.
 
-Widths above 63 bits are refused: the int64 maths could not hold them.
+Raws of types up to 63 bits are int64 arrays. Wider types (hls4ml's auto-sized merges and
+accumulators reach 70-120 bits) hold their raws as :class:`~.wide.Wide` (two int64 limbs):
+``from_raw``/``cast`` and ``to_float``/``to_float32`` take and give them, with the same
+quantization and overflow rules; up to ``MAX_WIDTH`` bits.
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .wide import WIDE_BITS, Wide
+
 QUANT_MODES = ("AP_TRN", "AP_TRN_ZERO", "AP_RND", "AP_RND_ZERO", "AP_RND_INF", "AP_RND_MIN_INF", "AP_RND_CONV")
 OVERFLOW_MODES = ("AP_WRAP", "AP_SAT", "AP_SAT_ZERO", "AP_SAT_SYM")
-MAX_WIDTH = 63
+#: widest type whose raws are int64 arrays; wider ones are Wide
+INT64_WIDTH = 63
+#: widest type emulated (Wide values hold 126 bits; two more leave room for the carry of a sum)
+MAX_WIDTH = WIDE_BITS - 2
 
 _TYPE = re.compile(r"^\s*(ap_)?(u)?(fixed|int)\s*<([^<>]*)>\s*$")
 
@@ -50,9 +58,9 @@ class FixedType:
 
     def __post_init__(self):
         if not 1 <= self.width <= MAX_WIDTH:
-            raise ValueError(
-                f"{self}: width {self.width} is not supported by the numpy emulator (1..{MAX_WIDTH} bits, int64 raws)"
-            )
+            raise ValueError(f"{self}: width {self.width} is not supported by the numpy emulator (1..{MAX_WIDTH} bits)")
+        if self.width > INT64_WIDTH and self.overflow == "AP_WRAP" and self.sat_bits:
+            raise ValueError(f"{self}: saturation bits on types wider than {INT64_WIDTH} bits are not emulated")
         if self.quant not in QUANT_MODES:
             raise ValueError(f"{self}: unsupported quantization mode {self.quant}")
         if self.overflow not in OVERFLOW_MODES:
@@ -112,6 +120,11 @@ class FixedType:
 
     def max_abs_raw(self) -> int:
         return max(-self.raw_min, self.raw_max)
+
+    @property
+    def wide(self) -> bool:
+        """Whether raws of this type are :class:`Wide` rather than int64."""
+        return self.width > INT64_WIDTH
 
     # ------------------------------------------------------------------ overflow
     def _wrap(self, q: np.ndarray) -> np.ndarray:
@@ -187,8 +200,11 @@ class FixedType:
             return rem_gt_half | (rem_is_half & ((q & 1) == 1))
         raise ValueError(mode)
 
-    def from_raw(self, raw: np.ndarray, frac: int) -> np.ndarray:
-        """Assign the exact value ``raw * 2**-frac`` (int64 raw, exact) to this type."""
+    def from_raw(self, raw, frac: int):
+        """Assign the exact value ``raw * 2**-frac`` (int64 or Wide raw, exact) to this type;
+        int64 raws for types up to 63 bits, Wide ones beyond."""
+        if isinstance(raw, Wide) or self.wide:
+            return self._from_wide(Wide.of(raw), frac)
         raw = np.asarray(raw, dtype=np.int64)
         s = frac - self.frac
         if s > 0:
@@ -225,7 +241,56 @@ class FixedType:
         under = raw < -((-self.raw_min) >> k)
         return self._overflow(wrapped, over, under)
 
-    def cast(self, raw: np.ndarray, src: FixedType) -> np.ndarray:
+    def _from_wide(self, v: Wide, frac: int):
+        """:meth:`from_raw` for a Wide source or destination: the same rules, on two limbs."""
+        s = frac - self.frac
+        over = under = None
+        if s > 0:
+            neg = v.neg()
+            if s <= MAX_WIDTH:
+                q = v.sar(s)
+                rem = v.low_bits(s)
+                half = 1 << (s - 1)
+                rem_is_half, rem_gt_half, rem_nonzero = rem == half, rem > half, rem != 0
+            else:
+                # |v| < 2**125: q is 0 or -1; the remainder is v or 2**s + v, compared with 2**(s-1)
+                q = Wide.where(neg, -1, 0)
+                h = 1 << (s - 1)
+                edge = -(1 << (WIDE_BITS - 1))
+                pos_half = v == h if h < -edge else np.zeros(neg.shape, bool)
+                pos_gt = v > h if h < -edge else np.zeros(neg.shape, bool)
+                neg_half = v == -h if -h >= edge else np.zeros(neg.shape, bool)
+                neg_gt = v > -h if -h >= edge else np.ones(neg.shape, bool)
+                rem_is_half = np.where(neg, neg_half, pos_half)
+                rem_gt_half = np.where(neg, neg_gt, pos_gt)
+                rem_nonzero = v != 0
+            inc = self._round_increment(q.lo, rem_is_half, rem_gt_half, rem_nonzero, neg)
+            if inc is not None:
+                q = q + inc.astype(np.int64)
+        else:
+            k = -s
+            q = v.shl(k)  # modulo 2**126: the low W bits are exact
+            if k:
+                over = v > (self.raw_max >> k)
+                under = v < -((-self.raw_min) >> k)
+        saturating = not (self.overflow == "AP_WRAP" and self.sat_bits == 0)
+        if over is None or under is None:
+            over, under = q > self.raw_max, q < self.raw_min
+        if not self.wide:
+            wrapped = self._wrap(q.low64())
+            return self._overflow(wrapped, over, under) if saturating else wrapped
+        out = q.wrap(self.width, self.signed)
+        if not saturating:
+            return out
+        if self.overflow == "AP_SAT_ZERO":
+            return Wide.where(over | under, 0, out)
+        lo = -self.raw_max if (self.overflow == "AP_SAT_SYM" and self.signed) else self.raw_min
+        out = Wide.where(over, self.raw_max, Wide.where(under, lo, out))
+        if lo != self.raw_min:
+            out = Wide.where(out == self.raw_min, lo, out)
+        return out
+
+    def cast(self, raw, src: FixedType):
         """``dst = src_value`` (ap_fixed assignment / C-style cast)."""
         return self.from_raw(raw, src.frac)
 
@@ -298,12 +363,16 @@ class FixedType:
         return self._wrap(val)
 
     # ------------------------------------------------------------------ back to floats
-    def to_float(self, raw: np.ndarray) -> np.ndarray:
+    def to_float(self, raw) -> np.ndarray:
         """``(double)value``: exact for W <= 53, round-half-even beyond (ap_fixed::to_double)."""
+        if isinstance(raw, Wide):
+            return raw.to_float(self.frac)
         return np.ldexp(np.asarray(raw, dtype=np.int64).astype(np.float64), -self.frac)
 
-    def to_float32(self, raw: np.ndarray) -> np.ndarray:
+    def to_float32(self, raw) -> np.ndarray:
         """``(float)value`` as ap_fixed::to_float: one round-half-even step from the exact value."""
+        if isinstance(raw, Wide):
+            return raw.to_float32(self.frac)
         raw = np.asarray(raw, dtype=np.int64)
         if self.width > 53:
             # go through double with round-to-odd so the second rounding (to float) is the only one

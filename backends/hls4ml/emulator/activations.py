@@ -1,15 +1,18 @@
 """Element-wise activations: ``relu``, ``linear``, ``leaky_relu``, the table-based ``sigmoid``,
 ``tanh``, ``softplus``, ``elu``, ``selu``, and ``hard_sigmoid``/``hard_tanh``. Tables are rebuilt
-as the C++ builds them (glibc single-precision maths)."""
+as the C++ builds them (glibc single-precision maths). relu, linear and selu also take
+auto-sized inputs wider than 62 bits (Wide raws, ``wide.py``)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import FixedType, cast_f64
+from ..wide import Wide, mul
 from .maths import f32_map, f64_map, scaled_trunc, wrap32
 from .registry import register
 
@@ -18,9 +21,17 @@ if TYPE_CHECKING:
 
 
 # activations
+def _select(cond: np.ndarray, a, b, out_t: FixedType):
+    """np.where for raws of out_t (Wide when out_t is wider than 63 bits)."""
+    return Wide.where(cond, a, b) if out_t.wide else np.where(cond, a, b)
+
+
 @register("relu")
 def build_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     out_t = m._type(layer.template[1], layer)
+    if in_t.wide or out_t.wide:
+        m._wide_layer()
+        return (lambda x: out_t.cast(Wide.where(x > 0, x, 0), in_t)), out_t
 
     def relu_f64(x):
         np.maximum(x, 0.0, out=x)
@@ -33,6 +44,9 @@ def build_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def build_linear(m: FixedPointModel, layer: Layer, in_t: FixedType):
     out_t = m._type(layer.template[1], layer)
     lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+    if in_t.wide or out_t.wide:
+        m._wide_layer()  # the cast takes and gives Wide raws
+        return (lambda x: out_t.cast(x, in_t)), out_t
     return (lambda x: out_t.cast(x, in_t)), out_t, (lambda x: cast_f64(out_t, x, in_t.frac, lo, hi))
 
 
@@ -110,12 +124,38 @@ def build_softplus(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def _negative_lut(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """elu/selu negative branch: index = (int)(x * N / -8), clamped to [0, N-1]."""
     n = const_int(layer, "table_size")
-    scaled = scaled_trunc(layer, in_t.width, n << max(0, -in_t.frac), 8 << max(0, in_t.frac))
+    mul, den = n << max(0, -in_t.frac), 8 << max(0, in_t.frac)
+    g = math.gcd(mul, den)
+    if in_t.width + (mul // g).bit_length() > 62:
+        wide = _wide_scaled_trunc(layer, mul, den)
+
+        def scaled(x):
+            return wide(Wide.of(x))
+    else:
+        scaled = scaled_trunc(layer, in_t.width, mul, den)
 
     def index(x):
         return np.clip(wrap32(-scaled(x)), 0, n - 1)
 
     return index
+
+
+def _wide_scaled_trunc(layer: Layer, mul: int, den: int):
+    """x -> trunc(x * mul / den) modulo 2**64 for Wide x (only the low 32 bits reach the C
+    ``int``), where mul/den reduces to a power of two (hls4ml's power-of-two table sizes)."""
+    g = math.gcd(mul, den)
+    mul, den = mul // g, den // g
+    if mul & (mul - 1) or den & (den - 1):
+        raise UnsupportedLayerError(f"{layer.describe()}: x * table_size / range beyond 62 bits needs a power of two")
+    up, down = mul.bit_length() - 1, den.bit_length() - 1
+
+    def scaled(x):
+        if down == 0:
+            return x.shl(up).low64()
+        q = x.abs().sar(down).low64()  # truncation toward zero: shift the magnitude
+        return np.where(x.neg(), -q, q)
+
+    return scaled
 
 
 def _table_neg8(n: int, fn) -> np.ndarray:
@@ -161,10 +201,20 @@ def build_selu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     table = table_t.from_float(_table_neg8(n, lambda v: lam_d * (alpha_d * v)).astype(np.float64))
     lam_t = FixedType(16, 1, signed=False)  # typedef ap_ufixed<16, 1> selu_const_t
     lam = np.int64(lam_t.from_float(np.array([1.0507009873554805]))[0])
-    m._check_width(layer, in_t.width + lam_t.width, "lambda * x")
     index = _negative_lut(m, layer, in_t)
     neg_vals = out_t.cast(table, table_t)
     frac = in_t.frac + lam_t.frac
+    if in_t.width + lam_t.width > 62 or out_t.wide:
+        # auto-sized inputs (a Dense's accumulator): lambda * x on Wide raws
+        m._wide_layer()
+        m._check_width(layer, in_t.width + lam_t.width, "lambda * x", wide=True)
+
+        def selu_wide(x):
+            pos = out_t.from_raw(mul(x, lam), frac)
+            neg = neg_vals[index(Wide.of(x))]
+            return _select(x >= 0, pos, neg, out_t)
+
+        return selu_wide, out_t
 
     def selu(x):
         return np.where(x >= 0, out_t.from_raw(x * lam, frac), neg_vals[index(x)])

@@ -1,5 +1,6 @@
 """``nnet::dense``: latency and resource strategies, replayed in the C++ loop order where the
-order of additions can matter (saturating accumulators that may overflow)."""
+order of additions can matter (saturating accumulators that may overflow). Products and
+accumulators beyond 62 bits (hls4ml's auto-sized accumulators) run on Wide raws."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64
+from ..wide import Wide
 from .registry import register
 
 if TYPE_CHECKING:
@@ -153,7 +155,9 @@ def dense_from_arrays(
     the kernel's config differs from the matrix (EinsumDense's per-slice dense)."""
     acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
     x_map, x_t, w, k, fp = product_terms(layer, in_t, w_t, w)
-    m._check_width(layer, x_t.width + w_t.width + 1, "the product")
+    wide = x_t.width + w_t.width + 1 > 62 or any(t.wide for t in (in_t, acc_t, out_t))
+    if not wide:
+        m._check_width(layer, x_t.width + w_t.width + 1, "the product")
     wmat = np.zeros((n_in, n_out), np.int64)
     kmat = np.zeros((n_in, n_out), np.int64)
     used = np.zeros((n_in, n_out), np.int64)
@@ -172,9 +176,16 @@ def dense_from_arrays(
     linear = fa >= fp and used.max(initial=0) <= 1
     if linear and not modular:
         # saturating accumulators: the order of additions cannot matter if no partial sum can leave the range
-        peak = int((colsum * xmax + ksum).max(initial=0)) << (fa - fp)
-        bound = int(np.abs(bias_acc).max(initial=0)) + peak
+        bias_peak = max((abs(int(v)) for v in Wide.of(bias_acc).to_ints().ravel()), default=0)
+        peak = max((int(c) * xmax + int(k) for c, k in zip(colsum, ksum)), default=0) << (fa - fp)
+        bound = bias_peak + peak
         linear = bound <= min(acc_t.raw_max, -acc_t.raw_min)
+    if wide:
+        if x_map is not None or kmat.any() or binary_cast is not None:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: binary or ternary products beyond 62 bits are not emulated"
+            )
+        return _dense_wide(m, layer, wmat, bias_acc, in_t, acc_t, out_t, fp, linear, modular)
     if linear:
         matmul = _exact_matmul(wmat, xmax)
         shift = np.int64(fa - fp)
@@ -243,6 +254,62 @@ def _dense_cast(
         return out_t.cast(k_t.from_raw(acc * 2 - offset, acc_t.frac), k_t)
 
     return binary_cast
+
+
+def _dense_wide(m: FixedPointModel, layer: Layer, wmat, bias_acc, in_t, acc_t, out_t, fp: int, linear, modular):
+    """Dense whose products, accumulator or types need more than 62 bits (hls4ml's auto-sized
+    accumulators): the linear form on Wide raws. x is cut into slices small enough that each
+    slice's product with the weights is exact in float64 BLAS; the partial products are
+    shifted into place and summed in two int64 limbs (``wide.py``)."""
+    m._wide_layer()
+    colsum = int(np.abs(wmat).sum(axis=0).max(initial=0))
+    bits = in_t.width + max(1, colsum.bit_length()) + max(0, acc_t.frac - fp)
+    m._check_width(layer, bits, "the accumulated products", wide=True)
+    m._check_width(layer, acc_t.width + 1, "the accumulator plus bias", wide=True)
+    if not linear:
+        raise UnsupportedLayerError(
+            f"{layer.describe()}: {acc_t} accumulating products of {fp} fractional bits in this "
+            "order is not emulated beyond 62 bits"
+        )
+    slice_bits = min(31, (2**53 // max(colsum, 1)).bit_length() - 1)  # 2**slice_bits * colsum <= 2**53
+    if slice_bits < 4:
+        raise UnsupportedLayerError(f"{layer.describe()}: weights too large for exact sliced products")
+    wf = wmat.astype(np.float64)
+    mask = np.int64((1 << slice_bits) - 1)
+
+    def chunks(v: np.ndarray, bits: int, base: int, signed_top: bool):
+        # v's value as sum(chunk * 2**offset): unsigned slices, the top one keeps v's sign
+        n = max(1, -(-bits // slice_bits))
+        out = []
+        for k in range(n):
+            part = v >> np.int64(k * slice_bits)
+            if k < n - 1 or not signed_top:
+                part = part & mask
+            out.append((part, base + k * slice_bits))
+        return out
+
+    def matmul(x) -> Wide:
+        if isinstance(x, Wide):
+            parts = chunks(x.lo, 62, 0, False) + chunks(x.hi, max(1, in_t.width - 62), 62, True)
+        else:
+            parts = chunks(x, in_t.width, 0, True)
+        rows = x.shape[0]
+        stacked = np.concatenate([p for p, _ in parts]).astype(np.float64) @ wf  # one BLAS call, exact
+        prods = stacked.astype(np.int64)
+        acc = Wide.of(prods[:rows]).shl(parts[0][1])
+        for k, (_, offset) in enumerate(parts[1:], start=1):
+            acc = acc + Wide.of(prods[k * rows : (k + 1) * rows]).shl(offset)
+        return acc
+
+    shift = acc_t.frac - fp
+
+    def dense_wide(x):
+        acc = matmul(x).shl(shift) + bias_acc
+        if modular:
+            acc = acc_t.from_raw(acc, acc_t.frac)  # accum_t's wrap
+        return out_t.cast(acc, acc_t)
+
+    return dense_wide, out_t
 
 
 def _dense_f64(

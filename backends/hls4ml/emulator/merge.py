@@ -1,5 +1,6 @@
 """Two-input merges: ``add``, ``subtract``, ``multiply``, ``average``, ``maximum``, ``minimum``
-and ``concatenate1d``/``2d``/``3d``."""
+and ``concatenate1d``/``2d``/``3d``. Types or intermediates beyond 62 bits (hls4ml's
+auto-sized merge results) run on Wide raws (``wide.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import FixedType, cast_f64
+from ..wide import Wide, mul_wide
 from .registry import register
 
 if TYPE_CHECKING:
@@ -30,7 +32,9 @@ def build_merge(m: FixedPointModel, layer: Layer, in_t: FixedType):
     kind = layer.kind
     f = max(t1.frac, t2.frac)
     s1, s2 = np.int64(f - t1.frac), np.int64(f - t2.frac)
-    m._check_width(layer, max(t1.width + f - t1.frac, t2.width + f - t2.frac) + 2, "the merged values")
+    bits = max(t1.width + f - t1.frac, t2.width + f - t2.frac) + 2
+    if bits > 62 or any(t.wide for t in (t1, t2, out_t)) or (kind == "multiply" and t1.width + t2.width > 62):
+        return _merge_wide(m, layer, t1, t2, out_t, i1, i2, bits)
     if kind == "multiply":
         m._check_width(layer, t1.width + t2.width, "data1 * data2")
         return (lambda a, b: out_t.from_raw(a[:, i1] * b[:, i2], t1.frac + t2.frac)), out_t
@@ -48,6 +52,40 @@ def build_merge(m: FixedPointModel, layer: Layer, in_t: FixedType):
             x, y = a[:, i1], b[:, i2]
             first = (x << s1) > (y << s2) if kind == "maximum" else (x << s1) < (y << s2)
             return np.where(first, out_t.cast(x, t1), out_t.cast(y, t2))
+
+        return pick, out_t
+    raise UnsupportedLayerError(f"{layer.describe()}: merge nnet::{kind} is not supported")
+
+
+def _merge_wide(m: FixedPointModel, layer: Layer, t1, t2, out_t: FixedType, i1, i2, bits: int):
+    """The merges whose values or products need more than 62 bits (hls4ml's auto-sized
+    results): the same formulas on Wide raws (two int64 limbs, ``wide.py``)."""
+    m._wide_layer()
+    kind = layer.kind
+    f = max(t1.frac, t2.frac)
+    s1, s2 = f - t1.frac, f - t2.frac
+    m._check_width(layer, bits, "the merged values", wide=True)
+    if kind == "multiply":
+        m._check_width(layer, t1.width + t2.width, "data1 * data2", wide=True)
+        if t1.wide and t2.wide:
+            raise UnsupportedLayerError(f"{layer.describe()}: products of two types wider than 63 bits")
+        return (lambda a, b: out_t.from_raw(mul_wide(a[:, i1], b[:, i2]), t1.frac + t2.frac)), out_t
+    if kind in ("add", "subtract", "average"):
+        extra = 1 if kind == "average" else 0  # (a + b) * ap_ufixed<1,0>(0.5): one more fractional bit
+
+        def addsub(a, b):
+            x, y = Wide.of(a[:, i1]).shl(s1), Wide.of(b[:, i2]).shl(s2)
+            return out_t.from_raw(x - y if kind == "subtract" else x + y, f + extra)
+
+        return addsub, out_t
+    if kind in ("maximum", "minimum"):
+
+        def pick(a, b):
+            x, y = a[:, i1], b[:, i2]
+            xs, ys = Wide.of(x).shl(s1), Wide.of(y).shl(s2)
+            first = xs > ys if kind == "maximum" else xs < ys
+            cx, cy = out_t.cast(x, t1), out_t.cast(y, t2)
+            return Wide.where(first, cx, cy) if out_t.wide else np.where(first, cx, cy)
 
         return pick, out_t
     raise UnsupportedLayerError(f"{layer.describe()}: merge nnet::{kind} is not supported")
@@ -83,8 +121,11 @@ def build_concatenate(m: FixedPointModel, layer: Layer, in_t: FixedType):
     idx1, idx2 = tag[from1], tag[~from1] - n1
     lo1, hi1, lo2, hi2 = float(t1.raw_min), float(t1.raw_max), float(t2.raw_min), float(t2.raw_max)
 
+    if any(t.wide for t in (t1, t2, out_t)):
+        m._wide_layer()  # the casts below take and give Wide raws; the result array follows out_t
+
     def concat(a, b):
-        res = np.empty((a.shape[0], tag.size), dtype=np.int64)
+        res = Wide.empty((a.shape[0], tag.size)) if out_t.wide else np.empty((a.shape[0], tag.size), dtype=np.int64)
         res[:, from1] = out_t.cast(a[:, idx1], t1)
         res[:, ~from1] = out_t.cast(b[:, idx2], t2)
         return res
@@ -95,4 +136,6 @@ def build_concatenate(m: FixedPointModel, layer: Layer, in_t: FixedType):
         res[:, ~from1] = cast_f64(out_t, b[:, idx2], t2.frac, lo2, hi2)
         return res
 
+    if any(t.wide for t in (t1, t2, out_t)):
+        return concat, out_t
     return concat, out_t, concat_f64

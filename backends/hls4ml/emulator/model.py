@@ -14,7 +14,9 @@ Two representations of the same integers (the ``ap_fixed`` raws):
   in-place vector operations (floor/rint, clip, and a wrap only where min/max show a value
   left the range), scratch arrays are reused per model and thread;
 * int64 (``_predict_int64``): the reference formulation, used for wider types; layers
-  without a float64 form run it inside the float64 chain.
+  without a float64 form run it inside the float64 chain. Types wider than 63 bits (auto-sized
+  merges and accumulators) hold their raws as ``Wide`` pairs of int64 limbs (``wide.py``),
+  only in the layers that declare they handle them (``_wide_layer``).
 
 A layer kind the registry does not know raises ``UnsupportedLayerError`` when the model is
 built (never in ``predict``), naming the layer.
@@ -30,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, read_firmware_graph
-from ..fixed_point import FixedType, cast_f64, f64_capable, from_float_f64
+from ..fixed_point import INT64_WIDTH, MAX_WIDTH, FixedType, cast_f64, f64_capable, from_float_f64
 from ..project import Hls4mlProject, ProjectError
 from .registry import BUILDERS
 
@@ -48,9 +50,12 @@ class FixedPointModel:
         self._steps: list[tuple[list[str], str, Op, Op | None]] = []
         self._ws = threading.local()  # per-thread preallocated buffers, see _buffer
         in_type = self._type(project.input.ctype, None)
+        if in_type.width > 53:
+            raise UnsupportedLayerError(f"input type {in_type}: conversion from double beyond 53 bits is not emulated")
         self.input_type = in_type
         types: dict[str, FixedType] = {project.input.name: in_type}
-        f64 = True  # the float64 chain (exact integers below 2**52) serves every type of the model
+        self._step_f64: list[bool] = []
+        self._out_f64: list[bool] = []
         for index, layer in enumerate(self.graph.layers):
             builder = BUILDERS.get(layer.kind)
             if builder is None:
@@ -67,17 +72,30 @@ class FixedPointModel:
                     )
             self._layer_key = index
             self._in_types = in_types
+            self._wide_ok = False
             built = builder(self, layer, in_types[0])
             op, out_t = built[0], built[1]
             fop = built[2] if len(built) > 2 else None
+            if not self._wide_ok and any(t.wide for t in (*in_types, out_t)):
+                raise UnsupportedLayerError(
+                    f"{layer.describe()}: types wider than {INT64_WIDTH} bits "
+                    f"({', '.join(str(t) for t in (*in_types, out_t) if t.wide)}) are not emulated "
+                    f"for nnet::{layer.kind}"
+                )
             types[layer.output] = out_t
             self._steps.append((layer.inputs, layer.output, op, fop))
-            f64 = f64 and all(f64_capable(t) for t in (*in_types, out_t))
+            # the float64 op runs where every type of the layer fits; elsewhere the int64 op
+            self._step_f64.append(all(f64_capable(t) for t in (*in_types, out_t)))
+            self._out_f64.append(f64_capable(out_t))
         self.output_type = types[self.graph.layers[-1].output]
         self.n_in = project.input.size
         self.n_out = project.output.size
         self._io_in, self._io_out = self._accelerator_io()
-        f64 = f64 and all(f64_capable(t) for t in (self._io_in, self._io_out) if isinstance(t, FixedType))
+        # the float64 chain serves any model whose input fits: arrays of wider types stay int64
+        # (or Wide) inside it, read and written by their layers' int64 ops
+        f64 = f64_capable(in_type) and all(
+            f64_capable(t) for t in (self._io_in, self._io_out) if isinstance(t, FixedType)
+        )
         self._f64 = f64
         # an array read again later is handed to other layers as a copy (float64 ops work in place)
         self._keep: list[list[bool]] = []
@@ -87,14 +105,17 @@ class FixedPointModel:
 
     def _run(self, v: np.ndarray, use_f64: bool) -> np.ndarray:
         env = {self.project.input.name: v}
-        for (ins, out, op, fop), keep in zip(self._steps, self._keep):
+        for (ins, out, op, fop), keep, step_f64, out_f64 in zip(self._steps, self._keep, self._step_f64, self._out_f64):
             args = [env[name].copy() if k else env[name] for name, k in zip(ins, keep)]
             if not use_f64:
                 env[out] = op(*args)
-            elif fop is not None:
+            elif fop is not None and step_f64:
                 env[out] = fop(*args)
-            else:  # a layer without a float64 form: its int64 op on the same integers
-                env[out] = op(*(a.astype(np.int64) for a in args)).astype(np.float64)
+            else:  # the int64 op on the same integers; arrays of wider types are int64/Wide already
+                res = op(
+                    *(a.astype(np.int64) if isinstance(a, np.ndarray) and a.dtype == np.float64 else a for a in args)
+                )
+                env[out] = res.astype(np.float64) if out_f64 else res
             for name, k in zip(ins, keep):
                 if not k:
                     env.pop(name, None)
@@ -152,11 +173,21 @@ class FixedPointModel:
             raise UnsupportedLayerError(f"{layer.describe()}: weights '{arg}': {e}") from None
 
     @staticmethod
-    def _check_width(layer: Layer, bits: int, what: str) -> None:
-        if bits > 62:
+    def _check_width(layer: Layer, bits: int, what: str, wide: bool = False) -> None:
+        """Refuse an intermediate of ``bits`` bits: beyond 62 for int64 maths, beyond
+        ``MAX_WIDTH`` for the Wide maths of builders that have them (``wide``)."""
+        limit = MAX_WIDTH if wide else 62
+        if bits > limit:
             raise UnsupportedLayerError(
-                f"{layer.describe()}: {what} needs {bits} bits, beyond the emulator's int64 raws"
+                f"{layer.describe()}: {what} needs {bits} bits, beyond the emulator's "
+                + (f"{limit}-bit wide raws" if wide else "int64 raws")
             )
+
+    def _wide_layer(self) -> None:
+        """Called by a builder whose ops take and give Wide raws (``wide.py``) wherever its
+        input or output types are wider than 63 bits; any other builder meeting such a type
+        is refused when the model is built."""
+        self._wide_ok = True
 
     # ------------------------------------------------------------------ I/O
     def _accelerator_io(self):
@@ -200,6 +231,8 @@ class FixedPointModel:
             v = cast_f64(self.input_type, v, io_in.frac, float(io_in.raw_min), float(io_in.raw_max))
         v = self._run(v, True)
         out_t = self.output_type
+        if not f64_capable(out_t):
+            return self._output_int64(v)
         if isinstance(self._io_out, FixedType):
             io_out = self._io_out
             v = cast_f64(io_out, v, out_t.frac, float(out_t.raw_min), float(out_t.raw_max))
@@ -217,7 +250,10 @@ class FixedPointModel:
             raw = self.input_type.from_float(x.astype(np.float32).astype(np.float64))
         else:
             raw = self.input_type.cast(self._io_in.from_float(x.astype(np.float64)), self._io_in)
-        raw = self._run(raw, False)
+        return self._output_int64(self._run(raw, False))
+
+    def _output_int64(self, raw) -> np.ndarray:
+        """result_t raws (int64 or Wide) -> the firmware's output values."""
         if self._io_out is None:
             return self.output_type.to_float(raw)
         if self._io_out == "float":

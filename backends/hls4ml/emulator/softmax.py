@@ -1,5 +1,6 @@
 """``nnet::softmax``: the ``latency``, ``stable``, ``legacy`` and ``argmax`` implementations, with
-the exp/inverse tables rebuilt as the C++ builds them and indexed from the same input bits."""
+the exp/inverse tables rebuilt as the C++ builds them and indexed from the same input bits;
+``nnet::softmax_multidim`` (a softmax along one axis of a 2-D/3-D tensor) runs it per slice."""
 
 from __future__ import annotations
 
@@ -31,13 +32,48 @@ def _real_from_idx(t: FixedType, size: int) -> np.ndarray:
     return t.to_float32(raw)
 
 
-@register("softmax")
+@register("softmax", "softmax_multidim")
 def build_softmax(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """``softmax`` over the whole array, or ``softmax_multidim`` (Softmax on an axis of a 2-D/3-D
+    tensor): the same softmax on every slice of ``n_slice`` values ``data[i * n_slice * n_inner
+    + j * n_inner + k]`` (j = 0..n_slice-1) for each outer i and inner k, as the C++ loops."""
+    consts = layer.config.get("consts", {})
+    n_in = const_int(layer, "n_in")
+    n = const_int(layer, "n_slice") if "n_slice" in consts else n_in
+    n_outer = const_int(layer, "n_outer") if "n_outer" in consts else 1
+    n_inner = const_int(layer, "n_inner") if "n_inner" in consts else 1
+    if n_outer * n * n_inner != n_in:
+        raise UnsupportedLayerError(f"{layer.describe()}: n_outer * n_slice * n_inner != n_in")
+    built = _softmax_1d(m, layer, in_t, n)
+    if n == n_in:
+        return built
+    # positions of each slice, one slice per row: (outer, inner) major, j minor
+    order = (
+        np.arange(n_outer)[:, None, None] * (n * n_inner)
+        + np.arange(n_inner)[None, :, None]
+        + np.arange(n)[None, None, :] * n_inner
+    ).reshape(-1)
+    back = np.argsort(order)
+    slices = n_outer * n_inner
+
+    def per_slice(op):
+        if op is None:
+            return None
+
+        def multidim(x):
+            rows = x.shape[0]
+            y = op(x[:, order].reshape(rows * slices, n))
+            return y.reshape(rows, n_in)[:, back]
+
+        return multidim
+
+    return (per_slice(built[0]), built[1], *(per_slice(f) for f in built[2:]))
+
+
+def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
+    """nnet::softmax on rows of ``n`` values."""
     out_t = m._type(layer.template[1], layer)
     consts = layer.config.get("consts", {})
-    n = const_int(layer, "n_in")
-    if "n_slice" in consts and const_int(layer, "n_slice") != n:
-        raise UnsupportedLayerError(f"{layer.describe()}: multi-dimensional softmax is not supported")
     impl = consts.get("implementation", "nnet::softmax_implementation::latency").split("::")[-1]
     if impl == "argmax":
         one = int(out_t.from_raw(np.array([1], np.int64), 0)[0])

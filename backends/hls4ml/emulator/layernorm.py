@@ -1,0 +1,102 @@
+"""``nnet::layernormalize`` (Keras LayerNormalization on axis 2, PyTorch nn.LayerNorm), as
+nnet_layernorm.h computes it for each of the ``seq_len`` rows of ``dim = n_in / seq_len``
+values:
+
+* ``sum += accum_t(x[i])`` in index order, each step quantized into ``accum_t`` (the order
+  matters once a saturating accumulator clips), ``mean = accum_t(sum * k_inv)`` with
+  ``k_inv = accum_t(1.0 / dim)``;
+* ``d[i] = accum_t(accum_t(x[i]) - mean)``, ``sum2 += accum_t(d[i] * d[i])`` in order,
+  ``var = accum_t(sum2 * k_inv)``;
+* the inverse square root from a table of ``table_size`` entries ``table_t(1.0 / sqrtf(
+  min + step * i))`` (min = 10**-epsilon_power_of_10, step = 2**-table_range_power2 /
+  table_size, single precision as the C++ builds it), indexed by ``int(var * table_size *
+  2**table_range_power2)`` clamped to the table;
+* ``res[i] = d[i] * inv * scale[i] + bias[i]``, exact, quantized once into the result type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..firmware_graph import Layer, UnsupportedLayerError, const_int
+from ..fixed_point import FixedType
+from .maths import trunc_div, wrap32
+from .registry import register
+
+if TYPE_CHECKING:
+    from .model import FixedPointModel
+
+
+def _inv_sqrt_table(layer: Layer, table_t: FixedType, size: int, eps_pow10: int, range_pow2: int) -> np.ndarray:
+    """init_invert_sqr_table: float arithmetic, ``1.0 / sqrt(float)`` in double, then table_t."""
+    min_val = np.float32(10.0**-eps_pow10)  # pow(10.0f, -(int)p): the double power, stored as float
+    max_val = np.float32(2.0**-range_pow2)
+    step = np.float32(max_val / np.float32(size))
+    with np.errstate(over="ignore"):
+        in_val = min_val + step * np.arange(size, dtype=np.float32)  # float * float, float + float
+    root = np.sqrt(in_val.astype(np.float32))  # sqrt(float) -> float (correctly rounded, as sqrtf)
+    val = 1.0 / root.astype(np.float64)
+    try:
+        return table_t.from_float(val)
+    except ValueError as e:
+        raise UnsupportedLayerError(f"{layer.describe()}: table_t: {e}") from None
+
+
+@register("layernormalize")
+def build_layernorm(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    out_t = m._type(layer.template[1], layer)
+    acc_t, table_t = m._cfg_type(layer, "accum_t"), m._cfg_type(layer, "table_t")
+    s_t, b_t = m._cfg_type(layer, "scale_t"), m._cfg_type(layer, "bias_t")
+    n_in, seq_len = const_int(layer, "n_in"), const_int(layer, "seq_len")
+    size = const_int(layer, "table_size")
+    eps_pow10, range_pow2 = const_int(layer, "epsilon_power_of_10"), const_int(layer, "table_range_power2")
+    if seq_len <= 0 or n_in % seq_len:
+        raise UnsupportedLayerError(f"{layer.describe()}: n_in {n_in} is not a multiple of seq_len {seq_len}")
+    dim = n_in // seq_len
+    scale = m._weights(layer, layer.args[2], s_t)
+    bias = m._weights(layer, layer.args[3], b_t)
+    if scale.size < dim or bias.size < dim:
+        raise UnsupportedLayerError(f"{layer.describe()}: scale/bias shorter than {dim}")
+    scale, bias = scale[:dim], bias[:dim]
+    table = _inv_sqrt_table(layer, table_t, size, eps_pow10, range_pow2)
+    try:
+        k_inv = int(acc_t.from_float(np.array([1.0 / dim]))[0])
+    except ValueError as e:
+        raise UnsupportedLayerError(f"{layer.describe()}: accum_t: {e}") from None
+    fa = acc_t.frac
+    # widths of the exact intermediates (all int64 maths)
+    m._check_width(layer, max(acc_t.width, in_t.width + max(0, fa - in_t.frac)) + 1, "sum + x")
+    m._check_width(layer, 2 * acc_t.width, "sum * k_inv, d * d")
+    fprod = fa + table_t.frac + s_t.frac
+    f = max(fprod, b_t.frac)
+    m._check_width(layer, acc_t.width + table_t.width + s_t.width + (f - fprod) + 1, "d * inv * scale + bias")
+    m._check_width(layer, b_t.width + (f - b_t.frac) + 1, "d * inv * scale + bias")
+    # index = int(var * table_size * 2**range_pow2): truncation toward zero of an exact product
+    mul = size << range_pow2
+    m._check_width(layer, acc_t.width + mul.bit_length(), "var * table_size")
+    scale_up, bias_up = np.int64(f - fprod), bias << np.int64(f - b_t.frac)
+
+    def to_acc(x):
+        return acc_t.cast(x, in_t)
+
+    def layernorm(x):
+        rows = x.shape[0]
+        v = x.reshape(rows * seq_len, dim)
+        xa = to_acc(v)
+        total = np.zeros(v.shape[0], np.int64)
+        for i in range(dim):  # the C loop's order: every partial sum is quantized
+            total = acc_t.from_raw(total + xa[:, i], fa)
+        mean = acc_t.from_raw(total * np.int64(k_inv), 2 * fa)
+        d = acc_t.from_raw(xa - mean[:, None], fa)
+        total2 = np.zeros(v.shape[0], np.int64)
+        for i in range(dim):
+            total2 = acc_t.from_raw(total2 + acc_t.from_raw(d[:, i] * d[:, i], 2 * fa), fa)
+        var = acc_t.from_raw(total2 * np.int64(k_inv), 2 * fa)
+        index = wrap32(trunc_div(var * np.int64(mul), 1 << fa) if fa > 0 else var * np.int64(mul << -fa))
+        inv = table[np.clip(index, 0, size - 1)]
+        res = ((d * inv[:, None] * scale) << scale_up) + bias_up
+        return out_t.from_raw(res, f).reshape(rows, n_in)
+
+    return layernorm, out_t
