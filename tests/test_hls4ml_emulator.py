@@ -21,6 +21,7 @@ hls4ml = pytest.importorskip("hls4ml")
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
 from fpgaserve.backends.hls4ml.fixed_point import FixedType, cast_f64, f64_capable, from_float_f64  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError  # noqa: E402
+from fpgaserve.backends.hls4ml.wide import Wide, mul, mul64  # noqa: E402
 from server_process import BUNDLED_REPO  # noqa: E402
 
 AP_TYPES = Path(hls4ml.__file__).parent / "templates" / "vivado" / "ap_types"
@@ -29,6 +30,21 @@ OVERFLOW = ["AP_WRAP", "AP_SAT", "AP_SAT_ZERO", "AP_SAT_SYM"]
 
 
 # ---------------------------------------------------------------------------- ap_fixed itself
+WIDER = [
+    "ap_fixed<93,45>",
+    "ap_fixed<80,30,AP_RND,AP_SAT>",
+    "ap_fixed<73,20,AP_RND_CONV,AP_SAT_SYM>",
+    "ap_ufixed<90,40,AP_RND_ZERO,AP_SAT>",
+    "ap_fixed<70,36,AP_RND_INF,AP_SAT_ZERO>",
+    "ap_fixed<120,60,AP_TRN_ZERO,AP_WRAP>",
+    "ap_fixed<100,20,AP_RND_MIN_INF,AP_WRAP>",
+    "ap_fixed<66,30,AP_TRN,AP_SAT>",
+    "ap_fixed<16,6,AP_RND,AP_SAT>",
+    "ap_fixed<40,12,AP_RND_MIN_INF,AP_WRAP>",
+    "ap_ufixed<50,10,AP_RND_CONV,AP_SAT_SYM>",
+]
+
+
 def _probe_values() -> np.ndarray:
     rng = np.random.default_rng(0)
     grid = np.arange(-40, 40, 1 / 64)
@@ -104,6 +120,13 @@ def ap_fixed_reference(tmp_path_factory):
             f"ap_fixed<62,30> p = a*b; {t} v = p; float f = v; double d = v; "
             f'printf("%llu %a %a\\n", bits(v), (double)f, d); }}'
         )
+    for t in WIDER:  # assignment from an exact 93-bit product (Wide raws), bits as two 64-bit halves
+        lines.append(
+            f"for(int i=0;i<n;i++){{ ap_fixed<31,15> a = x[i]; ap_fixed<31,15> b = x[i]*1.37; "
+            f"ap_fixed<31,15> c = x[i]*0.61+1; ap_fixed<93,45> p = a*b*c; {t} v = p; "
+            f"ap_uint<128> u = v.range({t}::width-1,0); float f = v; double d = v; "
+            f'printf("%llu %llu %a %a\\n", u.range(127,64).to_uint64(), u.range(63,0).to_uint64(), (double)f, d); }}'
+        )
     lines.append("return 0; }")
     work = tmp_path_factory.mktemp("apfixed")
     (work / "probe.cpp").write_text("\n".join(lines))
@@ -114,6 +137,33 @@ def ap_fixed_reference(tmp_path_factory):
         "\n"
     )
     return {"x": x, "out": out, "narrow": narrow, "sources": sources, "wide": wide}
+
+
+def test_wide_fixed_point_matches_ap_fixed(ap_fixed_reference):
+    """Types beyond 63 bits (Wide raws) and narrow types fed from a 93-bit product, against
+    ap_fixed: every quantization and overflow mode, and both conversions back to floats."""
+    ref = ap_fixed_reference
+    x, out, n = ref["x"], ref["out"], len(ref["x"])
+    pos = len(out) - 1 - n * len(WIDER)  # the last section of the probe's output
+    a = FixedType.parse("ap_fixed<31,15>")
+    product = mul(mul64(a.from_float(x), a.from_float(x * 1.37)), a.from_float(x * 0.61 + 1))  # 48 fractional bits
+    failures = []
+    for text in WIDER:
+        t = FixedType.parse(text)
+        rows = [line.split() for line in out[pos : pos + n]]
+        pos += n
+        want = [(int(r[0]) << 64) | int(r[1]) for r in rows]
+        if t.signed:
+            want = [v - (1 << t.width) if v >> (t.width - 1) else v for v in want]
+        raw = t.from_raw(product, 48)
+        got = raw.to_ints() if isinstance(raw, Wide) else raw
+        if [int(v) for v in got] != want:
+            failures.append(f"ap_fixed<93,45> -> {text}")
+        if not np.array_equal(t.to_float32(raw).astype(np.float64), [float.fromhex(r[2]) for r in rows]):
+            failures.append(f"{text} (from 93 bits) -> float")
+        if not np.array_equal(t.to_float(raw), [float.fromhex(r[3]) for r in rows]):
+            failures.append(f"{text} (from 93 bits) -> double")
+    assert not failures, failures
 
 
 def test_fixed_point_matches_ap_fixed(ap_fixed_reference):
