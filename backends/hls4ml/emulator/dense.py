@@ -205,29 +205,44 @@ def dense_from_arrays(
         return dense_linear, out_t, fop
     if modular:
         # each product is quantized into accum_t on its own, the sum is modular: group by input
-        rows = [(i, wmat[i], kmat[i], used[i] > 0) for i in range(n_in)]
+        rows = [(i, wmat[i], kmat[i], None if (used[i] > 0).all() else used[i] > 0) for i in range(n_in)]
+        quantize = fast_from_raw(acc_t, fp, overflow=False)  # the wrap of the sum covers the products'
 
         def dense_per_input(x):
             if x_map is not None:
                 x = x_map(x)
             acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
             for i, wrow, krow, mask in rows:
-                prod = acc_t.from_raw(x[:, i : i + 1] * wrow + krow, fp)
-                acc += np.where(mask, prod, 0)
-            return finish(acc_t._wrap(acc))
+                prod = quantize(x[:, i : i + 1] * wrow + krow)
+                acc += prod if mask is None else np.where(mask, prod, 0)
+            acc = acc_t._wrap(acc)
+            return acc if (binary_cast is None and out_t == acc_t) else finish(acc)
 
         return dense_per_input, out_t
 
-    # saturating accumulator that may overflow: replay every addition in the C loop order
-    wflat, kflat = w, k
+    # saturating accumulator that may overflow: replay every addition in the C loop order. Only
+    # the order of the additions into each accumulator matters, so the k-th addition of every
+    # output is one vector operation (a round; the latency kernel's rounds are its inputs)
+    per_out: list[list[tuple[int, int]]] = [[] for _ in range(n_out)]
+    for i, wi, o in trip:
+        per_out[o].append((i, wi))
+    rounds = []
+    for r in range(max((len(seq) for seq in per_out), default=0)):
+        picked = [(seq[r][0], seq[r][1], o) for o, seq in enumerate(per_out) if r < len(seq)]
+        ins = np.array([i for i, _, _ in picked], np.intp)
+        outs = np.array([o for _, _, o in picked], np.intp)
+        src = slice(int(ins[0]), int(ins[0]) + 1) if (ins == ins[0]).all() else ins  # one input: broadcast
+        dst = slice(None) if np.array_equal(outs, np.arange(n_out)) else outs
+        wis = [wi for _, wi, _ in picked]
+        rounds.append((src, w[wis], k[wis], dst))
+    quantize, accumulate = fast_from_raw(acc_t, fp), fast_from_raw(acc_t, fa)
 
     def dense_sequential(x):
         if x_map is not None:
             x = x_map(x)
         acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
-        for i, wi, o in trip:
-            prod = acc_t.from_raw(x[:, i] * wflat[wi] + kflat[wi], fp)
-            acc[:, o] = acc_t.from_raw(acc[:, o] + prod, fa)
+        for src, wv, kv, dst in rounds:
+            acc[:, dst] = accumulate(acc[:, dst] + quantize(x[:, src] * wv + kv))
         return finish(acc)
 
     return dense_sequential, out_t
@@ -310,6 +325,36 @@ def _dense_wide(m: FixedPointModel, layer: Layer, wmat, bias_acc, in_t, acc_t, o
         return out_t.cast(acc, acc_t)
 
     return dense_wide, out_t
+
+
+def fast_from_raw(t: FixedType, frac: int, overflow: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+    """``raw -> t.from_raw(raw, frac)`` in a few passes for the modes accumulators and states
+    use (AP_TRN, AP_RND or AP_RND_CONV; AP_WRAP or AP_SAT): an offset and a shift, then the
+    wrap or a clip; ``from_raw`` itself for every other case. ``overflow=False`` leaves out an
+    AP_WRAP type's wrap, for terms of a sum that is wrapped once at the end."""
+    s = frac - t.frac
+    modes = ("AP_TRN", "AP_RND", "AP_RND_CONV")
+    if t.quant not in modes or t.overflow not in ("AP_WRAP", "AP_SAT") or t.sat_bits or not 0 <= s < 62:
+        return lambda raw: t.from_raw(raw, frac)
+    shift, lo, hi = np.int64(s), np.int64(t.raw_min), np.int64(t.raw_max)
+    # floor((raw + half) / 2**s) rounds half up; half - 1 plus the floor's lowest bit rounds half to even
+    half = np.int64(1 << (s - 1) if s and t.quant != "AP_TRN" else 0)
+    even = s > 0 and t.quant == "AP_RND_CONV"
+    one = np.int64(1)
+    wrap = t.overflow == "AP_WRAP"
+
+    def cast(raw):
+        if even:
+            q = (raw + (half - one) + ((raw >> shift) & one)) >> shift
+        elif shift:
+            q = (raw + half if half else raw) >> shift
+        else:
+            q = raw
+        if wrap:
+            return t._wrap(q) if overflow else q
+        return np.clip(q, lo, hi)
+
+    return cast
 
 
 def _dense_f64(
