@@ -297,9 +297,12 @@ class SmallSoftmax(torch.nn.Module):
 
 
 class WithPrelu(torch.nn.Module):
+    """PReLU() with one shared slope: hls4ml 1.3 writes it as a 1-value array that nnet::prelu
+    reads at every index, past its end, so the emulator refuses it."""
+
     def __init__(self):
         super().__init__()
-        self.fc1, self.prelu = torch.nn.Linear(4, 3), torch.nn.PReLU(3)
+        self.fc1, self.prelu = torch.nn.Linear(4, 3), torch.nn.PReLU()
 
     def forward(self, x):
         return self.prelu(self.fc1(x))
@@ -453,7 +456,7 @@ def test_layers_recognised(built):
 
 def test_unsupported_layer_is_a_load_error(tmp_path):
     _convert(_init(WithPrelu(), 3), 4, tmp_path / "prelu", compile=False)
-    with pytest.raises(UnsupportedLayerError, match=r"layer 'prelu' \(nnet::prelu.*not supported"):
+    with pytest.raises(UnsupportedLayerError, match=r"layer 'prelu' \(nnet::prelu.*the firmware reads beyond it"):
         FixedPointModel(Hls4mlProject.load(tmp_path / "prelu"))
     assert issubclass(UnsupportedLayerError, ProjectError)
 

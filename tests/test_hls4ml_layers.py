@@ -283,15 +283,18 @@ def test_hard_tanh_bit_exact_with_csim(workdir):
 
 
 def test_unemulated_layer_is_refused_with_its_name(workdir, tmp_path):
-    """softsign stays in csim: refused at build time, naming the layer."""
+    """A function the emulator does not know (here a hand-written one in an edited firmware)
+    stays in csim: refused at build time, naming the layer."""
     src = workdir / "conv2d"
     if not src.is_dir():
         factory, shape, tweak, _ = TORCH_MODELS["conv2d"]
         _convert_torch(factory(), shape, src, tweak)
-    dst = tmp_path / "softsign"
+    dst = tmp_path / "custom"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "ap_types"))
     top = dst / "firmware" / "myproject.cpp"
     text = top.read_text()
-    top.write_text(text.replace("nnet::relu<", "nnet::softsign<", 1))
-    with pytest.raises(UnsupportedLayerError, match=r"layer 'r1' \(nnet::softsign, relu_config3\).*not supported"):
+    top.write_text(text.replace("nnet::relu<", "nnet::my_custom_activation<", 1))
+    with pytest.raises(
+        UnsupportedLayerError, match=r"layer 'r1' \(nnet::my_custom_activation, relu_config3\).*not supported"
+    ):
         FixedPointModel(Hls4mlProject.load(dst))

@@ -189,12 +189,12 @@ def test_auto_mode_without_card_runs_numpy(tmp_path_factory, cache_dir):
 
 
 def test_auto_mode_runs_csim_when_a_layer_is_not_emulated(tmp_path, tmp_path_factory, cache_dir):
-    """A firmware with a layer the emulator refuses (nnet::softsign) is served by csim in auto
+    """A firmware with a layer the emulator refuses (nnet::relu1, a clip to [0, 1]) is served by csim in auto
     mode, and the log line names the layer; the other model of the repository stays numpy."""
     repo = _broken_repo(
         tmp_path,
-        "facile_softsign",
-        lambda d: _edit(d / "1/firmware/myproject.cpp", "nnet::relu<fc1_result_t", "nnet::softsign<fc1_result_t"),
+        "facile_relu1",
+        lambda d: _edit(d / "1/firmware/myproject.cpp", "nnet::relu<fc1_result_t", "nnet::relu1<fc1_result_t"),
     )
     shutil.copytree(BUNDLED_REPO / "jet_tagger", repo / "jet_tagger")
     proc = _serve("auto", [repo], tmp_path_factory, cache_dir)
@@ -203,11 +203,11 @@ def test_auto_mode_runs_csim_when_a_layer_is_not_emulated(tmp_path, tmp_path_fac
         with grpcclient.InferenceServerClient(proc.url) as client:
             t = grpcclient.InferInput("input", list(x.shape), "FP32")
             t.set_data_from_numpy(x)
-            got = client.infer("facile_softsign", [t]).as_numpy("output/BiasAdd")
+            got = client.infer("facile_relu1", [t]).as_numpy("output/BiasAdd")
         log = proc.log()
         assert re.search(
-            r"model facile_softsign: .* runs in csim mode \(auto: no xclbin in the version folder; not every layer "
-            r"is emulated by numpy: layer 'relu1' \(nnet::softsign, relu_config3\): nnet::softsign is not supported",
+            r"model facile_relu1: .* runs in csim mode \(auto: no xclbin in the version folder; not every layer "
+            r"is emulated by numpy: layer 'relu1' \(nnet::relu1, relu_config3\): nnet::relu1 is not supported",
             log,
         ), log
         assert re.search(r"model jet_tagger: .* runs in numpy mode \(auto: ", log)
@@ -216,10 +216,10 @@ def test_auto_mode_runs_csim_when_a_layer_is_not_emulated(tmp_path, tmp_path_fac
     from fpgaserve.backends.hls4ml.csim import CsimLibrary
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
 
-    lib = CsimLibrary.load(Hls4mlProject.load(repo / "facile_softsign" / "1"), cache_dir=cache_dir)
+    lib = CsimLibrary.load(Hls4mlProject.load(repo / "facile_relu1" / "1"), cache_dir=cache_dir)
     want = lib.predict(x).astype(np.float32)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    # softsign, not relu: the csim really ran the edited firmware
+    # relu1, not relu: the csim really ran the edited firmware
     relu = CsimLibrary.load(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1"), cache_dir=cache_dir)
     assert not np.array_equal(want, relu.predict(x).astype(np.float32))
 
