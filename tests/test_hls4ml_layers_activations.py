@@ -86,6 +86,9 @@ def _keras_acts(keras):
         layers.Activation("elu", name="elu")(i),
         layers.Activation("selu", name="selu")(i),
     ]
+    # inputs wider than 20 bits: softsign and ternary_tanh computed per value, not tabulated
+    wide = layers.Dense(6, name="fcw")(i)
+    outs += [layers.Activation("softsign", name="ssign3")(wide), layers.Activation(ternary_tanh, name="tern3")(wide)]
     x = outs[0]
     for k, o in enumerate(outs[1:]):
         x = layers.Concatenate(name=f"cat{k}")([x, o])
@@ -106,6 +109,7 @@ def _convert_keras_acts(keras, outdir):
             layer["Precision"]["result"] = "ap_fixed<40,8>" if name.startswith("cat") else PRECISION
     _set_tables(layers, TABLES)
     layers["tern2"]["Precision"]["result"] = "ap_fixed<2,1,AP_TRN,AP_SAT>"  # +1 saturates to 0.5
+    layers["fcw"]["Precision"]["result"] = "ap_fixed<24,6>"  # 2 * x wraps from 16 up
     layers["bin"]["Precision"]["result"] = "ap_uint<1>"  # binary_cast's 1/0 overload
     layers["bin2"]["Precision"]["result"] = "ap_ufixed<4,2>"  # -1 wraps to 3
     layers["thr"]["Precision"]["param"] = "ap_fixed<6,2,AP_RND>"  # theta on a coarser grid
@@ -264,6 +268,8 @@ def test_keras_activations_bit_exact_with_csim(tmp_path):
     kinds = {"softsign", "prelu", "thresholded_relu", "ternary_tanh", "binary_tanh"}
     kinds |= {"sigmoid", "tanh", "softplus", "elu", "selu"}
     model = _assert_bit_exact("keras_acts", hm, tmp_path / "keras", kinds)
+    wide = [x for x in model.graph.layers if x.name in ("ssign3", "tern3")]
+    assert [model._type(x.template[0], x).width for x in wide] == [24, 24]
     _assert_grid_bit_exact("keras_acts", hm, model)
     for name, (size, table_t, _result) in TABLES.items():  # the settings reached the firmware
         layer = next(x for x in model.graph.layers if x.name == name)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..firmware_graph import Layer
 from ..fixed_point import FixedType, cast_f64
+from .activations_tables import tabulate_domain
 from .registry import register
 
 if TYPE_CHECKING:
@@ -72,4 +73,7 @@ def build_ternary_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
         d = cast_f64(in_t, x, f, lo, hi)
         return np.where(d > t_pos, float(one), np.where(d > t_neg, float(zero), float(minus)))
 
+    tabulated = tabulate_domain(ternary, in_t)  # a narrow input: one gather per value
+    if tabulated is not None:
+        return tabulated[0], out_t, tabulated[1]
     return ternary, out_t, ternary_f64

@@ -36,12 +36,42 @@ def softsign_table(n: int) -> np.ndarray:
     return (v / (np.abs(v) + 1.0)).astype(np.float32)
 
 
+#: inputs up to this many bits get their whole domain tabulated (2**20 int64s: 8 MiB)
+_DOMAIN_BITS = 20
+
+
+def tabulate_domain(op, in_t: FixedType):
+    """For an element-wise op that treats every column alike and an input of at most
+    ``_DOMAIN_BITS`` bits: ``(op, op_f64)`` that look the result up in ``op`` evaluated once
+    per possible input raw at build time, so predict is one gather; None for wider inputs."""
+    if in_t.width > _DOMAIN_BITS:
+        return None
+    lo = np.int64(in_t.raw_min)
+    full = op(np.arange(in_t.raw_min, in_t.raw_max + 1, dtype=np.int64))
+    full_f = full.astype(np.float64)
+
+    def lookup(x):
+        return full[x - lo]
+
+    def lookup_f64(x):
+        x -= float(lo)
+        return full_f[x.astype(np.intp)]
+
+    return lookup, lookup_f64
+
+
 @register("softsign")
 def build_softsign(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """The sigmoid-style lookup (``_lut_activation``), tabulated over the input's domain where
+    it is narrow (the index arithmetic, a C division per element, then runs once per raw)."""
     table_t = m._cfg_type(layer, "table_t")
     n = const_int(layer, "table_size")
     table = table_t.from_float(softsign_table(n).astype(np.float64))
-    return _lut_activation(m, layer, in_t, table, table_t, 16)
+    lut, out_t = _lut_activation(m, layer, in_t, table, table_t, 16)
+    tabulated = tabulate_domain(lut, in_t)
+    if tabulated is None:
+        return lut, out_t
+    return tabulated[0], out_t, tabulated[1]
 
 
 @register("unary_lut")
