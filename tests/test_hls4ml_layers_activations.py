@@ -4,7 +4,8 @@ prelu, thresholded_relu, binary_tanh, ternary_tanh, unary_lut, and the table act
 
 Each firmware is written by hls4ml itself and compiled by it (``HLSModel.compile``); the
 emulator must equal ``HLSModel.predict`` bit for bit on both its paths (see
-test_hls4ml_layers.py). Where each layer comes from in hls4ml 1.3:
+test_hls4ml_layers.py), on the usual inputs and on every value of the ap_fixed<16,6> grid.
+Where each layer comes from in hls4ml 1.3:
 
 * Keras 3: ``Activation("softsign")``, ``PReLU``, ``ReLU(threshold=...)`` (-> thresholded_relu),
   and ``Activation(f)`` for a function named ``binary_tanh``/``ternary_tanh``: the Keras 3
@@ -18,9 +19,10 @@ test_hls4ml_layers.py). Where each layer comes from in hls4ml 1.3:
   ``UnaryLUT`` layer the HGQ converter emits, its table in the HGQ order (indexed by the
   input's two's complement bits).
 
-Table settings are set as hls4ml reads them: ``TableSize`` and ``table_t`` keys of a layer's
-config (a ``table`` entry under ``Precision``, which config_from_*_model shows, is ignored by
-hls4ml 1.3: the table stays ap_fixed<18,8>).
+Table settings are set as hls4ml reads them: ``TableSize`` and ``table_t`` keys of an
+activation's config (the ``table`` entry under ``Precision`` that config_from_*_model shows is
+ignored by hls4ml 1.3 for these, the table stays ap_fixed<18,8>; a UnaryLUT's table type is that
+entry, as its table is a weight).
 """
 
 from __future__ import annotations
