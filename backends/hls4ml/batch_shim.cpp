@@ -6,7 +6,10 @@
 // the ctypes/numpy overhead per row; here the loop over rows runs in C++, and ctypes
 // releases the GIL for the whole batch.
 //
-// Only io_parallel projects (top function on arrays) are served; project.py refuses io_stream.
+// io_parallel top functions take arrays; a plain io_stream top function takes hls::stream<input_t>
+// of nnet::array words (FPGASERVE_IO_STREAM): the row goes in and out through hls4ml's own
+// stream convert_data (nnet_helpers.h), as its bridge does. VivadoAccelerator projects of either
+// io type are called through <project>_axi, which takes arrays.
 //
 // Each row goes through exactly the conversions the firmware sees:
 //  * VivadoAccelerator projects: the value is converted to the stream word type of
@@ -20,6 +23,7 @@
 #define FPGASERVE_ACCELERATOR @ACCELERATOR@
 #define FPGASERVE_N_IN @N_IN@
 #define FPGASERVE_N_OUT @N_OUT@
+#define FPGASERVE_IO_STREAM @IO_STREAM@
 
 #if FPGASERVE_ACCELERATOR
 #include "firmware/@PROJECT@_axi.h"
@@ -57,6 +61,15 @@ typedef @OUT_CTYPE@ fpgaserve_word_out;
 template <class src_T> inline void run_one(const src_T *src, double *dst) {
     // convert_data takes non-const pointers but only reads src.
     src_T *in = const_cast<src_T *>(src);
+#if !FPGASERVE_ACCELERATOR && FPGASERVE_IO_STREAM
+    // the stream layers keep state in statics (line buffers, pixel counters): csim.py calls
+    // an io_stream library from one thread at a time
+    hls::stream<@IN_CTYPE@> in_stream("fpgaserve_in");
+    hls::stream<@OUT_CTYPE@> out_stream("fpgaserve_out");
+    nnet::convert_data<src_T, @IN_CTYPE@, FPGASERVE_N_IN>(in, in_stream);
+    @PROJECT@(in_stream, out_stream);
+    nnet::convert_data<@OUT_CTYPE@, double, FPGASERVE_N_OUT>(out_stream, dst);
+#else
     fpgaserve_word_in in_words[FPGASERVE_N_IN];
     fpgaserve_word_out out_words[FPGASERVE_N_OUT];
     nnet::convert_data<src_T, fpgaserve_word_in, FPGASERVE_N_IN>(in, in_words);
@@ -66,6 +79,7 @@ template <class src_T> inline void run_one(const src_T *src, double *dst) {
     @PROJECT@(in_words, out_words);
 #endif
     nnet::convert_data<fpgaserve_word_out, double, FPGASERVE_N_OUT>(out_words, dst);
+#endif
 }
 
 template <class src_T> inline void run_batch(const src_T *x, double *y, long n) {

@@ -267,6 +267,10 @@ class CsimLibrary:
         self.word_types = word_types
         #: whether this load compiled the library (False: found in the build cache)
         self.built = built
+        # io_stream layers keep their line buffers and pixel counters in function statics:
+        # two samples through them at once would mix; calls are serialised (the GIL is still
+        # released, other models' libraries run meanwhile)
+        self._serial = threading.Lock() if project.io_type == "io_stream" else None
         self._lib = ctypes.CDLL(str(path))
         # ctypes.CDLL functions release the GIL for the duration of the call (PyDLL would not)
         self._fn = {}
@@ -298,12 +302,10 @@ class CsimLibrary:
         errors, and CompileLimitError when the compile ran past its memory or time limit.
         Thread-safe; one library per content hash per process.
         """
-        if project.io_type != "io_parallel" and project.accelerator is None:
-            # an io_stream top function takes hls::stream arguments; hls4ml's Alveo wrapper
-            # (<name>_axi) takes arrays for both io types, so it is what the batch shim calls
+        if project.io_type not in ("io_parallel", "io_stream"):
             raise ProjectError(
-                f"hls4ml project {project.path}: the C-simulation serves io_parallel projects, and io_stream "
-                "projects with hls4ml's VivadoAccelerator wrapper (<name>_axi)"
+                f"hls4ml project {project.path}: the C-simulation serves io_parallel and io_stream projects, "
+                f"not {project.io_type}"
             )
         # checked before anything is compiled or loaded: hls4ml's loader would exit(1) instead
         weight_names = sorted(p.name for p in project.weight_files())
@@ -349,7 +351,10 @@ class CsimLibrary:
             fn = self._fn[x.dtype]
         x = np.ascontiguousarray(x)
         y = np.empty((x.shape[0], self.n_out), dtype=np.float64)
-        if x.shape[0]:
+        if x.shape[0] and self._serial is not None:
+            with self._serial:
+                fn(x.ctypes.data, y.ctypes.data, x.shape[0])
+        elif x.shape[0]:
             fn(x.ctypes.data, y.ctypes.data, x.shape[0])
         if self._float_out:
             y = y.astype(np.float32).astype(np.float64)
@@ -461,6 +466,7 @@ class _Builder:
         values = {
             "PROJECT": self.project.name,
             "ACCELERATOR": "1" if self.accelerator else "0",
+            "IO_STREAM": "1" if self.project.io_type == "io_stream" else "0",
             "N_IN": str(self.project.input.size),
             "N_OUT": str(self.project.output.size),
             "IN_CTYPE": self.project.input.ctype,

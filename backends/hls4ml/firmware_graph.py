@@ -1,4 +1,4 @@
-"""Read an hls4ml io_parallel project's firmware into a chain of layers.
+"""Read an hls4ml project's firmware (io_parallel or io_stream) into a chain of layers.
 
 Sources, all inside the project's ``firmware/``:
 
@@ -10,8 +10,16 @@ Sources, all inside the project's ``firmware/``:
   layer2_out, w2, b2);`` and the ``load_weights_from_txt<T, N>(w2, "w2.txt")`` lines;
 * ``weights/*.txt``: one line of comma separated decimals per array.
 
-Only what hls4ml writes for io_parallel projects is recognised; anything else is reported
-with the file and the construct, never guessed.
+io_stream projects (``hls::stream<T>`` arrays) are read into the same chain: a stream's
+element type ``typedef nnet::array<ap_fixed<16,6>, 4*1> layer2_t;`` becomes its value type
+(``ap_fixed<16,6>``; the pack size is kept in ``FirmwareGraph.packs``), because the values a
+stream carries over one sample, in the order it carries them, are the channels-last flattened
+array an io_parallel layer would write; ``nnet::clone_stream(in, out1, out2...)`` becomes one
+``clone_stream`` layer per copy (each a cast to the copy's type), and ``Layer.stream`` tells
+the registry to prefer a builder registered for the stream form (``register_stream``).
+
+Only what hls4ml writes is recognised; anything else is reported with the file and the
+construct, never guessed.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ class Layer:
     output: str = ""
     inputs: list[str] = field(default_factory=list)  # every array the layer reads (merges: two)
     weights: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # arg -> (file, type, n)
+    stream: bool = False  # an io_stream call: the arrays are hls::stream<nnet::array<T, pack>>
 
     def describe(self) -> str:
         return f"layer '{self.name}' (nnet::{self.kind}, {self.config_name})"
@@ -170,6 +179,8 @@ class FirmwareGraph:
     arrays: dict[str, list[int]] = field(default_factory=dict)
     #: every config struct of parameters.h by name (convolutions name their mult_config)
     configs: dict[str, dict] = field(default_factory=dict)
+    #: io_stream: element type name -> values per stream word (``nnet::array<T, N>``'s N)
+    packs: dict[str, int] = field(default_factory=dict)
 
     def fill_buffer(self, layer: Layer) -> np.ndarray:
         """The im2col table of a convolution: row p (output pixel, in the order the results are
@@ -249,18 +260,41 @@ def _io_args(kind: str) -> tuple[tuple[int, ...], int]:
     return _IO_ARGS.get(kind, ((0,), 1))
 
 
+_NNET_ARRAY = re.compile(r"^nnet::array\s*<\s*(.+)\s*,\s*([^,<>]+?)\s*>$")
+
+
+def _stream_typedefs(typedefs: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+    """io_stream: ``nnet::array<T, N>`` typedefs -> T, and each such name's pack size N."""
+    out, packs = dict(typedefs), {}
+    for name, text in typedefs.items():
+        m = _NNET_ARRAY.match(text)
+        if m is None:
+            continue
+        try:
+            n = _eval_const(m.group(2), {})
+        except (ValueError, SyntaxError):
+            raise ProjectError(f"firmware/defines.h: cannot read the pack size of {name} = {text}") from None
+        out[name], packs[name] = m.group(1).strip(), n
+    return out, packs
+
+
 def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
-    if project.io_type != "io_parallel":
+    if project.io_type not in ("io_parallel", "io_stream"):
         raise ProjectError(
-            f"hls4ml project {project.path} uses {project.io_type}; the numpy emulator models io_parallel firmware only"
+            f"hls4ml project {project.path} uses {project.io_type}; the numpy emulator models io_parallel and "
+            "io_stream firmware"
         )
+    stream = project.io_type == "io_stream"
     typedefs = parse_typedefs(project.read_firmware("defines.h"))
+    packs: dict[str, int] = {}
+    if stream:
+        typedefs, packs = _stream_typedefs(typedefs)
     params = project.read_firmware("parameters.h")
     configs = parse_configs(params)
     top_file = f"{project.name}.cpp"
     top = _strip_comments(project.read_firmware(top_file))
-    if "hls::stream" in top:
-        raise ProjectError(f"firmware/{top_file} uses hls::stream (io_stream); the numpy emulator models io_parallel")
+    if "hls::stream" in top and not stream:
+        raise ProjectError(f"firmware/{top_file} uses hls::stream, but hls4ml_config.yml says {project.io_type}")
     loads = {var: (fname, t, int(n)) for t, n, var, fname in _LOAD.findall(top)}
     aliases = dict(_ALIAS.findall(top))  # Reshape/Flatten: `auto& layer5_out = layer4_out;`
 
@@ -279,7 +313,14 @@ def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
         template = _split_top(targs)
         args = _split_top(cargs)
         cfg_name = template[-1] if template else ""
-        layer = Layer(kind, comment or cfg_name, template, args, cfg_name, configs.get(cfg_name, {}))
+        layer = Layer(kind, comment or cfg_name, template, args, cfg_name, configs.get(cfg_name, {}), stream=stream)
+        if kind == "clone_stream":
+            # clone_stream<T, T, N>(in, out1, out2...): one cast layer per copy, each output written once
+            for k, out in enumerate(args[1:]):
+                copy = Layer(kind, f"{layer.name}[{k}]", template, [args[0], out], cfg_name, {}, stream=stream)
+                copy.inputs, copy.input, copy.output = [resolve(args[0])], resolve(args[0]), resolve(out)
+                layers.append(copy)
+            continue
         i_ins, i_out = _io_args(kind)
         if len(args) <= max(*i_ins, i_out):
             raise UnsupportedLayerError(
@@ -308,4 +349,4 @@ def read_firmware_graph(project: Hls4mlProject) -> FirmwareGraph:
             f"the last layer writes '{layers[-1].output}', not the output '{project.output.name}'"
         )
     arrays = {name: [int(v) for v in body.split(",") if v.strip()] for name, body in _ARRAY.findall(params)}
-    return FirmwareGraph(project, typedefs, layers, arrays, configs)
+    return FirmwareGraph(project, typedefs, layers, arrays, configs, packs)

@@ -231,14 +231,19 @@ class Hls4mlProject:
         return ports[0], ports[1]
 
     def _stream_port(self, name: str, ctype: str, position: int, where: str, arg: str) -> IoPort:
-        """An io_stream port (``hls::stream<input_t> &x``) carries no size; hls4ml's Alveo wrapper
-        declares it: ``static const unsigned N_IN = 47;`` in ``<name>_axi.h``."""
+        """An io_stream port (``hls::stream<input_t> &x``) carries no size. hls4ml's Alveo wrapper
+        declares it (``static const unsigned N_IN = 47;`` in ``<name>_axi.h``); a plain project's
+        hls4ml_config.yml records each port's shape (``InputShapes``/``OutputShapes``, by name),
+        which is what hls4ml's bridge converts (``convert_data<float, input_t, 10*10*2>``)."""
         axi = self.firmware_dir / f"{self.name}_axi.h"
         if not axi.is_file():
+            key = "InputShapes" if position == 0 else "OutputShapes"
+            shape = (self.config.get(key) or {}).get(name) if isinstance(self.config.get(key), dict) else None
+            if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) and d > 0 for d in shape):
+                return IoPort(name, _product(shape), ctype)
             raise ProjectError(
-                f"{where}: the project uses io_stream ('{arg}') without hls4ml's accelerator wrapper "
-                f"(firmware/{axi.name}, which declares N_IN and N_OUT); fpgaserve serves io_stream projects "
-                "written by the VivadoAccelerator backend, or io_parallel ones"
+                f"{where}: the io_stream port '{arg}' has no size: neither hls4ml's accelerator wrapper "
+                f"(firmware/{axi.name}, which declares N_IN and N_OUT) nor {key}: {name}: in {CONFIG_FILE}"
             )
         key = "N_IN" if position == 0 else "N_OUT"
         m = re.search(rf"\b{key}\s*=\s*(\d+)\s*;", self.read_firmware(axi.name))

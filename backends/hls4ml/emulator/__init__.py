@@ -12,11 +12,11 @@ import pkgutil
 
 from ..firmware_graph import UnsupportedLayerError
 from .model import FixedPointModel
-from .registry import BUILDERS, register
+from .registry import BUILDERS, STREAM_BUILDERS, register, register_stream
 
 _NOT_FAMILIES = {"model", "registry", "maths"}
 for _info in pkgutil.iter_modules(__path__):
     if _info.name not in _NOT_FAMILIES:
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["BUILDERS", "FixedPointModel", "UnsupportedLayerError", "register"]
+__all__ = ["BUILDERS", "STREAM_BUILDERS", "FixedPointModel", "UnsupportedLayerError", "register", "register_stream"]

@@ -34,13 +34,13 @@ import numpy as np
 from ..firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, read_firmware_graph
 from ..fixed_point import INT64_WIDTH, MAX_WIDTH, FixedType, cast_f64, f64_capable, from_float_f64
 from ..project import Hls4mlProject, ProjectError
-from .registry import BUILDERS
+from .registry import builder_for
 
 Op = Callable[[np.ndarray], np.ndarray]
 
 
 class FixedPointModel:
-    """The firmware of an hls4ml io_parallel project as a chain of vectorised ops, one per
+    """The firmware of an hls4ml project (io_parallel or io_stream) as a chain of vectorised ops, one per
     ``nnet::`` call, each made by the builder its layer family registered (``registry.py``)."""
 
     def __init__(self, project: Hls4mlProject):
@@ -57,7 +57,7 @@ class FixedPointModel:
         self._step_f64: list[bool] = []
         self._out_f64: list[bool] = []
         for index, layer in enumerate(self.graph.layers):
-            builder = BUILDERS.get(layer.kind)
+            builder = builder_for(layer.kind, layer.stream)
             if builder is None:
                 raise UnsupportedLayerError(
                     f"{layer.describe()}: nnet::{layer.kind} is not supported by the numpy emulator"

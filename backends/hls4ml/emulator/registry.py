@@ -13,6 +13,11 @@ top function calls. A builder is called once, when the model is built, as
 A builder refuses what it cannot reproduce bit for bit by raising ``UnsupportedLayerError``
 naming the layer; it never guesses. Adding a layer is one module and one registration
 (plus its import in ``__init__.py``).
+
+io_stream calls (``Layer.stream``) use the builder ``@register_stream`` registered for their
+kind when there is one (the stream form computes differently: line-buffer convolutions,
+pooling in accum_t, softmax per stream word), else the io_parallel builder, for the kinds
+whose stream form computes the same values (dense, element-wise activations, merges).
 """
 
 from __future__ import annotations
@@ -25,18 +30,33 @@ Builder = Callable[..., tuple]
 
 #: nnet:: function name -> builder
 BUILDERS: dict[str, Builder] = {}
+#: nnet:: function name -> builder of its io_stream form, where that differs
+STREAM_BUILDERS: dict[str, Builder] = {}
 
 
 def register(*kinds: str) -> Callable[[Builder], Builder]:
     """Register the decorated builder for each ``nnet::`` function name in ``kinds``."""
+    return _register(BUILDERS, kinds)
 
+
+def register_stream(*kinds: str) -> Callable[[Builder], Builder]:
+    """Register the decorated builder for the io_stream form of each kind in ``kinds``."""
+    return _register(STREAM_BUILDERS, kinds)
+
+
+def builder_for(kind: str, stream: bool) -> Builder | None:
+    """The builder of an ``nnet::kind`` call (its stream form's first for an io_stream call)."""
+    if stream and kind in STREAM_BUILDERS:
+        return STREAM_BUILDERS[kind]
+    return BUILDERS.get(kind)
+
+
+def _register(table: dict[str, Builder], kinds: tuple[str, ...]) -> Callable[[Builder], Builder]:
     def decorate(builder: Builder) -> Builder:
         for kind in kinds:
-            if kind in BUILDERS:
-                raise RuntimeError(
-                    f"nnet::{kind} is registered twice ({BUILDERS[kind].__module__}, {builder.__module__})"
-                )
-            BUILDERS[kind] = builder
+            if kind in table:
+                raise RuntimeError(f"nnet::{kind} is registered twice ({table[kind].__module__}, {builder.__module__})")
+            table[kind] = builder
         return builder
 
     return decorate

@@ -1,0 +1,279 @@
+"""io_stream layers: what hls4ml's ``hls::stream`` forms compute, on the same flattened arrays.
+
+A stream carries one sample's values in the channels-last order of the io_parallel array, a
+word (``nnet::array<T, N>``) at a time, so every layer here is an op on that flattened array:
+
+* ``clone_stream`` (one layer per copy, see firmware_graph.py) and ``repack_stream``: each
+  value assigned to the output's value type, order unchanged (nnet_stream.h);
+* ``zeropad1d_cl``/``zeropad2d_cl``: hls4ml's io_stream 'same' padding, an index map with
+  zeros (nnet_padding_stream.h);
+* ``conv_1d_cl``/``conv_2d_cl``, line buffer: the window of the output pixel whose bottom-right
+  input pixel was just read, laid out ``[filt_height][filt_width][n_chan]`` as
+  ``kernel_shift_2d`` builds it, times the weights by the ``mult_config``'s dense kernel, i.e.
+  ``dense.build_dense`` on that config; the pixels the counters (``pX``/``sX``...) emit are
+  the strided valid positions (nnet_conv_stream.h);
+* ``pooling1d_cl``/``pooling2d_cl`` (line buffer and encoded: the same windows, pool ==
+  stride): each window value assigned to ``accum_t`` first, then ``nnet::reduce`` (a binary
+  tree) of ``Op_max`` or ``Op_add`` in ``accum_t``, an average divided by the window size
+  (ap_fixed / int: C division toward zero, accum_t's fractional bits) (nnet_pooling_stream.h);
+  the io_parallel pooling instead compares/adds in its own order, so it is not reused;
+* ``softmax`` (latency, stable, argmax): the io_parallel softmax applied to each stream word
+  on its own (the stream softmax normalises ``data_T::size`` values at a time).
+
+What the C++ asserts or cannot stream sample after sample (padding inside a stream
+convolution, pool != stride, several pixels per word, the encoded convolution, the legacy
+softmax) is refused naming the layer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..firmware_graph import Layer, UnsupportedLayerError, const_int
+from ..fixed_point import FixedType, cast_f64
+from .dense import build_dense
+from .registry import register_stream
+from .softmax import build_softmax
+
+if TYPE_CHECKING:
+    from .model import FixedPointModel
+
+
+def _pack(m: FixedPointModel, layer: Layer, k: int) -> int:
+    """Values per stream word of template argument ``k`` (an io_stream array type)."""
+    name = layer.template[k].strip()
+    if name not in m.graph.packs:
+        raise UnsupportedLayerError(f"{layer.describe()}: '{name}' is not an nnet::array stream type in defines.h")
+    return m.graph.packs[name]
+
+
+def _cast(in_t: FixedType, out_t: FixedType):
+    lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+    return (lambda x: out_t.cast(x, in_t)), out_t, (lambda x: cast_f64(out_t, x, in_t.frac, lo, hi))
+
+
+@register_stream("clone_stream", "repack_stream")
+def build_copy(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """out[j] = in[j] in the output's value type; a repack only regroups the words."""
+    return _cast(in_t, m._type(layer.template[1], layer))
+
+
+@register_stream("zeropad1d_cl", "zeropad2d_cl")
+def build_zeropad(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    out_t = m._type(layer.template[1], layer)
+    n_chan = const_int(layer, "n_chan")
+    iw, pl, pr = const_int(layer, "in_width"), const_int(layer, "pad_left"), const_int(layer, "pad_right")
+    if layer.kind == "zeropad2d_cl":
+        ih, pt, pb = const_int(layer, "in_height"), const_int(layer, "pad_top"), const_int(layer, "pad_bottom")
+    else:
+        ih, pt, pb = 1, 0, 0
+    oh, ow = ih + pt + pb, iw + pl + pr
+    declared = (const_int(layer, "out_height") if layer.kind == "zeropad2d_cl" else 1, const_int(layer, "out_width"))
+    if declared != (oh, ow):
+        raise UnsupportedLayerError(f"{layer.describe()}: output {declared} is not the padded input {(oh, ow)}")
+    for k in (0, 1):
+        if _pack(m, layer, k) != n_chan:
+            raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than n_chan values")
+    n_in = ih * iw * n_chan
+    # output position -> input index, n_in = a zero (fill_zero writes 0 in the result type)
+    src = np.full((oh, ow, n_chan), n_in, dtype=np.int64)
+    src[pt : pt + ih, pl : pl + iw, :] = np.arange(n_in).reshape(ih, iw, n_chan)
+    src = src.reshape(-1)
+    lo, hi = float(min(in_t.raw_min, 0)), float(max(in_t.raw_max, 0))
+
+    def pad(x):
+        xe = np.concatenate([x, np.zeros((x.shape[0], 1), x.dtype)], axis=1)
+        return np.take(xe, src, axis=1)
+
+    return (lambda x: out_t.cast(pad(x), in_t)), out_t, (lambda x: cast_f64(out_t, pad(x), in_t.frac, lo, hi))
+
+
+def _window_table(ih: int, iw: int, n_chan: int, fh: int, fw: int, sh: int, sw: int) -> np.ndarray:
+    """(output pixels, window) input indices: pixels row-major, window [fh][fw][n_chan]."""
+    oh, ow = (ih - fh) // sh + 1, (iw - fw) // sw + 1
+    y = (np.arange(oh) * sh)[:, None, None, None, None] + np.arange(fh)[None, None, :, None, None]
+    x = (np.arange(ow) * sw)[None, :, None, None, None] + np.arange(fw)[None, None, None, :, None]
+    c = np.arange(n_chan)[None, None, None, None, :]
+    return ((y * iw + x) * n_chan + c).reshape(oh * ow, fh * fw * n_chan)
+
+
+def _geometry(layer: Layer, filt: str) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """(in_h, in_w, n_chan, f_h, f_w, s_h, s_w, out_h, out_w); 1-D layers have height 1."""
+    c = layer.config.get("consts", {})
+    two_d = "in_height" in c
+    n_chan = const_int(layer, "n_chan" if filt == "filt" else "n_filt")
+    if two_d:
+        ih, iw = const_int(layer, "in_height"), const_int(layer, "in_width")
+        fh, fw = const_int(layer, f"{filt}_height"), const_int(layer, f"{filt}_width")
+        sh, sw = const_int(layer, "stride_height"), const_int(layer, "stride_width")
+        oh, ow = const_int(layer, "out_height"), const_int(layer, "out_width")
+    else:
+        ih, fh, sh, oh = 1, 1, 1, 1
+        iw = const_int(layer, "in_width" if filt == "filt" else "n_in")
+        fw, sw = const_int(layer, f"{filt}_width"), const_int(layer, "stride_width")
+        ow = const_int(layer, "out_width" if filt == "filt" else "n_out")
+    pads = [k for k in ("pad_top", "pad_bottom", "pad_left", "pad_right") if k in c and const_int(layer, k) != 0]
+    if pads:
+        raise UnsupportedLayerError(
+            f"{layer.describe()}: {', '.join(pads)} != 0 in a stream layer (the C++ asserts it; hls4ml pads "
+            "with a zeropad layer)"
+        )
+    if (oh, ow) != ((ih - fh) // sh + 1, (iw - fw) // sw + 1):
+        raise UnsupportedLayerError(f"{layer.describe()}: output {oh}x{ow} is not the strided valid window count")
+    return ih, iw, n_chan, fh, fw, sh, sw, oh, ow
+
+
+def _gather(m: FixedPointModel, table: np.ndarray, tag: str):
+    """x (rows, n_in) -> (rows * pixels, window): the windows, one row per output pixel."""
+    pixels, window = table.shape
+    flat = np.ascontiguousarray(table.reshape(-1))
+    key = m._layer_key
+
+    def gather(x):
+        rows = x.shape[0]
+        out = m._buffer((key, tag), (rows, flat.size)) if x.dtype == np.float64 else None
+        return np.take(x, flat, axis=1, out=out, mode="clip").reshape(rows * pixels, window)
+
+    return gather
+
+
+@register_stream("conv_1d_cl", "conv_2d_cl")
+def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """The line-buffer convolution: each emitted window through the mult_config's dense kernel."""
+    impl = layer.config.get("consts", {}).get("implementation", "").split("::")[-1]
+    if impl != "linebuffer":
+        raise UnsupportedLayerError(
+            f"{layer.describe()}: stream convolution implementation '{impl}' is not emulated (only linebuffer)"
+        )
+    ih, iw, n_chan, fh, fw, sh, sw, oh, ow = _geometry(layer, "filt")
+    n_filt = const_int(layer, "n_filt")
+    if _pack(m, layer, 0) != n_chan or _pack(m, layer, 1) != n_filt:
+        raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
+    if layer.kind == "conv_2d_cl" and fh == 1 and sh != 1:
+        # compute_output_buffer_1d runs for filt_height 1 and ignores stride_height: it would emit
+        # every row, more pixels than out_height * out_width, and the stream would not line up
+        raise UnsupportedLayerError(f"{layer.describe()}: a 1-row kernel with stride_height {sh}")
+    mult_name = layer.config.get("types", {}).get("mult_config", "")
+    mult = m.graph.configs.get(mult_name)
+    if mult is None:
+        raise UnsupportedLayerError(f"{layer.describe()}: mult_config '{mult_name}' not found in parameters.h")
+    table = _window_table(ih, iw, n_chan, fh, fw, sh, sw)
+    window = table.shape[1]
+    dense_layer = Layer(
+        "dense",
+        layer.name,
+        layer.template,
+        layer.args,
+        mult_name,
+        {**mult, "types": {**mult.get("types", {})}},
+        weights=layer.weights,
+    )
+    if const_int(dense_layer, "n_in") != window or const_int(dense_layer, "n_out") != n_filt:
+        raise UnsupportedLayerError(f"{layer.describe()}: {mult_name} is not a {window}x{n_filt} dense")
+    built = build_dense(m, dense_layer, in_t)
+    op, out_t = built[0], built[1]
+    fop = built[2] if len(built) > 2 else None
+    gather = _gather(m, table, "window")
+    n_out = oh * ow * n_filt
+
+    def conv(x):
+        return op(gather(x)).reshape(x.shape[0], n_out)
+
+    def conv_f64(x):
+        return fop(gather(x)).reshape(x.shape[0], n_out)
+
+    return conv, out_t, (conv_f64 if fop is not None else None)
+
+
+def _tree(cols: list, op):
+    """nnet::reduce: the largest power of two below N on the left, the rest on the right."""
+    if len(cols) == 1:
+        return cols[0]
+    if len(cols) == 2:
+        return op(cols[0], cols[1])
+    left = 1 << ((len(cols) - 1).bit_length() - 1)
+    return op(_tree(cols[:left], op), _tree(cols[left:], op))
+
+
+@register_stream("pooling1d_cl", "pooling2d_cl")
+def build_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    out_t = m._type(layer.template[1], layer)
+    acc_t = m._cfg_type(layer, "accum_t")
+    impl = layer.config.get("consts", {}).get("implementation", "nnet::conv_implementation::linebuffer")
+    if impl.split("::")[-1] not in ("linebuffer", "encoded"):
+        raise UnsupportedLayerError(f"{layer.describe()}: pooling implementation '{impl}' is not supported")
+    ih, iw, n_filt, ph, pw, sh, sw, oh, ow = _geometry(layer, "pool")
+    if (ph, pw) != (sh, sw):
+        raise UnsupportedLayerError(f"{layer.describe()}: pool {ph}x{pw} != stride {sh}x{sw} (the C++ asserts it)")
+    if _pack(m, layer, 0) != n_filt or _pack(m, layer, 1) != n_filt:
+        raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
+    op_name = layer.config.get("consts", {}).get("pool_op", "nnet::Max").split("::")[-1]
+    if op_name not in ("Max", "Average"):
+        raise UnsupportedLayerError(f"{layer.describe()}: pool_op {op_name} is not supported")
+    # pool_window[i_ihw] = kernel_data[i_ihw * n_filt + c]: per output (pixel, channel) the
+    # window slots in [ph][pw] order
+    table = _window_table(ih, iw, n_filt, ph, pw, sh, sw)  # (pixels, ph*pw*n_filt)
+    n = ph * pw
+    idx = table.reshape(oh * ow, n, n_filt).transpose(0, 2, 1).reshape(oh * ow * n_filt, n)
+    cols = [np.ascontiguousarray(idx[:, k]) for k in range(n)]
+    m._check_width(layer, max(acc_t.width, in_t.width) + 2, "the pooled values")
+    fa = acc_t.frac
+
+    if op_name == "Max":
+
+        def max_pool(x):
+            vals = [acc_t.cast(x[:, c], in_t) for c in cols]
+            return out_t.cast(_tree(vals, np.maximum), acc_t)
+
+        lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+        alo, ahi = float(acc_t.raw_min), float(acc_t.raw_max)
+
+        def max_pool_f64(x):
+            vals = [cast_f64(acc_t, x[:, c], in_t.frac, lo, hi) for c in cols]
+            return cast_f64(out_t, _tree(vals, np.maximum), fa, alo, ahi)
+
+        return max_pool, out_t, max_pool_f64
+
+    def add(a, b):
+        return acc_t.from_raw(a + b, fa)  # Op_add<accum_t>: the exact sum assigned to accum_t
+
+    def avg_pool(x):
+        total = _tree([acc_t.cast(x[:, c], in_t) for c in cols], add)
+        q = np.abs(total) // n  # sum / N: ap_fixed / int, C division toward zero, accum_t's bits
+        q = acc_t.from_raw(np.where(total < 0, -q, q), fa)
+        return out_t.cast(q, acc_t)
+
+    return avg_pool, out_t
+
+
+@register_stream("softmax")
+def build_softmax_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """The stream softmax normalises each word of data_T::size values on its own (the
+    channels of a pixel; the whole vector after a Dense): the io_parallel softmax on a word."""
+    consts = layer.config.get("consts", {})
+    impl = consts.get("implementation", "nnet::softmax_implementation::latency").split("::")[-1]
+    if impl not in ("latency", "stable", "argmax"):
+        raise UnsupportedLayerError(
+            f"{layer.describe()}: stream softmax implementation '{impl}' is not emulated (its tables differ)"
+        )
+    pack, n = _pack(m, layer, 0), const_int(layer, "n_in")
+    if _pack(m, layer, 1) != pack or n % pack:
+        raise UnsupportedLayerError(f"{layer.describe()}: input and output words of different sizes")
+    word = Layer(
+        layer.kind,
+        layer.name,
+        layer.template,
+        layer.args,
+        layer.config_name,
+        {**layer.config, "consts": {**consts, "n_in": str(pack), "n_slice": str(pack)}},
+    )
+    built = build_softmax(m, word, in_t)
+    op, out_t = built[0], built[1]
+    fop = built[2] if len(built) > 2 else None
+
+    def per_word(f):
+        return lambda x: f(x.reshape(-1, pack)).reshape(x.shape[0], n)
+
+    return per_word(op), out_t, (per_word(fop) if fop is not None else None)

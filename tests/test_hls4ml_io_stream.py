@@ -1,0 +1,144 @@
+"""io_stream hls4ml projects, emulated bit for bit and served.
+
+hls4ml converts the models with ``io_type="io_stream"`` (Vivado backend), compiles them
+(``HLSModel.compile``: its bridge feeds hls::stream words through the top function) and the
+numpy emulator must equal ``HLSModel.predict`` bit for bit on random, saturating, negative,
+zero and on-grid inputs, on both of its paths (float64 and int64). The Keras CNN has what
+io_stream adds or changes: the zeropad layer hls4ml inserts for a 'same' convolution, the
+line-buffer convolution, max and average pooling in accum_t, clone_stream (a branch), an add
+and a concatenation of the branches, repack_stream (Flatten), tanh, and the stream softmax; the
+PyTorch MLP is dense layers and activations on streams. fpgaserve's own C-simulation (its
+batch shim calls the stream top function through hls4ml's stream convert_data) is checked
+against the same reference, and one model is packed with ``--io-type io_stream`` and served in
+numpy and csim modes over the real server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+hls4ml = pytest.importorskip("hls4ml")
+
+from fpgaserve.backends.hls4ml.csim import CsimLibrary  # noqa: E402
+from fpgaserve.backends.hls4ml.emulator import FixedPointModel  # noqa: E402
+from fpgaserve.backends.hls4ml.project import Hls4mlProject  # noqa: E402
+from test_hls4ml_layers import PRECISION, _inputs, _keras  # noqa: E402
+
+
+class StreamMlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(12, 16), torch.nn.Linear(16, 8), torch.nn.Linear(8, 4)
+        self.relu, self.sig = torch.nn.ReLU(), torch.nn.Sigmoid()
+
+    def forward(self, x):
+        return self.fc3(self.sig(self.fc2(self.relu(self.fc1(x)))))
+
+
+def _keras_stream_cnn(keras):
+    layers = keras.layers
+    i = keras.Input((12, 12, 2))
+    x = layers.Conv2D(4, 3, padding="same", activation="relu")(i)  # hls4ml inserts zeropad2d_cl
+    x = layers.MaxPooling2D(2)(x)
+    a, b = layers.Conv2D(4, 3)(x), layers.Conv2D(4, 3)(x)  # x is cloned for the two branches
+    x = layers.Concatenate()([layers.Add()([a, b]), layers.Activation("tanh")(b)])
+    x = layers.AveragePooling2D(2)(x)
+    x = layers.Reshape((8, 4))(x)  # words of 8 channels regrouped by 4: repack_stream
+    x = layers.Dense(5, activation="softmax")(layers.Flatten()(x))
+    return keras.Model(i, x)
+
+
+def _fix_auto(cfg):
+    for layer in cfg["LayerName"].values():
+        precision = layer.get("Precision")
+        if isinstance(precision, dict) and precision.get("result") == "auto":
+            precision["result"] = PRECISION  # merges of auto-sized results grow past 64 bits
+
+
+def _convert_keras_stream(outdir: Path):
+    keras = _keras()
+    keras.utils.set_random_seed(11)
+    model = _keras_stream_cnn(keras)
+    cfg = hls4ml.utils.config_from_keras_model(model, granularity="name", backend="Vivado", default_precision=PRECISION)
+    _fix_auto(cfg)
+    hm = hls4ml.converters.convert_from_keras_model(
+        model, hls_config=cfg, backend="Vivado", io_type="io_stream", output_dir=str(outdir)
+    )
+    hm.compile()
+    return hm
+
+
+def _convert_torch_stream(outdir: Path):
+    torch.manual_seed(5)
+    model = StreamMlp().eval()
+    cfg = hls4ml.utils.config_from_pytorch_model(
+        model, input_shape=(12,), granularity="name", backend="Vivado", default_precision=PRECISION
+    )
+    hm = hls4ml.converters.convert_from_pytorch_model(
+        model, hls_config=cfg, backend="Vivado", io_type="io_stream", output_dir=str(outdir)
+    )
+    hm.compile()
+    return hm
+
+
+MODELS = {
+    # name: (converter, nnet:: kinds that must be present)
+    "keras_cnn": (
+        _convert_keras_stream,
+        {"zeropad2d_cl", "conv_2d_cl", "pooling2d_cl", "clone_stream", "add", "concatenate3d", "tanh"}
+        | {"repack_stream", "dense", "softmax", "relu"},
+    ),
+    "torch_mlp": (_convert_torch_stream, {"dense", "relu", "sigmoid"}),
+}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hls4ml_io_stream")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_io_stream_bit_exact_with_hls4ml_csim(name, workdir):
+    convert, kinds = MODELS[name]
+    outdir = workdir / name
+    hm = convert(outdir)
+    project = Hls4mlProject.load(outdir)
+    assert project.io_type == "io_stream"
+    model = FixedPointModel(project)
+    found = {layer.kind for layer in model.graph.layers}
+    assert kinds <= found, f"{name}: expected {kinds - found} among {found}"
+    assert all(layer.stream for layer in model.graph.layers)
+    x = _inputs(model.n_in)
+    ref = np.asarray(hm.predict(np.ascontiguousarray(x))).reshape(len(x), -1)
+    assert len(np.unique(ref)) > 50, f"{name}: the firmware's outputs barely vary, the comparison proves little"
+    assert model._f64
+    # fpgaserve's C-simulation of the same project (its batch shim on the stream top function)
+    csim = CsimLibrary.load(project, cache_dir=workdir / "csim-cache").predict(x)
+    paths = {"float64": model.predict(x), "int64": model._predict_int64(x), "fpgaserve csim": csim}
+    for path, got in paths.items():
+        assert got.shape == ref.shape
+        bad = np.flatnonzero((got.view(np.uint64) != ref.view(np.uint64)).any(axis=1))
+        assert bad.size == 0, f"{name} ({path}): {bad.size} rows differ, first {got[bad[0]]} vs {ref[bad[0]]}"
+
+
+def test_stream_conv_with_padding_is_refused(workdir, tmp_path):
+    """A stream convolution with its own padding (the C++ asserts none) is refused by name."""
+    import shutil
+
+    from fpgaserve.backends.hls4ml.emulator import UnsupportedLayerError
+
+    src = workdir / "keras_cnn"
+    if not src.is_dir():
+        _convert_keras_stream(src)
+    dst = tmp_path / "padded"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "ap_types", "nnet_utils"))
+    params = dst / "firmware" / "parameters.h"
+    text = params.read_text()
+    conv = text.index("struct config5 : nnet::conv2d_config")
+    params.write_text(text[:conv] + text[conv:].replace("pad_top = 0", "pad_top = 1", 1))
+    with pytest.raises(UnsupportedLayerError, match=r"nnet::conv_2d_cl, config5\).*pad_top"):
+        FixedPointModel(Hls4mlProject.load(dst))
