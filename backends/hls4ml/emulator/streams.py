@@ -78,9 +78,9 @@ def build_zeropad(m: FixedPointModel, layer: Layer, in_t: FixedType):
             raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than n_chan values")
     n_in = ih * iw * n_chan
     # output position -> input index, n_in = a zero (fill_zero writes 0 in the result type)
-    src = np.full((oh, ow, n_chan), n_in, dtype=np.int64)
-    src[pt : pt + ih, pl : pl + iw, :] = np.arange(n_in).reshape(ih, iw, n_chan)
-    src = src.reshape(-1)
+    grid = np.full((oh, ow, n_chan), n_in, dtype=np.int64)
+    grid[pt : pt + ih, pl : pl + iw, :] = np.arange(n_in).reshape(ih, iw, n_chan)
+    src = grid.reshape(-1)
     lo, hi = float(min(in_t.raw_min, 0)), float(max(in_t.raw_max, 0))
 
     def pad(x):
