@@ -26,6 +26,8 @@ from .request import (
     DEFAULT_KERNEL_ABI,
     DEFAULT_PRECISION,
     DEFAULT_REFERENCE_TIMEOUT_S,
+    IO_STREAM_ABIS,
+    IO_TYPES,
     PackError,
     PackRequest,
 )
@@ -79,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="hls4ml config overrides (Model:/LayerName: precisions, ReuseFactor, Strategy)",
     )
     conv.add_argument("--default-precision", default=DEFAULT_PRECISION)
+    conv.add_argument(
+        "--io-type",
+        choices=IO_TYPES,
+        help="hls4ml's IOType: arrays between the layers (io_parallel, the default) or hls::stream "
+        f"(io_stream: line-buffer convolutions, less memory); io_stream is packed for --kernel-abi "
+        f"{' or '.join(IO_STREAM_ABIS)}",
+    )
     conv.add_argument("--granularity", choices=("model", "type", "name"), default="name")
     abis = abi.abi_names()
     conv.add_argument(
@@ -166,6 +175,7 @@ def request_from_args(args: argparse.Namespace) -> PackRequest:
         keras=args.keras,
         hls4ml_project=args.hls4ml_project,
         input_shape=args.input_shape,
+        io_type=args.io_type,
         precision_config=args.precision_config,
         default_precision=args.default_precision,
         granularity=args.granularity,

@@ -83,7 +83,7 @@ def accelerator_kwargs(req: PackRequest, staging: Path, platform: str | None) ->
             "board": req.board,
             "interface": "axi_stream",
             "driver": "python",
-            "io_type": "io_parallel",
+            "io_type": req.effective_io_type,
             "input_type": precision,
             "output_type": precision,
             **common,
@@ -97,7 +97,7 @@ def accelerator_kwargs(req: PackRequest, staging: Path, platform: str | None) ->
         return {"backend": backend, **_vitis_accelerator_options(req, platform), **common}
     # Vitis (kernel_wrapper without PR #991) and Vivado (faast): plain io_parallel projects; the
     # part is the board's, as VitisAccelerator forces it (their default part is of no card)
-    kwargs = {"backend": backend, "io_type": "io_parallel", **common}
+    kwargs = {"backend": backend, "io_type": req.effective_io_type, **common}
     part = board_part(req.board)
     if part is not None:
         kwargs["part"] = part
@@ -113,7 +113,7 @@ def _vitis_accelerator_options(req: PackRequest, platform: str | None) -> dict:
     wanted = {
         "board": req.board,
         "platform": platform,
-        "io_type": "io_parallel",
+        "io_type": req.effective_io_type,
         "num_kernel": req.effective_compute_units,
         "num_worker": 1,
         "batchsize": req.effective_batchsize,

@@ -34,7 +34,7 @@ from fpgaserve.backends.hls4ml.card.manifest import CardManifest, ManifestError
 from fpgaserve.backends.hls4ml.project import Hls4mlProject, hls4ml_version
 
 from . import hls_config, toolchain
-from .request import NATIVE, PackError, PackRequest
+from .request import IO_STREAM_ABIS, IO_TYPES, NATIVE, PackError, PackRequest
 
 #: how to convert for FaaST's kernel: its fixed packing (one row per 512-bit beat of 16-bit
 #: fields, 32 one-field results per beat) leaves no other choice
@@ -60,7 +60,7 @@ def check_settings(req: PackRequest) -> None:
             raise PackError(f"{flag} must be at least 1, not {value}")
     if req.hls4ml_project:
         # the project was converted already: its files say these, and pack never rewrites them
-        given = _given(req, ("--io-precision", req.io_precision))
+        given = _given(req, ("--io-precision", req.io_precision), ("--io-type", req.io_type))
         if given:
             raise PackError(
                 f"{given} set(s) how a model is converted; --hls4ml-project {req.hls4ml_project} was converted "
@@ -75,6 +75,20 @@ def check_settings(req: PackRequest) -> None:
                 f"the {cls.name} flow ({cls.title}) has no such setting"
             )
     _check_io_precision(req, cls)
+    if req.effective_io_type not in IO_TYPES:
+        raise PackError(f"--io-type {req.io_type}: hls4ml's io types are {', '.join(IO_TYPES)}")
+    if req.effective_io_type == "io_stream" and cls.name not in IO_STREAM_ABIS:
+        raise PackError(
+            f"--io-type io_stream: the {cls.name} kernel ({cls.title}) takes io_parallel projects: "
+            + (
+                "FaaST's alveo_hls4ml calls the top function with arrays"
+                if cls.name == "faast"
+                else "it moves the firmware's arrays, and no hls4ml wrapper turns an io_stream top function's "
+                "hls::stream arguments into its buffers"
+            )
+            + f"; io_stream is packed for --kernel-abi {' or '.join(IO_STREAM_ABIS)} (hls4ml's VivadoAccelerator "
+            "wrapper takes arrays for both io types)"
+        )
 
 
 def _given(req: PackRequest, *extra: tuple[str, object]) -> str:

@@ -27,6 +27,13 @@ DEFAULT_IO_PRECISION = {"krnl_rtl": "float", "kernel_wrapper": "float", "faast":
 #: VitisAccelerator defaults (hls4ml PR #991 create_initial_config): Num_Kernel and Batchsize
 DEFAULT_COMPUTE_UNITS = 1
 DEFAULT_BATCHSIZE = 8192
+#: hls4ml's io types: arrays (io_parallel) or hls::stream between the layers (io_stream)
+IO_TYPES = ("io_parallel", "io_stream")
+#: the kernel ABIs whose kernel can carry an io_stream project: hls4ml's VivadoAccelerator
+#: wrapper (<name>_axi) takes arrays for both io types, so krnl_rtl is the same kernel; FaaST's
+#: alveo_hls4ml calls the top function with arrays (io_parallel only), and kernel_wrapper's
+#: stand-in (a plain Vitis project) has no wrapper that turns its streams into the kernel's buffers
+IO_STREAM_ABIS = ("krnl_rtl",)
 #: seconds the float reference may take before pack gives up on it (see reference.py)
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 
@@ -48,6 +55,8 @@ class PackRequest:
     keras: str | None = None
     hls4ml_project: str | None = None
     input_shape: tuple[int, ...] | None = None
+    #: hls4ml's IOType for a conversion; None = io_parallel (an --hls4ml-project's config says it)
+    io_type: str | None = None
     precision_config: str | None = None
     #: hls4ml config overrides as a dict (programmatic --precision-config), applied after the file
     hls_overrides: dict = field(default_factory=dict)
@@ -87,6 +96,10 @@ class PackRequest:
     def effective_io_precision(self) -> str:
         """``io_precision``, or the kernel ABI's default when it is not given."""
         return self.io_precision or DEFAULT_IO_PRECISION.get(self.kernel_abi, "float")
+
+    @property
+    def effective_io_type(self) -> str:
+        return self.io_type or IO_TYPES[0]
 
     @property
     def effective_compute_units(self) -> int:

@@ -15,6 +15,8 @@ numpy and csim modes over the real server.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -142,3 +144,73 @@ def test_stream_conv_with_padding_is_refused(workdir, tmp_path):
     params.write_text(text[:conv] + text[conv:].replace("pad_top = 0", "pad_top = 1", 1))
     with pytest.raises(UnsupportedLayerError, match=r"nnet::conv_2d_cl, config5\).*pad_top"):
         FixedPointModel(Hls4mlProject.load(dst))
+
+
+def _pack(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "fpgaserve.server.cli", "pack", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_pack_io_stream_and_serve(tmp_path, tmp_path_factory, csim_cache):
+    """``fpgaserve pack --io-type io_stream`` (krnl_rtl: hls4ml's VivadoAccelerator io_stream
+    project, float words through <name>_axi), then the packed project again through
+    --hls4ml-project: both serve bit-exactly alike in numpy and csim modes over the server."""
+    import tritonclient.grpc as grpcclient
+
+    from test_hls4ml_serving import PACK_MODEL, _serve
+
+    (tmp_path / "tagger.py").write_text(PACK_MODEL)
+    repo = tmp_path / "repo"
+    common = ["--repository", str(repo), "--max-batch-size", "256"]
+    done = _pack(
+        "tagger",
+        "--pytorch",
+        f"{tmp_path / 'tagger.py'}:build",
+        "--input-shape",
+        "10",
+        "--io-type",
+        "io_stream",
+        *common,
+    )
+    assert done.returncode == 0, done.stderr
+    version = repo / "tagger" / "1"
+    project = Hls4mlProject.load(version)
+    assert project.io_type == "io_stream" and project.accelerator is not None
+    assert "hls::stream" in (version / "firmware" / "myproject.cpp").read_text()
+    again = _pack("again", "--hls4ml-project", str(version), *common)
+    assert again.returncode == 0, again.stderr
+    refused = _pack("given", "--hls4ml-project", str(version), "--io-type", "io_stream", *common)
+    assert refused.returncode == 2 and "--io-type" in refused.stderr
+
+    x = np.random.default_rng(3).standard_normal((200, 10)).astype(np.float32) * 6
+    outputs = {}
+    for mode in ("csim", "numpy"):
+        proc = _serve(mode, [repo], tmp_path_factory, csim_cache)
+        try:
+            with grpcclient.InferenceServerClient(proc.url) as client:
+                for model in ("tagger", "again"):
+                    meta = client.get_model_metadata(model)
+                    [inp], [out] = meta.inputs, meta.outputs
+                    t = grpcclient.InferInput(inp.name, [200, 10], "FP32")
+                    t.set_data_from_numpy(x)
+                    outputs[mode, model] = client.infer(model, [t]).as_numpy(out.name)
+        finally:
+            proc.stop()
+    ref = outputs["csim", "tagger"]
+    assert ref.shape == (200, 3) and len(np.unique(ref)) > 50
+    for key, got in outputs.items():
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), key
+    # and the emulator in process equals what the server sent
+    emulated = FixedPointModel(project).predict(x.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(emulated.view(np.uint32), ref.view(np.uint32))
+
+
+def test_pack_io_stream_is_refused_for_array_kernels(tmp_path):
+    """FaaST's kernel and kernel_wrapper's stand-in move arrays: --io-type io_stream is refused
+    before anything is converted, naming the ABIs that carry it."""
+    for abi in ("faast", "kernel_wrapper"):
+        done = _pack(
+            "m", "--pytorch", "x.py:build", "--io-type", "io_stream", "--kernel-abi", abi, "--repository", str(tmp_path)
+        )
+        assert done.returncode == 2, done.stderr
+        assert f"--io-type io_stream: the {abi} kernel" in done.stderr and "--kernel-abi krnl_rtl" in done.stderr

@@ -93,6 +93,11 @@ class Faast(KernelAbi):
                 f"hls4ml project {project.path} is a {project.backend} project with an accelerator wrapper; FaaST "
                 "wraps a plain hls4ml io_parallel project (its kernel moves the raw input_t/result_t bits)"
             )
+        if project.io_type != "io_parallel":
+            raise AbiError(
+                f"hls4ml project {project.path} is an {project.io_type} project; FaaST's kernel calls the top "
+                "function with arrays (io_parallel)"
+            )
         return KernelIo(project.input.size, project.output.size, io.input_type, io.output_type, STREAMSIZE)
 
     @property
