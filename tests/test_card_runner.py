@@ -442,8 +442,8 @@ def test_xrt_2_17_has_no_buffers_over_user_memory(sim, pool, versions):
 
 def test_an_io_stream_project_runs_on_krnl_rtl(sim, pool, tmp_path):
     """hls4ml's Alveo wrapper gives io_stream projects the same krnl_rtl interface (arrays at
-    <name>_axi, N_IN/N_OUT in <name>_axi.h): the card, the C-simulation through that wrapper and
-    hls4ml's own HLSModel.predict agree bit for bit."""
+    <name>_axi, N_IN/N_OUT in <name>_axi.h): the card, the C-simulation through that wrapper,
+    hls4ml's own HLSModel.predict and the numpy emulator agree bit for bit."""
     import hls4ml
     import torch
 
@@ -478,6 +478,12 @@ def test_an_io_stream_project_runs_on_krnl_rtl(sim, pool, tmp_path):
         assert np.array_equal(got, want)
         hls = np.asarray(hls_model.predict(np.ascontiguousarray(x)), np.float64).reshape(want.shape)
         assert np.array_equal(want.astype(np.float32), hls.astype(np.float32))
+        # the numpy emulator of the io_stream firmware, behind the same T_in/T_out conversions
+        from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+        from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+        emulated = FixedPointModel(Hls4mlProject.load(folder)).predict(x)
+        assert np.array_equal(emulated.astype(np.float32).view(np.uint32), np.asarray(got, np.float32).view(np.uint32))
     finally:
         runner.close()
 
