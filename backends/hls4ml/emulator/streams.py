@@ -222,6 +222,10 @@ def build_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     fa = acc_t.frac
 
     if op_name == "Max":
+        if _monotone_cast(acc_t, in_t):
+            # assigning to accum_t keeps the order of values (no wrap can happen): the maximum of
+            # the assigned values is the assigned maximum, one cast instead of one per slot
+            return _max_pool_cast_last(m, cols, in_t, acc_t, out_t)
 
         def max_pool(x):
             vals = [acc_t.cast(x[:, c], in_t) for c in cols]
@@ -246,6 +250,41 @@ def build_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
         return out_t.cast(q, acc_t)
 
     return avg_pool, out_t
+
+
+def _monotone_cast(acc_t: FixedType, in_t: FixedType) -> bool:
+    """Whether assigning in_t to acc_t never reorders two values: rounding and saturation keep
+    the order, only a wrap breaks it, and none happens where acc_t holds in_t's range plus one
+    of its own steps where it has fewer fractional bits (a rounding up at the top)."""
+    if acc_t.overflow != "AP_WRAP" or acc_t.sat_bits:
+        return acc_t.overflow in ("AP_SAT", "AP_SAT_SYM") and not acc_t.sat_bits
+    lo = in_t.raw_min * 2.0**-in_t.frac
+    hi = in_t.raw_max * 2.0**-in_t.frac + (2.0**-acc_t.frac if acc_t.frac < in_t.frac else 0.0)
+    return acc_t.raw_min * 2.0**-acc_t.frac <= lo and hi <= acc_t.raw_max * 2.0**-acc_t.frac
+
+
+def _max_pool_cast_last(m: FixedPointModel, cols: list[np.ndarray], in_t: FixedType, acc_t, out_t):
+    key = m._layer_key
+
+    def max_pool(x):
+        y = x[:, cols[0]]
+        for c in cols[1:]:
+            y = np.maximum(y, x[:, c])
+        return out_t.cast(acc_t.cast(y, in_t), acc_t)
+
+    lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+    alo, ahi = float(acc_t.raw_min), float(acc_t.raw_max)
+
+    def max_pool_f64(x):
+        shape = (x.shape[0], cols[0].size)
+        y = np.take(x, cols[0], axis=1, out=m._buffer((key, "pool"), shape), mode="clip")
+        tmp = m._buffer((key, "slot"), shape)
+        for c in cols[1:]:
+            np.maximum(y, np.take(x, c, axis=1, out=tmp, mode="clip"), out=y)
+        y = cast_f64(acc_t, y, in_t.frac, lo, hi)
+        return cast_f64(out_t, y, acc_t.frac, alo, ahi)
+
+    return max_pool, out_t, max_pool_f64
 
 
 @register_stream("softmax")
