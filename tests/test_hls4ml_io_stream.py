@@ -15,6 +15,7 @@ numpy and csim modes over the real server.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,17 @@ def _keras_stream_cnn(keras):
     return keras.Model(i, x)
 
 
+def _keras_stream_1d(keras):
+    """Conv1D 'same' (zeropad1d_cl), BatchNormalization, pooling and both global poolings."""
+    layers = keras.layers
+    i = keras.Input((16, 3))
+    x = layers.Conv1D(4, 3, padding="same")(i)
+    x = layers.Activation("relu")(layers.BatchNormalization()(x))
+    x = layers.MaxPooling1D(2)(x)
+    x = layers.Concatenate()([layers.GlobalAveragePooling1D()(x), layers.GlobalMaxPooling1D()(x)])
+    return keras.Model(i, layers.Dense(3)(x))
+
+
 def _fix_auto(cfg):
     for layer in cfg["LayerName"].values():
         precision = layer.get("Precision")
@@ -61,10 +73,14 @@ def _fix_auto(cfg):
             precision["result"] = PRECISION  # merges of auto-sized results grow past 64 bits
 
 
-def _convert_keras_stream(outdir: Path):
+def _convert_keras_stream(outdir: Path, factory=_keras_stream_cnn):
     keras = _keras()
     keras.utils.set_random_seed(11)
-    model = _keras_stream_cnn(keras)
+    model = factory(keras)
+    if factory is _keras_stream_1d:  # trained-looking BatchNormalization statistics
+        bn = next(layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization))
+        rng = np.random.default_rng(2)
+        bn.set_weights([rng.uniform(0.5, 2, 4), rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4), rng.uniform(0.5, 2, 4)])
     cfg = hls4ml.utils.config_from_keras_model(model, granularity="name", backend="Vivado", default_precision=PRECISION)
     _fix_auto(cfg)
     hm = hls4ml.converters.convert_from_keras_model(
@@ -96,6 +112,11 @@ MODELS = {
     ),
     "torch_mlp": (_convert_torch_stream, {"dense", "relu", "sigmoid"}),
 }
+if os.environ.get("FPGASERVE_LONG_TESTS") == "1":
+    MODELS["keras_1d"] = (
+        lambda outdir: _convert_keras_stream(outdir, _keras_stream_1d),
+        {"zeropad1d_cl", "conv_1d_cl", "normalize", "pooling1d_cl", "global_pooling1d_cl", "concatenate1d"},
+    )
 
 
 @pytest.fixture(scope="module")

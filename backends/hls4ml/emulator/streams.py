@@ -17,6 +17,8 @@ word (``nnet::array<T, N>``) at a time, so every layer here is an op on that fla
   tree) of ``Op_max`` or ``Op_add`` in ``accum_t``, an average divided by the window size
   (ap_fixed / int: C division toward zero, accum_t's fractional bits) (nnet_pooling_stream.h);
   the io_parallel pooling instead compares/adds in its own order, so it is not reused;
+* ``global_pooling1d_cl``/``2d_cl``: a running max/sum in ``accum_t`` over the pixels;
+* ``normalize``: the io_parallel BatchNormalization when a word holds whole pixels;
 * ``softmax`` (latency, stable, argmax): the io_parallel softmax applied to each stream word
   on its own (the stream softmax normalises ``data_T::size`` values at a time).
 
@@ -285,6 +287,60 @@ def _max_pool_cast_last(m: FixedPointModel, cols: list[np.ndarray], in_t: FixedT
         return cast_f64(out_t, y, acc_t.frac, alo, ahi)
 
     return max_pool, out_t, max_pool_f64
+
+
+@register_stream("global_pooling1d_cl", "global_pooling2d_cl")
+def build_global_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """A running maximum (from accum_t's most negative value, ``hls::numeric_limits::min``) or
+    a running sum in accum_t over the pixels in stream order, each value assigned to accum_t
+    first; an average divides the sum by in_height * in_width (C division toward zero)."""
+    out_t = m._type(layer.template[1], layer)
+    acc_t = m._cfg_type(layer, "accum_t")
+    n_filt = const_int(layer, "n_filt")
+    if layer.kind == "global_pooling2d_cl":
+        n = const_int(layer, "in_height") * const_int(layer, "in_width")
+    else:
+        n = const_int(layer, "n_in")
+    if _pack(m, layer, 0) != n_filt or _pack(m, layer, 1) != n_filt:
+        raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
+    op_name = layer.config.get("consts", {}).get("pool_op", "nnet::Max").split("::")[-1]
+    fa = acc_t.frac
+    m._check_width(layer, max(acc_t.width, in_t.width) + 2, "the pooled values")
+    cols = [np.arange(n_filt) + p * n_filt for p in range(n)]
+    if op_name == "Max":
+        init = np.int64(acc_t.raw_min)
+
+        def max_pool(x):
+            y = np.full((x.shape[0], n_filt), init, np.int64)
+            for c in cols:
+                y = np.maximum(y, acc_t.cast(x[:, c], in_t))
+            return out_t.cast(y, acc_t)
+
+        return max_pool, out_t
+    if op_name != "Average":
+        raise UnsupportedLayerError(f"{layer.describe()}: pool_op {op_name} is not supported")
+
+    def avg_pool(x):
+        y = np.zeros((x.shape[0], n_filt), np.int64)
+        for c in cols:  # data_window[c] = data_window[c] + value: exact sum assigned to accum_t
+            y = acc_t.from_raw(y + acc_t.cast(x[:, c], in_t), fa)
+        q = np.abs(y) // n
+        return out_t.cast(np.where(y < 0, -q, q), acc_t)
+
+    return avg_pool, out_t
+
+
+@register_stream("normalize")
+def build_normalize_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """The stream BatchNormalization indexes scale/bias by the position in the word (j %
+    n_filt), the io_parallel one by the position in the array (i % n_filt): the same values
+    when a word holds whole pixels, which is what hls4ml writes; the io_parallel builder."""
+    from .normalization import build_normalize
+
+    text = layer.config.get("consts", {}).get("n_filt", "-1").strip()
+    if text != "-1" and _pack(m, layer, 0) % const_int(layer, "n_filt"):
+        raise UnsupportedLayerError(f"{layer.describe()}: stream words that split a pixel's channels")
+    return build_normalize(m, layer, in_t)
 
 
 @register_stream("softmax")
