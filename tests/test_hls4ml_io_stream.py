@@ -55,6 +55,18 @@ def _keras_stream_cnn(keras):
     return keras.Model(i, x)
 
 
+class StreamConv(torch.nn.Module):
+    """Channels-first input (hls4ml inserts stream transposes), a strided convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.relu = torch.nn.Conv2d(2, 3, 3), torch.nn.ReLU()
+        self.c2, self.fc = torch.nn.Conv2d(3, 4, 3, stride=2), torch.nn.Linear(4 * 2 * 2, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.c2(self.relu(self.c1(x))), 1))
+
+
 def _keras_stream_1d(keras):
     """Conv1D 'same' (zeropad1d_cl), BatchNormalization, pooling and both global poolings."""
     layers = keras.layers
@@ -90,12 +102,14 @@ def _convert_keras_stream(outdir: Path, factory=_keras_stream_cnn):
     return hm
 
 
-def _convert_torch_stream(outdir: Path):
+def _convert_torch_stream(outdir: Path, cls=StreamMlp, shape=(12,), tweak=None):
     torch.manual_seed(5)
-    model = StreamMlp().eval()
+    model = cls().eval()
     cfg = hls4ml.utils.config_from_pytorch_model(
-        model, input_shape=(12,), granularity="name", backend="Vivado", default_precision=PRECISION
+        model, input_shape=shape, granularity="name", backend="Vivado", default_precision=PRECISION
     )
+    if tweak is not None:
+        tweak(cfg["LayerName"])
     hm = hls4ml.converters.convert_from_pytorch_model(
         model, hls_config=cfg, backend="Vivado", io_type="io_stream", output_dir=str(outdir)
     )
@@ -116,6 +130,13 @@ if os.environ.get("FPGASERVE_LONG_TESTS") == "1":
     MODELS["keras_1d"] = (
         lambda outdir: _convert_keras_stream(outdir, _keras_stream_1d),
         {"zeropad1d_cl", "conv_1d_cl", "normalize", "pooling1d_cl", "global_pooling1d_cl", "concatenate1d"},
+    )
+    # the strided convolution in hls4ml's encoded implementation (its pixels table replayed)
+    MODELS["torch_conv_encoded"] = (
+        lambda outdir: _convert_torch_stream(
+            outdir, StreamConv, (2, 8, 8), lambda layers: layers["c2"].update(ConvImplementation="Encoded")
+        ),
+        {"transpose", "conv_2d_cl"},
     )
 
 
@@ -138,10 +159,11 @@ def test_io_stream_bit_exact_with_hls4ml_csim(name, workdir):
     x = _inputs(model.n_in)
     ref = np.asarray(hm.predict(np.ascontiguousarray(x))).reshape(len(x), -1)
     assert len(np.unique(ref)) > 50, f"{name}: the firmware's outputs barely vary, the comparison proves little"
-    assert model._f64
+    # the strided PyTorch convolution's auto-sized accumulators are too wide for float64
+    assert model._f64 == (name != "torch_conv_encoded")
     # fpgaserve's C-simulation of the same project (its batch shim on the stream top function)
     csim = CsimLibrary.load(project, cache_dir=workdir / "csim-cache").predict(x)
-    paths = {"float64": model.predict(x), "int64": model._predict_int64(x), "fpgaserve csim": csim}
+    paths = {"chosen": model.predict(x), "int64": model._predict_int64(x), "fpgaserve csim": csim}
     for path, got in paths.items():
         assert got.shape == ref.shape
         bad = np.flatnonzero((got.view(np.uint64) != ref.view(np.uint64)).any(axis=1))

@@ -11,7 +11,9 @@ word (``nnet::array<T, N>``) at a time, so every layer here is an op on that fla
   input pixel was just read, laid out ``[filt_height][filt_width][n_chan]`` as
   ``kernel_shift_2d`` builds it, times the weights by the ``mult_config``'s dense kernel, i.e.
   ``dense.build_dense`` on that config; the pixels the counters (``pX``/``sX``...) emit are
-  the strided valid positions (nnet_conv_stream.h);
+  the strided valid positions (nnet_conv_stream.h). The encoded form is replayed on indices
+  from its ``pixels`` table at build time (which window FIFO each pixel enters, when a
+  window is read out), then computed the same way;
 * ``pooling1d_cl``/``pooling2d_cl`` (line buffer and encoded: the same windows, pool ==
   stride): each window value assigned to ``accum_t`` first, then ``nnet::reduce`` (a binary
   tree) of ``Op_max`` or ``Op_add`` in ``accum_t``, an average divided by the window size
@@ -19,12 +21,14 @@ word (``nnet::array<T, N>``) at a time, so every layer here is an op on that fla
   the io_parallel pooling instead compares/adds in its own order, so it is not reused;
 * ``global_pooling1d_cl``/``2d_cl``: a running max/sum in ``accum_t`` over the pixels;
 * ``normalize``: the io_parallel BatchNormalization when a word holds whole pixels;
+* ``transpose``: the io_parallel index map (its 2-D form where a word is a row of the result);
+* ``broadcast_stream``: its two forms (1x1xC and HxWx1) as index maps;
 * ``softmax`` (latency, stable, argmax): the io_parallel softmax applied to each stream word
   on its own (the stream softmax normalises ``data_T::size`` values at a time).
 
 What the C++ asserts or cannot stream sample after sample (padding inside a stream
-convolution, pool != stride, several pixels per word, the encoded convolution, the legacy
-softmax) is refused naming the layer.
+convolution, pool != stride, several pixels per word, the legacy softmax) is refused naming
+the layer.
 """
 
 from __future__ import annotations
@@ -127,6 +131,66 @@ def _geometry(layer: Layer, filt: str) -> tuple[int, int, int, int, int, int, in
     return ih, iw, n_chan, fh, fw, sh, sw, oh, ow
 
 
+def _scale_index(kind: str, k: int, s: int, w: int, idx: int) -> int:
+    """nnet::scale_index_regular / scale_index_unscaled (nnet_conv_stream.h), unsigned maths."""
+    if kind.endswith("scale_index_unscaled"):
+        return idx
+    if not kind.endswith("scale_index_regular"):
+        raise ValueError(kind)
+    a, b = (k, s) if k >= s else (s, k)
+    if idx < a - b:
+        return idx
+    n_w = ((w - k) // s) * s + k  # nearest W without unused pixels on the right
+    s_w = (-(-a // b) - 1) * s + k  # scaled W that behaves like the original (DIV_ROUNDUP(K,S) or (S,K))
+    if idx >= n_w:
+        return s_w
+    r = n_w - idx
+    if r <= a - b:
+        return s_w - r
+    return a - b + (idx - (a - b)) % s
+
+
+def _encoded_table(m: FixedPointModel, layer: Layer, ih, iw, n_chan, fh, fw, sh, sw) -> np.ndarray:
+    """The encoded convolution replayed on indices: each input pixel goes into the window FIFOs
+    its ``pixels`` mask names (``compute_output_encoded``), and a window is read out when the
+    mask's last bit is set; the rows are the input indices of each emitted window."""
+    import re
+    from collections import deque
+
+    text = m.graph.project.read_firmware("parameters.h")
+    found = re.search(rf"\b{re.escape(layer.config_name)}::pixels\[\]\s*=\s*\{{([^}}]*)\}}", text)
+    if found is None:
+        raise UnsupportedLayerError(f"{layer.describe()}: no {layer.config_name}::pixels table in parameters.h")
+    pixels = [int(v) for v in found.group(1).split(",") if v.strip()]
+    using = layer.config.get("using", {})
+    kernel = fh * fw
+    two_d = layer.kind == "conv_2d_cl"
+    min_w = const_int(layer, "min_width")
+    fifos: list[deque] = [deque() for _ in range(kernel * n_chan)]
+    windows = []
+    try:
+        for h in range(ih):
+            for w in range(iw):
+                if two_d:
+                    y = _scale_index(using.get("scale_index_height", ""), fh, sh, ih, h)
+                    x = _scale_index(using.get("scale_index_width", ""), fw, sw, iw, w)
+                    mask = pixels[y * min_w + x]
+                else:
+                    mask = pixels[_scale_index(using.get("scale_index", ""), fw, sw, iw, w)]
+                for f in range(kernel):
+                    if mask >> f & 1:
+                        for c in range(n_chan):
+                            fifos[f * n_chan + c].append((h * iw + w) * n_chan + c)
+                if mask >> (kernel - 1) & 1:
+                    windows.append([q.popleft() for q in fifos])
+    except (ValueError, IndexError):
+        raise UnsupportedLayerError(
+            f"{layer.describe()}: its pixels table or scale_index reads outside what the C++ would "
+            "(an empty window FIFO or an unknown index scaler)"
+        ) from None
+    return np.array(windows, dtype=np.int64).reshape(len(windows), kernel * n_chan)
+
+
 def _gather(m: FixedPointModel, table: np.ndarray, tag: str):
     """x (rows, n_in) -> (rows * pixels, window): the windows, one row per output pixel."""
     pixels, window = table.shape
@@ -145,10 +209,8 @@ def _gather(m: FixedPointModel, table: np.ndarray, tag: str):
 def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """The line-buffer convolution: each emitted window through the mult_config's dense kernel."""
     impl = layer.config.get("consts", {}).get("implementation", "").split("::")[-1]
-    if impl != "linebuffer":
-        raise UnsupportedLayerError(
-            f"{layer.describe()}: stream convolution implementation '{impl}' is not emulated (only linebuffer)"
-        )
+    if impl not in ("linebuffer", "encoded"):
+        raise UnsupportedLayerError(f"{layer.describe()}: stream convolution implementation '{impl}' is not emulated")
     ih, iw, n_chan, fh, fw, sh, sw, oh, ow = _geometry(layer, "filt")
     n_filt = const_int(layer, "n_filt")
     if _pack(m, layer, 0) != n_chan or _pack(m, layer, 1) != n_filt:
@@ -161,7 +223,14 @@ def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     mult = m.graph.configs.get(mult_name)
     if mult is None:
         raise UnsupportedLayerError(f"{layer.describe()}: mult_config '{mult_name}' not found in parameters.h")
-    table = _window_table(ih, iw, n_chan, fh, fw, sh, sw)
+    if impl == "encoded":
+        table = _encoded_table(m, layer, ih, iw, n_chan, fh, fw, sh, sw)
+        if table.shape[0] != oh * ow:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: its pixels table emits {table.shape[0]} of {oh * ow} pixels"
+            )
+    else:
+        table = _window_table(ih, iw, n_chan, fh, fw, sh, sw)
     window = table.shape[1]
     dense_layer = Layer(
         "dense",
@@ -341,6 +410,46 @@ def build_normalize_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if text != "-1" and _pack(m, layer, 0) % const_int(layer, "n_filt"):
         raise UnsupportedLayerError(f"{layer.describe()}: stream words that split a pixel's channels")
     return build_normalize(m, layer, in_t)
+
+
+@register_stream("transpose")
+def build_transpose_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """The stream transpose reads the whole array and writes out[i] = in[transfer_idx(i)], the
+    io_parallel mapping; its 2-D form writes word i as in[j * from_shape[1] + i], the same
+    mapping only when a word is one row of the result (res_T::size == to_shape[1])."""
+    from .reshape import build_transpose
+
+    if const_int(layer, "dims") == 2:
+        to_shape = m.graph.arrays.get(f"{layer.config_name}_to_shape") or []
+        if len(to_shape) != 2 or _pack(m, layer, 1) != to_shape[1]:
+            raise UnsupportedLayerError(f"{layer.describe()}: 2-D stream transpose with words of other than a row")
+    return build_transpose(m, layer, in_t)
+
+
+@register_stream("broadcast_stream")
+def build_broadcast(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """broadcast_stream_1x1xC: each input word written n_dupl times (its first res_T::size
+    values); broadcast_stream_HxWx1: each input word's first value filling a whole word."""
+    out_t = m._type(layer.template[1], layer)
+    ih, iw, ic = (const_int(layer, k) for k in ("in_height", "in_width", "in_chan"))
+    oh, ow, oc = (const_int(layer, k) for k in ("out_height", "out_width", "out_chan"))
+    d, r = _pack(m, layer, 0), _pack(m, layer, 1)
+    words = ih * iw * ic // d
+    if ih == 1 and iw == 1 and ic == oc:
+        n_dupl = oh * ow * oc // (ih * iw * ic)
+        src = np.array([w * d + k for w in range(words) for _ in range(n_dupl) for k in range(r)], dtype=np.int64)
+    elif ic == 1 and ih == oh and iw == ow:
+        src = np.array([w * d for w in range(words) for _ in range(r)], dtype=np.int64)
+    else:
+        raise UnsupportedLayerError(f"{layer.describe()}: broadcast of {ih}x{iw}x{ic} to {oh}x{ow}x{oc} writes nothing")
+    if src.size != oh * ow * oc or (r > d and ih == 1 and iw == 1 and ic == oc):
+        raise UnsupportedLayerError(f"{layer.describe()}: the broadcast does not fill {oh}x{ow}x{oc}")
+    lo, hi = float(in_t.raw_min), float(in_t.raw_max)
+    return (
+        (lambda x: out_t.cast(x[:, src], in_t)),
+        out_t,
+        (lambda x: cast_f64(out_t, x[:, src], in_t.frac, lo, hi)),
+    )
 
 
 @register_stream("softmax")
