@@ -9,7 +9,7 @@ do not have: AttributeError), and its PyTorch converter refuses ``Conv2d(groups=
 the channels is converted (QONNX flow, ``conv_to_depthwise_conv_x_d``), tested here from a
 PyTorch export.
 
-The Keras model covers 'same' padding (zeros from the buffer filler), strides, 1D and 2D,
+The Keras models also hold a strided, padded Conv (conv.py's band products). They cover 'same' padding (zeros from the buffer filler), strides, 1D and 2D,
 and accumulators of each kind: auto-sized (exact sums, float64 path), a narrow saturating
 ``AP_RND`` accumulator (each product rounded, each addition saturated: the C++ order is
 replayed) and a narrow wrapping ``AP_TRN`` one. hls4ml's C-simulation (``HLSModel.predict``)
@@ -18,14 +18,16 @@ is the reference; both emulator paths are compared.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 hls4ml = pytest.importorskip("hls4ml")
 
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
+from fpgaserve.backends.hls4ml.emulator.conv import _band_layout  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject  # noqa: E402
-from test_hls4ml_layers import PRECISION, _assert_bit_exact, _keras  # noqa: E402
+from test_hls4ml_layers import PRECISION, _assert_bit_exact, _inputs, _keras  # noqa: E402
 
 # accumulators that make the order of the C++ additions matter (see the module docstring)
 ACCUM = {
@@ -37,8 +39,9 @@ BIAS = "random_normal"  # Keras' default zero biases would leave the bias path u
 
 def _keras_depthwise_2d(keras):
     layers = keras.layers
-    i = keras.Input((8, 8, 3))
+    i = keras.Input((16, 16, 3))
     x = layers.DepthwiseConv2D(bias_initializer=BIAS, kernel_size=3, padding="same", name="dw1")(i)
+    x = layers.Conv2D(3, 3, strides=2, padding="same", name="cs")(x)  # conv.py's bands: stride, padding
     x = layers.DepthwiseConv2D(bias_initializer=BIAS, kernel_size=2, strides=2, name="dw2")(x)
     x = layers.Conv2D(4, 1, name="pw")(x)  # the pointwise half of a SeparableConv2D
     x = layers.DepthwiseConv2D(bias_initializer=BIAS, kernel_size=3, padding="same", name="dw3")(x)
@@ -50,6 +53,7 @@ def _keras_depthwise_1d(keras):
     layers = keras.layers
     i = keras.Input((16, 3))
     x = layers.DepthwiseConv1D(bias_initializer=BIAS, kernel_size=3, padding="same", name="dw1")(i)
+    x = layers.Conv1D(3, 3, strides=2, padding="same", name="cs")(x)  # conv.py's bands: stride, padding
     x = layers.DepthwiseConv1D(bias_initializer=BIAS, kernel_size=2, strides=2, name="dw2")(x)
     x = layers.Conv1D(4, 1, name="pw")(x)  # the pointwise half of a SeparableConv1D
     x = layers.DepthwiseConv1D(bias_initializer=BIAS, kernel_size=3, padding="same", name="dw3")(x)
@@ -76,7 +80,7 @@ def test_keras_depthwise_bit_exact_with_csim(dim, tmp_path):
     layers = cfg["LayerName"]
     for name, accum in ACCUM.items():
         layers[name].setdefault("Precision", {})["accum"] = accum
-    for name in ("dw1", "dw2", "pw", "dw3"):
+    for name in ("dw1", "cs", "dw2", "pw", "dw3"):
         layers[name].setdefault("Precision", {})["result"] = PRECISION  # auto would grow past 64 bits
     layers["dw4"].setdefault("Precision", {})["result"] = "ap_fixed<10,4,AP_RND_CONV,AP_SAT>"
     hm = hls4ml.converters.convert_from_keras_model(
@@ -88,6 +92,13 @@ def test_keras_depthwise_bit_exact_with_csim(dim, tmp_path):
     # the narrow accumulators took the ordered replay (no float64 form), the others the exact sum
     fops = {layer.name: step[3] is not None for layer, step in zip(emu.graph.layers, emu._steps)}
     assert fops["dw1"] and fops["dw4"] and not fops["dw2"] and not fops["dw3"]
+    for name in ("cs", "pw"):  # the float64 path took the bands, not the gathered windows
+        layer = next(layer for layer in emu.graph.layers if layer.name == name)
+        assert _band_layout(layer, emu.graph.fill_buffer(layer)) is not None
+    # batches below conv.BAND_MIN_ROWS gather windows instead of bands: the same bits
+    x = _inputs(emu.n_in)[:700:100]
+    ref = np.asarray(hm.predict(np.ascontiguousarray(x))).reshape(len(x), -1)
+    np.testing.assert_array_equal(emu.predict(x), ref)
 
     # a configuration the C++ cannot run is refused naming the layer: the resource strategy
     # (hls4ml's io_parallel depthwise asserts on it), here written into dw1's config struct

@@ -17,6 +17,9 @@ from .registry import register
 if TYPE_CHECKING:
     from .model import FixedPointModel
 
+#: float64 weights (n_in, n_out) -> function of the float64 op's input giving (rows, n_out) sums
+ProductFactory = Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]]
+
 
 # dense
 def _dense_triplets(m: FixedPointModel, layer: Layer, n_in: int, n_out: int) -> list[tuple[int, int, int]]:
@@ -78,7 +81,11 @@ def _dense_triplets(m: FixedPointModel, layer: Layer, n_in: int, n_out: int) -> 
 
 
 @register("dense")
-def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
+def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType, product_f64: ProductFactory | None = None):
+    """``product_f64`` (convolutions): given the float64 weight matrix (n_in, n_out) on
+    accum_t's grid, returns the function that computes the layer's (rows, n_out) products
+    from the float64 op's input in another order (e.g. without gathering windows). Used only
+    where the sum is exact in float64 whatever the order (the linear path below)."""
     n_in, n_out = const_int(layer, "n_in"), const_int(layer, "n_out")
     out_t = m._type(layer.template[1], layer)
     w_t, b_t = m._cfg_type(layer, "weight_t"), m._cfg_type(layer, "bias_t")
@@ -87,7 +94,7 @@ def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if w.size != n_in * n_out or b.size != n_out:
         raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}")
     trip = _dense_triplets(m, layer, n_in, n_out)
-    return dense_from_arrays(m, layer, in_t, out_t, w, b, n_in, n_out, trip)
+    return dense_from_arrays(m, layer, in_t, out_t, w, b, n_in, n_out, trip, product_f64=product_f64)
 
 
 def _ones_like(x: np.ndarray, where_zero: float, elsewhere: float) -> np.ndarray:
@@ -146,6 +153,7 @@ def dense_from_arrays(
     n_out: int,
     trip: list[tuple[int, int, int]],
     cast_n_in: int | None = None,
+    product_f64: ProductFactory | None = None,
 ):
     """The dense layer of ``layer``'s config (accum_t, weight_t, bias_t, product) on weight
     raws ``w`` (flat, indexed as the kernel does) and bias raws ``b``, the products in the
@@ -201,7 +209,7 @@ def dense_from_arrays(
 
         fop = None
         if x_map is None and binary_cast is None:
-            fop = _dense_f64(m, wmat, bias_lin, x_t, acc_t, out_t, fa - fp, modular)
+            fop = _dense_f64(m, wmat, bias_lin, x_t, acc_t, out_t, fa - fp, modular, product_f64)
         return dense_linear, out_t, fop
     if modular:
         # each product is quantized into accum_t on its own, the sum is modular: group by input
@@ -358,11 +366,21 @@ def fast_from_raw(t: FixedType, frac: int, overflow: bool = True) -> Callable[[n
 
 
 def _dense_f64(
-    m: FixedPointModel, wmat, bias_acc, in_t: FixedType, acc_t: FixedType, out_t: FixedType, shift: int, modular
+    m: FixedPointModel,
+    wmat,
+    bias_acc,
+    in_t: FixedType,
+    acc_t: FixedType,
+    out_t: FixedType,
+    shift: int,
+    modular,
+    product_f64: ProductFactory | None = None,
 ):
     """The linear dense on float64 raws: one BLAS product with the weights pre-scaled to
-    accum_t's grid, the bias added in place, then accum_t's wrap and the cast to the
-    result type, skipped where the bounds of the sums show they cannot change anything."""
+    accum_t's grid (or ``product_f64``'s product: the bounds below make every partial sum an
+    exact float64 integer, so any order of additions gives the same sums), the bias added in
+    place, then accum_t's wrap and the cast to the result type, skipped where the bounds of
+    the sums show they cannot change anything."""
     if not (f64_capable(in_t) and f64_capable(acc_t) and f64_capable(out_t)):
         return None
     wf = wmat.astype(np.float64) * 2.0**shift
@@ -382,19 +400,24 @@ def _dense_f64(
         modular, acc_lo, acc_hi = False, lo, hi
     key = m._layer_key
     n_out = wf.shape[1]
+    product = product_f64(wf) if product_f64 is not None else None
 
     wf_t = np.ascontiguousarray(wf.T)
 
     def dense_f64(x):
-        rows = x.shape[0]
-        acc = m._buffer(key, (rows, n_out))
-        if rows >= 64 * n_out:
-            # OpenBLAS is slow at tall, narrow products (a convolution's windows: a million rows
-            # times 18x4 weights, 10x slower than the same product transposed); every sum is an
-            # exact integer below 2**53 (checked above), so the orientation changes no bit
-            acc[...] = np.matmul(wf_t, x.T, out=m._buffer((key, "t"), (n_out, rows))).T
+        if product is not None:
+            acc = product(x)
+            rows = acc.shape[0]
         else:
-            np.matmul(x, wf, out=acc)
+            rows = x.shape[0]
+            acc = m._buffer(key, (rows, n_out))
+            if rows >= 64 * n_out:
+                # OpenBLAS is slow at tall, narrow products (a convolution's windows: a million rows
+                # times 18x4 weights, 10x slower than the same product transposed); every sum is an
+                # exact integer below 2**53 (checked above), so the orientation changes no bit
+                acc[...] = np.matmul(wf_t, x.T, out=m._buffer((key, "t"), (n_out, rows))).T
+            else:
+                np.matmul(x, wf, out=acc)
         # a bias row broadcast over a short inner axis is slow in numpy: add a full-size copy
         acc += m._buffer((key, "bias"), (rows, n_out), fill=bf)
         if modular:
