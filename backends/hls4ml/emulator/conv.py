@@ -154,9 +154,11 @@ def _band_product(m: FixedPointModel, key, layout: tuple[int, ...], windows) -> 
     (narrower BLAS products run slowly). Each output (row, tile) is then the input's rows
     ``oh * sh ...`` over the tile's columns, a contiguous slice of the padded input (with one
     tile or one input row) or of a copy cut into tiles, times the same band. ``windows(x)``
-    gathers the im2col matrix, used instead below BAND_MIN_ROWS rows."""
+    gathers the im2col matrix, used instead below BAND_MIN_ROWS rows. A 1x1 convolution of
+    stride 1 without padding needs neither: its input is its im2col matrix."""
     h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, hp, wp = layout
     pad = (hp, wp) != (h, w)
+    pointwise = kh == kw == sh == sw == 1 and not pad and (oh, ow) == (h, w)
     item = np.dtype(np.float64).itemsize
 
     def factory(wf: np.ndarray):
@@ -175,6 +177,10 @@ def _band_product(m: FixedPointModel, key, layout: tuple[int, ...], windows) -> 
 
         def product(x):
             rows = x.shape[0]
+            if pointwise:  # each pixel's window is the pixel: the input is the im2col matrix
+                return np.matmul(
+                    x.reshape(rows * h * w, c), wf, out=m._buffer((key, "windows"), (rows * h * w, n_filt))
+                )
             if rows < BAND_MIN_ROWS:
                 g = windows(x)
                 return np.matmul(g, wf, out=m._buffer((key, "windows"), (g.shape[0], n_filt)))

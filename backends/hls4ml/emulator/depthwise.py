@@ -17,7 +17,8 @@ so each channel is a dot product over the kernel positions, accumulated in k ord
 order can matter only when accum_t saturates and a partial sum can leave its range, or when a
 product is rounded into accum_t; then the emulation replays the K additions in that order
 (vectorised over rows, pixels and channels). Otherwise the sum is exact whatever the order
-(int64, or float64 below 2**52 with the bounds dense.py uses).
+(int64, or float64 below 2**52 with the bounds dense.py uses; on float64 and with few
+channels, as conv.py's band products with a block-diagonal weight matrix).
 
 Refused at load, naming the layer: the resource strategy (``depthwise_conv_*_cl`` asserts
 "Resource strategy for DepthwiseConv2D is not supported." in io_parallel; hls4ml 1.3.0's
@@ -34,7 +35,13 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64
+from .conv import BAND_MIN_ROWS, _band_layout, _band_product
 from .registry import register
+
+#: up to this many channels the float64 path multiplies conv.py's bands with a block-diagonal
+#: weight matrix (n_chan times the products needed, but in one BLAS call); beyond, the
+#: per-position multiply-adds cost less
+BAND_MAX_CHANNELS = 16
 
 if TYPE_CHECKING:
     from .model import FixedPointModel
@@ -165,12 +172,24 @@ def build_depthwise(m: FixedPointModel, layer: Layer, in_t: FixedType):
             else:
                 acc_lo, acc_hi, wrap = lo, hi, False
 
+            layout = _band_layout(layer, table) if n_chan <= BAND_MAX_CHANNELS else None
+            bands = None
+            if layout is not None:
+                # the depthwise layer as a convolution whose filter c reads channel c only
+                block = np.zeros((n_k, n_chan, n_chan))
+                block[:, np.arange(n_chan), np.arange(n_chan)] = wk * 2.0 ** int(shift)
+                bands = _band_product(m, key, layout, None)(block.reshape(window, n_chan))
+
             def depthwise_f64(x):
-                g = gather(x, 0.0)
-                acc = np.multiply(g[:, 0], wf[0], out=m._buffer(key, (x.shape[0], n_res)))
-                tmp = m._buffer((key, "term"), acc.shape)
-                for k in range(1, n_k):
-                    acc += np.multiply(g[:, k], wf[k], out=tmp)
+                rows = x.shape[0]
+                if bands is not None and rows >= BAND_MIN_ROWS:
+                    acc = bands(x).reshape(rows, n_res)  # exact sums: the order is free
+                else:
+                    g = gather(x, 0.0)
+                    acc = np.multiply(g[:, 0], wf[0], out=m._buffer(key, (rows, n_res)))
+                    tmp = m._buffer((key, "term"), acc.shape)
+                    for k in range(1, n_k):
+                        acc += np.multiply(g[:, k], wf[k], out=tmp)
                 acc += bf
                 if wrap:
                     acc = overflow_f64(acc_t, acc)
