@@ -32,6 +32,14 @@ Part 1b, in this process: csim, numpy and onnx on the other bundled models, the 
 (dense, relu, softmax) and calo_cnn (conv2d, relu, max pooling, flatten, dense, softmax), with
 numpy/csim and numpy/onnx ratios and numpy == csim checked bit for bit.
 
+Part 3 (``--part 3``), in this process: one small model per layer family (dense, conv,
+depthwise/separable, pooling, merge, activations, normalization, softmax; the table
+FAMILY_MODELS, one entry per family), converted by hls4ml at run time into the work directory
+and compiled as csim: numpy, csim and the float network in its own framework (PyTorch or
+Keras 3 on torch, one thread) on 4096 rows, numpy/csim and numpy/float ratios, numpy == csim
+bit for bit; then calo_cnn's numpy against its float network (ONNX Runtime) at batches of 1,
+64 and 1024 rows, against the 0.6x target.
+
 Part 2, end to end: one fpgaserve per mode (csim, numpy, onnx, and the simulated card through
 ``tests/fpga_sim/serve.py --fpga-mode hardware``) on a temporary repository holding a copy of
 ``bitstreams/facile`` plus an xclbin, each checked for the right outputs over gRPC first, then
@@ -195,18 +203,19 @@ def stdout_to(path: Path):
 class Timing:
     mode: str
     what: str
-    times: list[float] = field(default_factory=list)  # seconds per 16000-row call
+    times: list[float] = field(default_factory=list)  # seconds per call of ``rows`` rows
     wall_s: float = 0.0
     own_cpu_s: float = 0.0  # this process (all threads) during the timed calls
     other_cpu_s: float = 0.0  # every other process during the timed calls
+    rows: int = BATCH  # rows per call
 
     @property
     def best_rows_s(self) -> float:
-        return BATCH / min(self.times)
+        return self.rows / min(self.times)
 
     @property
     def median_rows_s(self) -> float:
-        return BATCH / float(np.median(self.times))
+        return self.rows / float(np.median(self.times))
 
     @property
     def self_cores(self) -> float:
@@ -234,11 +243,13 @@ class Timing:
         self.other_cpu_s += max(0.0, (common.system_busy_seconds() - busy0) - own)
 
 
-def time_modes(modes, rounds: int, quiet: QuietBudget) -> tuple[list[Timing], list[tuple[float, float]]]:
+def time_modes(
+    modes, rounds: int, quiet: QuietBudget, rows: int = BATCH
+) -> tuple[list[Timing], list[tuple[float, float]]]:
     """Round-robin over the modes, ``rounds`` times, so a burst of other work on the machine
     hits one round of every mode rather than every call of one mode; best call per mode wins.
     Fast modes repeat their call within a round for SLICE_S, so their best is not one sample."""
-    timings = [Timing(m, w) for m, w, _, _ in modes]
+    timings = [Timing(m, w, rows=rows) for m, w, _, _ in modes]
     for _, _, fn, x in modes:
         fn(x)  # warm-up (first-call costs: table fills, buffer allocation, page faults)
     waits = []
@@ -529,6 +540,341 @@ def part1_models(s: Settings, quiet: QuietBudget) -> list[dict]:
     return results
 
 
+# ================================================================================== part 3
+#
+# One small model per layer family, converted by hls4ml at run time (Vivado, io_parallel,
+# ap_fixed<16,6>) into a temporary directory: numpy (FixedPointModel) vs csim (CsimLibrary) vs
+# the float network in its own framework (PyTorch, or Keras 3 on its torch backend), one
+# thread each. A family is one entry of FAMILY_MODELS: a factory returning a FamilyModel.
+
+FAMILY_BATCH = 4096
+FAMILY_PRECISION = "ap_fixed<16,6>"
+CALO_VERSION = ROOT / "bitstreams" / "calo_cnn" / "1"
+CALO_BATCHES = (1, 64, 1024)
+TARGET_CALO_NUMPY_OVER_FLOAT = 0.6  # issue target for calo_cnn, in-process; printed, never asserted
+
+
+@dataclass
+class FamilyModel:
+    """A float network for hls4ml to convert: ``framework`` "torch" (a torch.nn.Module) or
+    "keras" (a keras.Model, run on keras' torch backend); ``item_shape`` one sample as the
+    framework takes it (PyTorch: channels first); ``kinds``: nnet:: calls the firmware must
+    hold, so a converter change that drops the family is seen."""
+
+    framework: str
+    model: object
+    item_shape: tuple[int, ...]
+    kinds: set[str]
+    what: str
+
+
+def _torch_model(module_fn):
+    import torch
+
+    torch.manual_seed(SEED)
+    return module_fn(torch.nn).eval()
+
+
+def _family_dense() -> FamilyModel:
+    m = _torch_model(
+        lambda nn: nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 5))
+    )
+    return FamilyModel("torch", m, (16,), {"dense", "relu"}, "Linear 16-64-32-5, ReLU")
+
+
+def _family_conv() -> FamilyModel:
+    m = _torch_model(
+        lambda nn: nn.Sequential(
+            nn.Conv2d(2, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(8, 8, 3, stride=2),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(8 * 5 * 5, 5),
+        )
+    )
+    return FamilyModel("torch", m, (2, 12, 12), {"conv_2d_cl"}, "Conv2d 2-8 3x3 same, Conv2d 8-8 3x3 stride 2, Linear")
+
+
+def _family_depthwise() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((12, 12, 4))
+    x = layers.DepthwiseConv2D(3, padding="same", bias_initializer="random_normal")(i)
+    x = layers.Conv2D(8, 1)(x)  # hls4ml writes SeparableConv2D as these two calls
+    x = layers.DepthwiseConv2D(3, strides=2, bias_initializer="random_normal")(x)
+    m = keras.Model(i, layers.Dense(5)(layers.Flatten()(x)))
+    return FamilyModel(
+        "keras",
+        m,
+        (12, 12, 4),
+        {"depthwise_conv_2d_cl", "pointwise_conv_2d_cl"},
+        "DepthwiseConv2D 3x3 same, 1x1 Conv2D (= SeparableConv2D), DepthwiseConv2D stride 2, Dense",
+    )
+
+
+def _family_pooling() -> FamilyModel:
+    m = _torch_model(
+        lambda nn: nn.Sequential(
+            nn.Conv2d(1, 4, 3), nn.MaxPool2d(2), nn.AvgPool2d(2, padding=1), nn.Flatten(), nn.Linear(4 * 4 * 4, 5)
+        )
+    )
+    return FamilyModel(
+        "torch", m, (1, 16, 16), {"pooling2d_cl"}, "Conv2d 1-4, MaxPool2d 2, AvgPool2d 2 (padded), Linear"
+    )
+
+
+def _family_merge() -> FamilyModel:
+    import torch
+
+    class Merge(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.out = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(32, 5)
+
+        def forward(self, x):
+            a, b = self.a(x), self.b(x)
+            return self.out(torch.cat([a + b, a * b], dim=1))
+
+    return FamilyModel(
+        "torch",
+        _torch_model(lambda nn: Merge()),
+        (16,),
+        {"add", "multiply", "concatenate1d"},
+        "two Linear, add, multiply, concatenate, Linear",
+    )
+
+
+def _family_activations() -> FamilyModel:
+    m = _torch_model(
+        lambda nn: nn.Sequential(
+            nn.Linear(16, 32), nn.ELU(), nn.Linear(32, 32), nn.Sigmoid(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 5)
+        )
+    )
+    return FamilyModel("torch", m, (16,), {"elu", "sigmoid", "tanh"}, "Linear + ELU, sigmoid, tanh (tables)")
+
+
+def _family_normalization() -> FamilyModel:
+    def build(nn):
+        bn = nn.BatchNorm1d(16)
+        import torch
+
+        with torch.no_grad():  # non-trivial running statistics (a fresh layer is the identity)
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+        return nn.Sequential(bn, nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 5))
+
+    return FamilyModel(
+        "torch", _torch_model(build), (16,), {"normalize"}, "BatchNorm1d on the input, Linear, ReLU, Linear"
+    )
+
+
+def _family_softmax() -> FamilyModel:
+    m = _torch_model(lambda nn: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=1)))
+    return FamilyModel("torch", m, (16,), {"softmax"}, "Linear, ReLU, Linear, Softmax (stable)")
+
+
+# family -> factory; another family is one entry here (and its factory)
+FAMILY_MODELS = {
+    "dense": _family_dense,
+    "conv": _family_conv,
+    "depthwise/separable": _family_depthwise,
+    "pooling": _family_pooling,
+    "merge": _family_merge,
+    "activations": _family_activations,
+    "normalization": _family_normalization,
+    "softmax": _family_softmax,
+}
+
+
+def _bench_keras():
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    import keras
+
+    return keras
+
+
+def convert_family(fam: FamilyModel, outdir: Path, build_log: Path) -> None:
+    """hls4ml's conversion of ``fam`` into ``outdir`` (written, not compiled: CsimLibrary
+    compiles it with the batch shim). Auto-sized results are pinned to FAMILY_PRECISION,
+    as merges of auto-sized inputs grow past the emulator's 64 bits."""
+    import hls4ml
+
+    with stdout_to(build_log):
+        if fam.framework == "torch":
+            cfg = hls4ml.utils.config_from_pytorch_model(
+                fam.model,
+                input_shape=fam.item_shape,
+                granularity="name",
+                backend="Vivado",
+                default_precision=FAMILY_PRECISION,
+            )
+        else:
+            cfg = hls4ml.utils.config_from_keras_model(
+                fam.model, granularity="name", backend="Vivado", default_precision=FAMILY_PRECISION
+            )
+        for layer in cfg["LayerName"].values():
+            precision = layer.get("Precision")
+            if isinstance(precision, dict) and precision.get("result") == "auto":
+                precision["result"] = FAMILY_PRECISION
+        kwargs = {"hls_config": cfg, "backend": "Vivado", "io_type": "io_parallel", "output_dir": str(outdir)}
+        if fam.framework == "torch":
+            hm = hls4ml.converters.convert_from_pytorch_model(fam.model, **kwargs)
+        else:
+            hm = hls4ml.converters.convert_from_keras_model(fam.model, **kwargs)
+        hm.write()
+
+
+def float_predictor(fam: FamilyModel):
+    """The float network's forward pass on a float32 batch (one torch thread)."""
+    import torch
+
+    torch.set_num_threads(1)
+    shape = fam.item_shape
+    if fam.framework == "torch":
+
+        def run(a):
+            with torch.no_grad():
+                return fam.model(torch.from_numpy(a.reshape(len(a), *shape))).numpy()
+
+        return run
+    model = fam.model
+
+    def run_keras(a):
+        with torch.no_grad():
+            return model(a.reshape(len(a), *shape), training=False)
+
+    return run_keras
+
+
+def part3(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
+    from fpgaserve.backends.hls4ml.csim import CsimLibrary
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    results = []
+    for family, factory in FAMILY_MODELS.items():
+        slug = re.sub(r"\W+", "_", family)
+        outdir = workdir / f"family-{slug}"
+        shutil.rmtree(outdir, ignore_errors=True)
+        row = {"family": family, "ok": False, "note": ""}
+        results.append(row)
+        try:
+            fam = factory()
+            row["what"] = fam.what
+            t0 = time.monotonic()
+            convert_family(fam, outdir, workdir / f"family-{slug}.log")
+            project = Hls4mlProject.load(outdir)
+            csim = CsimLibrary.load(project, cache_dir=workdir / "csim-cache")
+            emu = FixedPointModel(project)
+            row["build_s"] = time.monotonic() - t0
+        except Exception as e:  # a family that fails to convert or emulate is reported, not fatal
+            row["note"] = f"{type(e).__name__}: {str(e)[:300]}"
+            log(f"part 3: {family}: {row['note']}")
+            continue
+        found = {layer.kind for layer in emu.graph.layers}
+        row["layers"] = sorted(found)
+        missing = fam.kinds - found
+        n_in = emu.n_in
+        x = np.random.default_rng(SEED).standard_normal((FAMILY_BATCH, n_in), dtype=np.float32)
+        run_float = float_predictor(fam)
+        log(f"part 3: {family}, {FAMILY_BATCH} rows, {s.repeats} rounds")
+        modes = [
+            ("csim", "CsimLibrary.predict", csim.predict, x),
+            ("numpy", "FixedPointModel.predict", emu.predict, x),
+            ("float", f"{fam.framework} forward, 1 thread", run_float, x),
+        ]
+        timings, _ = time_modes(modes, s.repeats, quiet, rows=FAMILY_BATCH)
+        differ = bits_differ(emu.predict(x), csim.predict(x))
+        row.update(
+            timings={t.mode: t.best_rows_s for t in timings},
+            path="float64" if emu._f64 else "int64",
+            differ=differ,
+            ok=differ == 0 and not missing,
+            note=f"missing nnet::{', '.join(sorted(missing))}" if missing else "",
+        )
+    return {"families": results, "calo": calo_ratio(s, quiet)}
+
+
+def calo_ratio(s: Settings, quiet: QuietBudget) -> list[dict]:
+    """calo_cnn in process: numpy against its float network (model.onnx, ONNX Runtime on one
+    thread) at the batch sizes of CALO_BATCHES, against TARGET_CALO_NUMPY_OVER_FLOAT."""
+    import onnxruntime as ort
+
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    emu = FixedPointModel(Hls4mlProject.load(CALO_VERSION))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(CALO_VERSION / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    out = []
+    for batch in CALO_BATCHES:
+        x = np.random.default_rng(SEED).standard_normal((batch, 256), dtype=np.float32)
+
+        def onnx_predict(a):
+            return sess.run(None, {name: a.reshape(len(a), 1, 16, 16)})[0]
+
+        log(f"calo_cnn numpy vs onnx, batch {batch}")
+        timings, _ = time_modes(
+            [("numpy", "FixedPointModel.predict", emu.predict, x), ("onnx", "onnxruntime", onnx_predict, x)],
+            s.repeats,
+            quiet,
+            rows=batch,
+        )
+        t = {x.mode: x.best_rows_s for x in timings}
+        out.append({"batch": batch, "numpy": t["numpy"], "onnx": t["onnx"]})
+    return out
+
+
+def report_part3(p3: dict) -> list[str]:
+    L = [f"## Part 3: one small model per layer family, in-process, one call of {FAMILY_BATCH} rows", ""]
+    L.append(
+        f"Each model converted by hls4ml at run time (Vivado, io_parallel, {FAMILY_PRECISION}, auto results "
+        f"pinned to it) into the work directory; input `numpy.random.default_rng({SEED}).standard_normal`; "
+        "same timing as part 1 (best call of the round-robin, one BLAS thread); float = the network in its "
+        "own framework (PyTorch, or Keras 3 on torch), one thread."
+    )
+    L.append("")
+    L.append(
+        "| family | model | nnet:: calls | numpy path | csim rows/s | numpy rows/s | float rows/s | "
+        "numpy / csim | numpy / float | exact |"
+    )
+    L.append("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+    for r in p3["families"]:
+        t = r.get("timings")
+        if not t:
+            L.append(f"| {r['family']} | {r.get('what', '')} | | | | | | | | **FAIL**: {r['note']} |")
+            continue
+        exact = "numpy == csim" if r["differ"] == 0 else f"**FAIL**: {r['differ']} of {FAMILY_BATCH} rows differ"
+        if r["note"]:
+            exact += f"; **{r['note']}**"
+        L.append(
+            f"| {r['family']} | {r['what']} | {', '.join(r['layers'])} | {r['path']} | {fmt(t['csim'])} | "
+            f"{fmt(t['numpy'])} | {fmt(t['float'])} | {t['numpy'] / t['csim']:.1f}x | "
+            f"{t['numpy'] / t['float']:.2f}x | {exact} |"
+        )
+    L.append("")
+    L.append(
+        f"### calo_cnn: numpy / its float network (ONNX Runtime, 1 thread), target ≥ {TARGET_CALO_NUMPY_OVER_FLOAT:g}x"
+    )
+    L.append("")
+    L.append("| batch | numpy rows/s | onnx rows/s | numpy / onnx | target |")
+    L.append("|---:|---:|---:|---:|---|")
+    for r in p3["calo"]:
+        ratio = r["numpy"] / r["onnx"]
+        met = "met" if ratio >= TARGET_CALO_NUMPY_OVER_FLOAT else "NOT met"
+        L.append(f"| {r['batch']} | {fmt(r['numpy'])} | {fmt(r['onnx'])} | {ratio:.2f}x | {met} |")
+    L.append("")
+    return L
+
+
 # ================================================================================== part 2
 
 
@@ -776,7 +1122,7 @@ def best_rounds(results: list[PaResult]) -> dict[Load, PaResult]:
     return best
 
 
-def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
+def build_report(ctx: dict, p1: dict | None, p2: dict | None, p3: dict | None = None) -> str:
     s: Settings = ctx["settings"]
     L = ["# FACILE in fpgaserve's hls4ml modes: csim, numpy, onnx, simulated card, hls4ml predict", ""]
     L.append(
@@ -873,6 +1219,8 @@ def build_report(ctx: dict, p1: dict | None, p2: dict | None) -> str:
                 f"{'numpy == csim' if good else '**FAIL**'}: {detail} |"
             )
         L.append("")
+    if p3:
+        L += report_part3(p3)
     if p2:
         best = best_rounds(p2["results"])
         inproc = {x.mode: x.best_rows_s for x in p1["timings"]} if p1 else {}
@@ -1002,7 +1350,10 @@ def main(argv: list[str] | None = None) -> int:
         "perf_analyzer output here (default: a temporary directory, deleted at the end)",
     )
     ap.add_argument(
-        "--part", choices=("1", "2", "all"), default="all", help="run only part 1 (in-process) or 2 (serving)"
+        "--part",
+        choices=("1", "2", "3", "all"),
+        default="all",
+        help="run only part 1 (in-process), 2 (serving) or 3 (one model per layer family, calo_cnn vs float)",
     )
     ap.add_argument(
         "--rounds", type=int, help="part 2 rounds (default 2, --quick 1); the best round per load is reported"
@@ -1023,7 +1374,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "blas": openblas_threads(),
     }
-    if args.part != "1":
+    if args.part in ("2", "all"):
         ctx["notes"] += install_perf_analyzer()
     ctx["machine"] = common.machine_info()
     tmp = None
@@ -1034,7 +1385,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.mkdtemp(prefix="bench-fpga-modes-")
         workdir = Path(tmp)
     quiet = QuietBudget(s)
-    p1 = p2 = None
+    p1 = p2 = p3 = None
     ok = True
     try:
         if args.part in ("1", "all"):
@@ -1042,6 +1393,9 @@ def main(argv: list[str] | None = None) -> int:
             p1["models"] = part1_models(s, quiet)
             ok &= all(good for _, good, _ in p1["checks"])
             ok &= all(m["check"][1] for m in p1["models"])
+        if args.part in ("3", "all"):
+            p3 = part3(s, workdir, quiet, ctx)
+            ok &= all(r["ok"] for r in p3["families"])
         if args.part in ("2", "all"):
             p2 = part2(s, workdir, quiet, ctx, p1["csim_ref"] if p1 else None)
             ok &= p2["ok"] and all(r.row is not None for r in p2["results"])
@@ -1049,7 +1403,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx["runtime"] = time.monotonic() - t_start
     if tmp is None:
         ctx["notes"].append(f"raw perf_analyzer output, server logs and the hls4ml project: {workdir}")
-    report = build_report(ctx, p1, p2)
+    report = build_report(ctx, p1, p2, p3)
     print(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
