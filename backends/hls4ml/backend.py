@@ -307,11 +307,13 @@ class Hls4mlBackend(Backend):
         if rows == 0:  # nothing to compute (a card cannot transfer 0 bytes): 0 rows out, as Triton answers
             return {self.output_name: np.zeros(shape, self.output_dtype)}
         x = x.reshape(rows, self.project.input.size)
+        # the numpy emulator writes its result in the output's dtype (no float64 array to convert)
+        kwargs = {"dtype": self.output_dtype} if self.mode == "numpy" else {}
         if self.emulated_device is None:
-            y = self._runner.predict(x)
+            y = self._runner.predict(x, **kwargs)
         else:
             with self.emulated_device.executing():
-                y = self._runner.predict(x)
+                y = self._runner.predict(x, **kwargs)
         y = y.astype(self.output_dtype, copy=False)
         return {self.output_name: y.reshape(shape)}
 

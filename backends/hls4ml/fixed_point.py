@@ -489,12 +489,19 @@ def from_float_f64(t: FixedType, x: np.ndarray) -> np.ndarray:
     and NaN (random request bytes hold many) stay on the float64 path: such a double is an
     integer, so its wrap is an exact ``fmod``; NaN and infinities read as a magnitude beyond
     2**1023 with their sign, as :meth:`from_float` documents. ap_int's constructor, types with
-    a negative fractional width and saturation bits take the int64 route."""
+    a negative fractional width and saturation bits take the int64 route.
+
+    The one full-size copy is the conversion to float64, scaled in place after it (numpy's
+    fused ``multiply(x, s, dtype=float64)`` measured 2.5x slower than astype + ``*=`` for
+    float32). The sign of ``x`` is read from ``x`` itself (a float32 request reads as its
+    float64 value does), and the wrap works in place: no second float64 copy of the input."""
     x = np.asarray(x)
-    m = x.astype(np.float64)  # always a copy, so the caller's array is never written
-    if t.frac < 0 or t.integer_type or not m.size:
+    if t.frac < 0 or t.integer_type or not x.size:
         return t.from_float(x.astype(np.float64)).astype(np.float64)
+    m = x.astype(np.float64)  # always a copy, so the caller's array is never written
     m *= 2.0**t.frac
+    # the sign and zero-ness of x as double(x) has them: a float array reads directly
+    xs = x if x.dtype.kind == "f" else x.astype(np.float64)
     with np.errstate(invalid="ignore"):
         peak = max(-float(m.min()), float(m.max()))  # NaN makes the comparison false
     if peak < F64_EXACT:
@@ -502,17 +509,19 @@ def from_float_f64(t: FixedType, x: np.ndarray) -> np.ndarray:
             np.floor(m, out=m)
         else:
             q = np.floor(m)
-            q += t._float_increment(m, q, x.astype(np.float64))
+            q += t._float_increment(m, q, xs)
             m = q
         return overflow_f64(t, m, -peak - 1, peak + 1)
     if t.overflow == "AP_WRAP" and t.sat_bits:
         return t.from_float(x.astype(np.float64)).astype(np.float64)
-    x64 = x.astype(np.float64)
-    special = ~np.isfinite(m)  # NaN, +-inf (also finite inputs whose scaling overflowed)
+    special = np.isfinite(m)  # NaN, +-inf (also finite inputs whose scaling overflowed)
+    np.logical_not(special, out=special)
     np.copyto(m, 0.0, where=special)
-    q = np.floor(m)  # beyond 2**52 a double is an integer: floor changes nothing there
-    if t.quant != "AP_TRN":
-        q += t._float_increment(m, q, x64)
+    if t.quant == "AP_TRN":
+        q = np.floor(m, out=m)  # beyond 2**52 a double is an integer: floor changes nothing there
+    else:
+        q = np.floor(m)
+        q += t._float_increment(m, q, xs)
     rmin, rmax = float(t.raw_min), float(t.raw_max)
     if t.overflow == "AP_WRAP":
         # q mod 2**W for any integer-valued double, exactly (np.fmod is exact too, but slow for
@@ -524,10 +533,17 @@ def from_float_f64(t: FixedType, x: np.ndarray) -> np.ndarray:
         k *= modulus
         q -= k  # now in [0, 2**W)
         if t.signed:
-            q -= modulus * (q > rmax)
+            # q - 2**W where q > rmax, as the same exact floor arithmetic (q + 2**(W-1) < 2**53):
+            # a masked subtract (``where=``) measured 10 ms and ``modulus * (q > rmax)`` 3.7 ms
+            # on 16000 x 47 random request bytes, these four passes about 1.5 ms
+            np.add(q, float(1 << (t.width - 1)), out=k)
+            k *= 1.0 / modulus
+            np.floor(k, out=k)
+            k *= modulus
+            q -= k
         np.copyto(q, 0.0, where=special)  # 2**1024 and beyond wrap to 0
         return q
-    neg = np.signbit(x64) & (x64 != 0)
+    neg = np.signbit(xs) & (xs != 0)
     over = (q > rmax) | (special & ~neg)
     under = (q < rmin) | (special & neg)
     if t.overflow == "AP_SAT_ZERO":

@@ -12,6 +12,7 @@ import numpy as np
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64
 from ..wide import Wide
+from .maths import blas_single_threaded
 from .registry import register
 
 if TYPE_CHECKING:
@@ -403,6 +404,7 @@ def _dense_f64(
     product = product_f64(wf) if product_f64 is not None else None
 
     wf_t = np.ascontiguousarray(wf.T)
+    single_blas = blas_single_threaded()
 
     def dense_f64(x):
         if product is not None:
@@ -411,10 +413,14 @@ def _dense_f64(
         else:
             rows = x.shape[0]
             acc = m._buffer(key, (rows, n_out))
-            if rows >= 64 * n_out:
-                # OpenBLAS is slow at tall, narrow products (a convolution's windows: a million rows
-                # times 18x4 weights, 10x slower than the same product transposed); every sum is an
-                # exact integer below 2**53 (checked above), so the orientation changes no bit
+            if rows >= 64 * n_out and not single_blas:
+                # multithreaded OpenBLAS is slow at tall, narrow products (a convolution's windows:
+                # a million rows times 18x4 weights, 10x slower than the same product transposed);
+                # every sum is an exact integer below 2**53 (checked above), so the orientation
+                # changes no bit. With one BLAS thread (the server's default, cli.py) the plain
+                # product is the faster one and needs no transposing copy back into acc: measured
+                # on 2 busy cores, 16000 x 47 @ 47 x 36 1.9 ms vs 6.0 ms + 0.4 ms copy, and a
+                # million rows times 18x4 22 ms vs 54 ms (2 BLAS threads: 56 vs 80 ms, 9x4 454 vs 51)
                 acc[...] = np.matmul(wf_t, x.T, out=m._buffer((key, "t"), (n_out, rows))).T
             else:
                 np.matmul(x, wf, out=acc)

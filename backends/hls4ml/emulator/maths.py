@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+import os
 
 import numpy as np
 
@@ -25,6 +26,22 @@ def libm():
         lib.log.argtypes = [ctypes.c_double]
         _LIBM = lib
     return _LIBM
+
+
+def blas_single_threaded() -> bool:
+    """Whether numpy's OpenBLAS runs one thread, as it decides when it is loaded: the first
+    positive OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS, else the CPUs this
+    process may use. The server sets OPENBLAS_NUM_THREADS=1 before numpy is imported (cli.py);
+    builders use this only to pick the faster of two bit-identical formulations."""
+    for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        try:
+            n = int(os.environ.get(var, ""))
+        except ValueError:
+            continue
+        if n > 0:
+            return n == 1
+    affinity = getattr(os, "sched_getaffinity", None)
+    return (len(affinity(0)) if affinity is not None else os.cpu_count() or 1) == 1
 
 
 def f64_map(fn: str, values: np.ndarray) -> np.ndarray:

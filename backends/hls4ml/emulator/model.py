@@ -206,7 +206,13 @@ class FixedPointModel:
                 raise ProjectError(f"accelerator {key} precision '{text}': {e}") from None
         return out[0], out[1]
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+        """The firmware's output values for the rows of ``x``, a new array of ``dtype``.
+
+        float64 (the default) holds every output exactly (a float output, the ``float`` the
+        accelerator wrapper returns, as its float64 value); float32 rounds each value once to
+        nearest, as ``predict(x).astype(np.float32)`` does, but writes the float32 array
+        directly (the serving backend's FP32 tensor) instead of converting a float64 result."""
         x = np.asarray(x)
         if x.ndim == 1:
             x = x[None, :]
@@ -215,12 +221,12 @@ class FixedPointModel:
             raise ValueError(f"expected {self.n_in} input values per sample, got {per_row}")
         x = x.reshape(x.shape[0], self.n_in)  # -1 would not do for 0 rows
         if x.shape[0] == 0:
-            return np.zeros((0, self.n_out), np.float64)
+            return np.zeros((0, self.n_out), dtype)
         if self._f64:
-            return self._predict_f64(x)
-        return self._predict_int64(x)
+            return self._predict_f64(x, dtype)
+        return self._predict_int64(x).astype(dtype, copy=False)
 
-    def _predict_f64(self, x: np.ndarray) -> np.ndarray:
+    def _predict_f64(self, x: np.ndarray, dtype: type = np.float64) -> np.ndarray:
         if self._io_in is None:
             v = from_float_f64(self.input_type, x)
         elif self._io_in == "float":
@@ -232,14 +238,17 @@ class FixedPointModel:
         v = self._run(v, True)
         out_t = self.output_type
         if not f64_capable(out_t):
-            return self._output_int64(v)
+            return self._output_int64(v).astype(dtype, copy=False)
         if isinstance(self._io_out, FixedType):
             io_out = self._io_out
             v = cast_f64(io_out, v, out_t.frac, float(out_t.raw_min), float(out_t.raw_max))
             out_t = io_out
-        y = v * 2.0**-out_t.frac  # a new array: the chain's buffers are reused by the next call
-        if self._io_out == "float":
-            y = y.astype(np.float32).astype(np.float64)
+        # a new array (the chain's buffers are reused by the next call), written in the
+        # caller's dtype: v * 2**-frac is exact in float64 and numpy rounds it once on the way
+        # into a float32 array, the rounding of the firmware's float output and of astype
+        y = np.multiply(v, 2.0**-out_t.frac, out=np.empty(v.shape, dtype))
+        if self._io_out == "float" and y.dtype != np.float32:
+            y = y.astype(np.float32).astype(y.dtype)
         y += 0.0  # -0.0 (floor of a negative fraction) reads as +0.0, as the firmware's zero does
         return y
 
