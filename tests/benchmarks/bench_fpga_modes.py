@@ -75,6 +75,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -566,6 +567,11 @@ class FamilyModel:
     item_shape: tuple[int, ...]
     kinds: set[str]
     what: str
+    io_type: str = "io_parallel"
+    #: False keeps hls4ml's auto-sized results (types wider than 63 bits); True pins them
+    pin_auto: bool = True
+    #: edits of hls4ml's per-layer config (``cfg["LayerName"]``) before converting
+    tweak: Callable[[dict], None] | None = None
 
 
 def _torch_model(module_fn):
@@ -677,6 +683,112 @@ def _family_softmax() -> FamilyModel:
     return FamilyModel("torch", m, (16,), {"softmax"}, "Linear, ReLU, Linear, Softmax (stable)")
 
 
+def _family_activations_more() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((16,))
+    x = layers.Activation("softsign")(layers.Dense(32)(i))
+    x = layers.PReLU()(layers.Dense(32)(x))
+    x = layers.ReLU(threshold=0.25)(layers.Dense(32)(x))
+    m = keras.Model(i, layers.Dense(5)(x))
+    return FamilyModel(
+        "keras", m, (16,), {"softsign", "prelu", "thresholded_relu"}, "Dense + softsign, PReLU, ThresholdedReLU"
+    )
+
+
+def _family_recurrent() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((5, 4))
+    x = layers.LSTM(8, return_sequences=True, name="lstm")(i)
+    m = keras.Model(i, layers.Dense(5)(layers.GRU(8, name="gru")(x)))
+
+    def same_types(cfg: dict) -> None:  # hls4ml compiles an LSTM only with input = result = accum type
+        cfg["lstm"]["Precision"].update(result=FAMILY_PRECISION, accum=FAMILY_PRECISION)
+
+    return FamilyModel(
+        "keras", m, (5, 4), {"lstm_stack", "gru_stack"}, "LSTM 8 (sequences), GRU 8, Dense", tweak=same_types
+    )
+
+
+def _family_reshape() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((8, 8, 2))
+    x = layers.ZeroPadding2D(1)(i)
+    x = layers.Cropping2D(((1, 0), (0, 1)))(layers.Conv2D(4, 3)(x))
+    x = layers.UpSampling2D(2)(x)
+    m = keras.Model(i, layers.Dense(5)(layers.Flatten()(layers.Conv2D(2, 3, strides=2)(x))))
+    return FamilyModel(
+        "keras",
+        m,
+        (8, 8, 2),
+        {"zeropad2d_cl", "cropping2d_cl", "resize_nearest"},
+        "ZeroPadding2D, Conv2D, Cropping2D, UpSampling2D, Conv2D, Dense",
+    )
+
+
+def _family_einsum() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((4, 8))
+    x = layers.EinsumDense("abc,cd->abd", output_shape=(4, 6), bias_axes="d")(i)
+    d = layers.Dot(axes=1)([layers.Dense(8)(layers.Flatten()(x)), layers.Dense(8)(layers.Flatten()(x))])
+    m = keras.Model(i, d)
+
+    def dot_accum(cfg: dict) -> None:  # hls4ml 1.3 asserts on a Dot whose result and accum are both auto
+        for name, layer in cfg.items():
+            if name.startswith("dot") and isinstance(layer.get("Precision"), dict):
+                layer["Precision"]["accum"] = FAMILY_PRECISION
+
+    return FamilyModel("keras", m, (4, 8), {"einsum_dense", "dot1d"}, "EinsumDense, two Dense, Dot", tweak=dot_accum)
+
+
+def _family_layernorm() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((4, 8))  # hls4ml takes LayerNormalization on 3-D tensors, over the last axis
+    x = layers.LayerNormalization(axis=[2], beta_initializer="random_normal")(layers.Dense(8)(i))
+    m = keras.Model(i, layers.Dense(5)(layers.Flatten()(x)))
+    return FamilyModel("keras", m, (4, 8), {"layernormalize"}, "Dense, LayerNormalization, Dense")
+
+
+def _family_wide() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((16,))
+    a, b = layers.Dense(16)(i), layers.Dense(16)(i)
+    x = layers.Activation("selu")(layers.Add()([a, layers.Multiply()([a, b])]))
+    m = keras.Model(i, layers.Dense(5)(x))
+    return FamilyModel(
+        "keras", m, (16,), {"add", "multiply", "selu"}, "auto-sized merges (> 63 bits), SELU, Dense", pin_auto=False
+    )
+
+
+def _family_io_stream() -> FamilyModel:
+    keras = _bench_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(SEED)
+    i = keras.Input((12, 12, 2))
+    x = layers.MaxPooling2D(2)(layers.Conv2D(4, 3, padding="same", activation="relu")(i))
+    x = layers.Conv2D(4, 3, activation="relu")(x)
+    m = keras.Model(i, layers.Dense(5, activation="softmax")(layers.Flatten()(x)))
+    return FamilyModel(
+        "keras",
+        m,
+        (12, 12, 2),
+        {"conv_2d_cl", "pooling2d_cl", "zeropad2d_cl"},
+        "io_stream: Conv2D same (zero padding), MaxPooling2D, Conv2D, Dense, Softmax",
+        io_type="io_stream",
+    )
+
+
 # family -> factory; another family is one entry here (and its factory)
 FAMILY_MODELS = {
     "dense": _family_dense,
@@ -687,6 +799,13 @@ FAMILY_MODELS = {
     "activations": _family_activations,
     "normalization": _family_normalization,
     "softmax": _family_softmax,
+    "activations (parametric, softsign)": _family_activations_more,
+    "recurrent": _family_recurrent,
+    "padding/cropping/upsampling": _family_reshape,
+    "einsum/dot": _family_einsum,
+    "layernorm": _family_layernorm,
+    "wide types": _family_wide,
+    "io_stream": _family_io_stream,
 }
 
 
@@ -718,9 +837,11 @@ def convert_family(fam: FamilyModel, outdir: Path, build_log: Path) -> None:
             )
         for layer in cfg["LayerName"].values():
             precision = layer.get("Precision")
-            if isinstance(precision, dict) and precision.get("result") == "auto":
+            if fam.pin_auto and isinstance(precision, dict) and precision.get("result") == "auto":
                 precision["result"] = FAMILY_PRECISION
-        kwargs = {"hls_config": cfg, "backend": "Vivado", "io_type": "io_parallel", "output_dir": str(outdir)}
+        if fam.tweak is not None:
+            fam.tweak(cfg["LayerName"])
+        kwargs = {"hls_config": cfg, "backend": "Vivado", "io_type": fam.io_type, "output_dir": str(outdir)}
         if fam.framework == "torch":
             hm = hls4ml.converters.convert_from_pytorch_model(fam.model, **kwargs)
         else:
@@ -756,7 +877,10 @@ def part3(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
 
     results = []
+    wanted = ctx.get("families")
     for family, factory in FAMILY_MODELS.items():
+        if wanted and not any(word in family for word in wanted):
+            continue
         slug = re.sub(r"\W+", "_", family)
         outdir = workdir / f"family-{slug}"
         shutil.rmtree(outdir, ignore_errors=True)
@@ -1356,6 +1480,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run only part 1 (in-process), 2 (serving) or 3 (one model per layer family, calo_cnn vs float)",
     )
     ap.add_argument(
+        "--families",
+        nargs="+",
+        metavar="FAMILY",
+        help="part 3: only the families whose name contains one of these words (default: all)",
+    )
+    ap.add_argument(
         "--rounds", type=int, help="part 2 rounds (default 2, --quick 1); the best round per load is reported"
     )
     args = ap.parse_args(argv)
@@ -1373,6 +1503,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python", "tests/benchmarks/bench_fpga_modes.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "blas": openblas_threads(),
+        "families": args.families,
     }
     if args.part in ("2", "all"):
         ctx["notes"] += install_perf_analyzer()
