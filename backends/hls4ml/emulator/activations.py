@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
-from ..fixed_point import FixedType, cast_f64
+from ..fixed_point import FixedType, _quantize_f64, cast_f64, overflow_f64
 from ..wide import Wide, mul
 from .maths import f32_map, f64_map, scaled_trunc, wrap32
 from .registry import register
@@ -33,9 +33,25 @@ def build_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
         m._wide_layer()
         return (lambda x: out_t.cast(Wide.where(x > 0, x, 0), in_t)), out_t
 
+    s = in_t.frac - out_t.frac
+    scale = 2.0**-s
+    hi = math.ceil(float(in_t.raw_max) * scale) + 1.0
+    wrap_only = out_t.overflow == "AP_WRAP" and not out_t.sat_bits
+
     def relu_f64(x):
+        if s <= 0:
+            np.maximum(x, 0.0, out=x)
+            return cast_f64(out_t, x, in_t.frac, 0.0, float(in_t.raw_max))
+        # out_t(x > 0 ? x : 0) = max(q(x), 0) for every quantization q (monotone, q(0) = 0):
+        # the maximum after the rounding leaves the result non-negative, so only the top of the
+        # range needs checking (one reduction, not cast_f64's two; calo_cnn's relu1 at 64 rows:
+        # 51 -> ~40 us)
+        x *= scale
+        x = _quantize_f64(out_t, x)
         np.maximum(x, 0.0, out=x)
-        return cast_f64(out_t, x, in_t.frac, 0.0, float(in_t.raw_max))
+        if wrap_only and hi > out_t.raw_max and float(x.max(initial=0.0)) <= out_t.raw_max:
+            return x
+        return overflow_f64(out_t, x, 0.0, hi)
 
     return (lambda x: out_t.cast(np.where(x > 0, x, 0), in_t)), out_t, relu_f64
 

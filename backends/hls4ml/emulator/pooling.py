@@ -67,6 +67,75 @@ def _pool_windows(m: FixedPointModel, layer: Layer, global_pool: bool) -> tuple[
     return table, lengths
 
 
+def _strided_layout(layer: Layer, table: np.ndarray) -> tuple[int, ...] | None:
+    """(H, W, F, PH, PW, SH, SW, PT, PL, OH, OW, Hp, Wp) when the window table is exactly a
+    strided pooling of the input padded by (PT, PL) at the top/left (1D as H = 1): window
+    slot (kk, ll) of output (oh, ow, f) reads input (oh * SH + kk - PT, ow * SW + ll - PL, f);
+    None otherwise (the gathers run). Hp/Wp: the padded extent the strided views read."""
+    c = layer.config.get("consts", {})
+    try:
+        if "in_height" in c:
+            h, ph, sh, pt, oh = (
+                const_int(layer, k) for k in ("in_height", "pool_height", "stride_height", "pad_top", "out_height")
+            )
+            w, pw, sw, pl, ow = (
+                const_int(layer, k) for k in ("in_width", "pool_width", "stride_width", "pad_left", "out_width")
+            )
+        else:
+            h, ph, sh, pt, oh = 1, 1, 1, 0, 1
+            w, pw, sw, pl, ow = (
+                const_int(layer, k) for k in ("n_in", "pool_width", "stride_width", "pad_left", "n_out")
+            )
+        f = const_int(layer, "n_filt")
+    except UnsupportedLayerError:
+        return None
+    if min(h, w, f, ph, pw, sh, sw, oh, ow) <= 0 or min(pt, pl) < 0 or table.shape != (oh * ow * f, ph * pw):
+        return None
+    ih = (np.arange(oh) * sh)[:, None, None, None, None] + np.arange(ph)[None, None, None, :, None] - pt
+    iw = (np.arange(ow) * sw)[None, :, None, None, None] + np.arange(pw)[None, None, None, None, :] - pl
+    ff = np.arange(f)[None, None, :, None, None]
+    inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+    expected = np.where(inside, (ih * w + iw) * f + ff, -1).reshape(oh * ow * f, ph * pw)
+    if not np.array_equal(expected, table):
+        return None
+    hp, wp = max(pt + h, (oh - 1) * sh + ph), max(pl + w, (ow - 1) * sw + pw)
+    return h, w, f, ph, pw, sh, sw, pt, pl, oh, ow, hp, wp
+
+
+def _strided_max(m: FixedPointModel, key, layout: tuple[int, ...], x: np.ndarray, pad: float) -> np.ndarray:
+    """The max pooling of float64 raws ``x`` (rows, H * W * F) by strided views, separably:
+    the maximum over a window's rows first (views of whole input rows, long contiguous inner
+    loops), then over its columns. The C++'s ``x > y ? x : y`` over a window is a maximum of
+    integers, so its order is free. calo_cnn's 14x14x4 2x2 pool at 64 rows: 70 us gathering
+    each window slot with np.take, 66 us with one strided view per slot (numpy's inner loop
+    is then the 4 channels), 48 us separably."""
+    h, w, f, ph, pw, sh, sw, pt, pl, oh, ow, hp, wp = layout
+    rows = x.shape[0]
+    if (hp, wp) != (h, w) or pt or pl:
+        # pad_val around the input: written when the buffer is made, the inside every call
+        xp = m._buffer((key, "pool_pad"), (rows, hp, wp, f), fill=np.array(pad))
+        xp[:, pt : pt + h, pl : pl + w, :] = x.reshape(rows, h, w, f)
+    else:
+        xp = x.reshape(rows, h, w, f)
+    row_views = [xp[:, kk : kk + (oh - 1) * sh + 1 : sh] for kk in range(ph)]  # (rows, oh, wp, f)
+    if ph == 1:
+        t = row_views[0]
+    else:
+        t = m._buffer((key, "pool_rows"), (rows, oh, wp, f))
+        np.maximum(row_views[0], row_views[1], out=t)
+        for v in row_views[2:]:
+            np.maximum(t, v, out=t)
+    col_views = [t[:, :, ll : ll + (ow - 1) * sw + 1 : sw] for ll in range(pw)]  # (rows, oh, ow, f)
+    y = m._buffer((key, "pool"), (rows, oh, ow, f))
+    if pw == 1:
+        np.copyto(y, col_views[0])
+    else:
+        np.maximum(col_views[0], col_views[1], out=y)
+        for v in col_views[2:]:
+            np.maximum(y, v, out=y)
+    return y.reshape(rows, oh * ow * f)
+
+
 def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: bool = False):
     out_t = m._type(layer.template[1], layer)
     acc_t = m._cfg_type(layer, "accum_t")
@@ -86,8 +155,14 @@ def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: b
 
         key = m._layer_key
         columns = [np.ascontiguousarray(index[:, k]) for k in range(index.shape[1])]
+        layout = None if global_pool else _strided_layout(layer, table)
 
         def max_pool_f64(x):
+            y = _strided_max(m, key, layout, x, float(pad)) if layout is not None else gathered_max(x)
+            y = cast_f64(acc_t, y, in_t.frac, float(min(pad, in_t.raw_min)), float(in_t.raw_max))
+            return cast_f64(out_t, y, acc_t.frac, float(acc_t.raw_min), float(acc_t.raw_max))
+
+        def gathered_max(x):
             xe = np.concatenate([x, np.full((x.shape[0], 1), float(pad))], axis=1) if padded else x
             shape = (x.shape[0], index.shape[0])
             # one window slot at a time: elementwise maxima of contiguous gathers beat a
@@ -96,8 +171,7 @@ def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: b
             tmp = m._buffer((key, "pool_slot"), shape)
             for col in columns[1:]:
                 np.maximum(y, np.take(xe, col, axis=1, out=tmp, mode="clip"), out=y)
-            y = cast_f64(acc_t, y, in_t.frac, float(min(pad, in_t.raw_min)), float(in_t.raw_max))
-            return cast_f64(out_t, y, acc_t.frac, float(acc_t.raw_min), float(acc_t.raw_max))
+            return y
 
         return max_pool, out_t, max_pool_f64
     if op_name != "Average":

@@ -128,11 +128,15 @@ def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
     exp_f, inv_f = exp_table.astype(np.float64), inv_table.astype(np.float64)
     span = float(in_t.raw_max) - float(in_t.raw_min)
 
-    def index_f64(v: np.ndarray, t: FixedType, n_bits: int) -> np.ndarray:
+    def index_f64(v: np.ndarray, t: FixedType, n_bits: int, non_negative: bool = False) -> np.ndarray:
         # the top n_bits of the W-bit two's complement pattern of v (integers in t's range)
-        if t.signed:
+        if t.signed and not non_negative:
             v = np.where(v < 0, v + float(1 << t.width), v)
-        return (v * 2.0 ** (n_bits - t.width)).astype(np.intp)  # exact, non-negative: truncation = floor
+        else:
+            v = v * 2.0 ** (n_bits - t.width)  # a new array: v may be the caller's
+            return v.astype(np.intp)
+        v *= 2.0 ** (n_bits - t.width)
+        return v.astype(np.intp)  # exact, non-negative: truncation = floor
 
     def add_f64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return cast_f64(acc_t, a + b, acc_t.frac)
@@ -145,15 +149,31 @@ def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
         left = 1 << ((len(cols) - 1).bit_length() - 1)
         return add_f64(reduce_f64(cols[:left]), reduce_f64(cols[left:]))
 
+    # Where no partial sum of n table values can leave accum_t's range, the C++'s saturating
+    # tree of additions is an exact sum in any order: one product with a column of ones (the
+    # sums are integers below 2**52), instead of n - 1 additions each clipped (calo_cnn's
+    # 5-way softmax: 43 -> ~20 us at 64 rows, 37 -> ~20 us at 1 row)
+    e_lo, e_hi = float(exp_f.min(initial=0.0)), float(exp_f.max(initial=0.0))
+    sum_lo, sum_hi = n * min(e_lo, 0.0), n * max(e_hi, 0.0)
+    exact_sum = float(acc_t.raw_min) <= sum_lo and sum_hi <= float(acc_t.raw_max) and sum_hi < 2.0**52
+    ones = np.ones(n)
+    i_lo, i_hi = float(inv_f.min(initial=0.0)), float(inv_f.max(initial=0.0))
+    corners = [a * b for a in (e_lo, e_hi) for b in (i_lo, i_hi)]
+    prod_lo, prod_hi = min(corners), max(corners)  # bounds of e * inv, for the final cast
+
     def softmax_f64(x):
         d = x
         if impl == "stable":
             d = cast_f64(norm_t, x.max(axis=1, keepdims=True) - x, in_t.frac, 0.0, span)
         e = exp_f[index_f64(d, norm_t, bits_exp)]
-        total = cast_f64(inv_inp_t, reduce_f64([e[:, j] for j in range(n)]), acc_t.frac)
-        inv = inv_f[index_f64(total, inv_inp_t, bits_inv)]
+        if exact_sum:
+            total = cast_f64(inv_inp_t, e @ ones, acc_t.frac, sum_lo, sum_hi)
+            inv = inv_f[index_f64(total, inv_inp_t, bits_inv, non_negative=sum_lo >= 0.0)]
+        else:
+            total = cast_f64(inv_inp_t, reduce_f64([e[:, j] for j in range(n)]), acc_t.frac)
+            inv = inv_f[index_f64(total, inv_inp_t, bits_inv)]
         e *= inv[:, None]
-        return cast_f64(out_t, e, fres)
+        return cast_f64(out_t, e, fres, prod_lo, prod_hi)
 
     return softmax, out_t, softmax_f64
 
