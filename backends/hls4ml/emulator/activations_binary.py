@@ -40,13 +40,24 @@ def build_binary_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
     xnor = out_t.integer_type and not out_t.signed and out_t.width == 1  # std::is_same<res_T, ap_uint<1>>
     pos = _from_int(out_t, 1)
     neg = np.int64(0) if xnor else _from_int(out_t, -1)
-    pos_f, neg_f = float(pos), float(neg)
+    step = pos - neg
 
+    # neg + (x >= 0) * (pos - neg): a comparison and a conversion (np.where with scalars is 8x slower)
     def binary(x):
-        return np.where(x >= 0, pos, neg)
+        r = (x >= 0).astype(np.int64)
+        if step != 1:
+            r *= step
+        if neg:
+            r += neg
+        return r
 
     def binary_f64(x):
-        return np.where(x >= 0, pos_f, neg_f)
+        r = (x >= 0).astype(np.float64)
+        if step != 1:
+            r *= float(step)
+        if neg:
+            r += float(neg)
+        return r
 
     return binary, out_t, binary_f64
 

@@ -98,15 +98,11 @@ def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType, product_f64: 
     return dense_from_arrays(m, layer, in_t, out_t, w, b, n_in, n_out, trip, product_f64=product_f64)
 
 
-def _ones_like(x: np.ndarray, where_zero: float, elsewhere: float) -> np.ndarray:
-    return np.where(x == 0, x.dtype.type(where_zero), x.dtype.type(elsewhere))
-
-
 def product_terms(layer: Layer, in_t: FixedType, w_t: FixedType, w: np.ndarray):
     """What ``CONFIG_T::product<data_T, weight_t>::product(a, w)`` (nnet_mult.h) computes, as
-    ``x' * W + K`` exact at ``frac`` fractional bits: ``(x_map, data type of x', W, K, frac)``,
-    ``x_map`` (None: x' = x) turning the layer's data raws into x'. hls4ml picks the product
-    from the precisions (``FPGABackend.product_type``): ``mult`` (a * w), ``weight_binary``
+    ``x * W + K`` on the data raws x, exact at ``frac`` fractional bits: ``(W, K, frac)``
+    (every product is affine in its data raw, so the dense stays one matrix product). hls4ml
+    picks the product from the precisions (``FPGABackend.product_type``): ``mult`` (a * w), ``weight_binary``
     (ap_uint<1> weights: w == 0 ? -a : a), ``weight_ternary`` (ap_int<2> weights: 0 if w == 0,
     -a if w == -1, else a, so a weight of -2 multiplies by +1), ``data_binary`` (ap_uint<1>
     data: a == 0 ? -w : w) and ``both_binary`` (ap_uint<1> both: the 0/1 value a == w).
@@ -114,24 +110,24 @@ def product_terms(layer: Layer, in_t: FixedType, w_t: FixedType, w: np.ndarray):
     product = layer.config.get("using", {}).get("product", "nnet::product::mult").split("::")[-1]
     zero = np.zeros(w.shape, np.int64)
     if product == "mult":
-        return None, in_t, w, zero, in_t.frac + w_t.frac
+        return w, zero, in_t.frac + w_t.frac
     if product in ("weight_binary", "weight_ternary"):
         if product == "weight_binary":
             eff = np.where(w == 0, -1, 1)
         else:
             minus_one = w_t.frac >= 0 and w_t.raw_min <= -(1 << w_t.frac)
             eff = np.where(w == 0, 0, np.where(minus_one & (w == -(1 << max(w_t.frac, 0))), -1, 1))
-        return None, in_t, eff.astype(np.int64), zero, in_t.frac
+        return eff.astype(np.int64), zero, in_t.frac
     if product in ("data_binary", "both_binary"):
         if not (in_t.integer_type and in_t.width == 1 and not in_t.signed):
             raise UnsupportedLayerError(f"{layer.describe()}: product {product} on {in_t} data (ap_uint<1> expected)")
         if product == "data_binary":
-            # a == 0 ? -w : w is w times x' = -1 or +1
-            return (lambda x: _ones_like(x, -1, 1)), FixedType(2, 2), w, zero, w_t.frac
+            # a == 0 ? -w : w  =  a * 2w - w, a in {0, 1}: affine in the raw a, no map needed
+            return 2 * w, -w, w_t.frac
         if not (w_t.integer_type and w_t.width == 1 and not w_t.signed):
             raise UnsupportedLayerError(f"{layer.describe()}: product both_binary with {w_t} weights")
         # a, w in {0, 1}: (a == w) = a * (2w - 1) + (1 - w)
-        return None, in_t, 2 * w - 1, 1 - w, 0
+        return 2 * w - 1, 1 - w, 0
     raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported")
 
 
@@ -163,10 +159,10 @@ def dense_from_arrays(
     + 2>(acc * 2 - n_in))`` (the +-1 count of a binary net); ``cast_n_in`` is that n_in when
     the kernel's config differs from the matrix (EinsumDense's per-slice dense)."""
     acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
-    x_map, x_t, w, k, fp = product_terms(layer, in_t, w_t, w)
-    wide = x_t.width + w_t.width + 1 > 62 or any(t.wide for t in (in_t, acc_t, out_t))
+    w, k, fp = product_terms(layer, in_t, w_t, w)
+    wide = in_t.width + w_t.width + 1 > 62 or any(t.wide for t in (in_t, acc_t, out_t))
     if not wide:
-        m._check_width(layer, x_t.width + w_t.width + 1, "the product")
+        m._check_width(layer, in_t.width + w_t.width + 1, "the product")
     wmat = np.zeros((n_in, n_out), np.int64)
     kmat = np.zeros((n_in, n_out), np.int64)
     used = np.zeros((n_in, n_out), np.int64)
@@ -177,20 +173,28 @@ def dense_from_arrays(
     bias_acc = acc_t.cast(b, b_t)
     fa = acc_t.frac
     modular = acc_t.overflow == "AP_WRAP" and acc_t.sat_bits == 0
-    xmax = x_t.max_abs_raw()
-    binary_cast = _dense_cast(layer, in_t, w_t, acc_t, out_t, n_in if cast_n_in is None else cast_n_in)
-    finish = binary_cast if binary_cast is not None else (lambda acc: out_t.cast(acc, acc_t))
-    colsum = np.abs(wmat).sum(axis=0)  # |w| per output (object maths below stays exact)
-    ksum = np.abs(kmat).sum(axis=0)
+    xmax = in_t.max_abs_raw()
     linear = fa >= fp and used.max(initial=0) <= 1
+    bounds = _partial_sum_bounds(wmat, kmat, bias_acc, in_t, fa - fp) if linear else None
+    in_range = bounds is not None and acc_t.raw_min <= bounds[0] and bounds[1] <= acc_t.raw_max
     if linear and not modular:
         # saturating accumulators: the order of additions cannot matter if no partial sum can leave the range
-        bias_peak = max((abs(int(v)) for v in Wide.of(bias_acc).to_ints().ravel()), default=0)
-        peak = max((int(c) * xmax + int(k) for c, k in zip(colsum, ksum)), default=0) << (fa - fp)
-        bound = bias_peak + peak
-        linear = bound <= min(acc_t.raw_max, -acc_t.raw_min)
+        linear = in_range
+    if modular and in_range:
+        modular = False  # no sum leaves accum_t's range: its wrap would change nothing
+    # an accumulator of whole numbers (integer products, an integer bias) converts to ap_int<K> exactly
+    whole = in_range and fp == 0 and fa >= 0 and all(v % (1 << fa) == 0 for v in Wide.of(bias_acc).to_ints().ravel())
+    binary_cast = _dense_cast(
+        layer, in_t, w_t, acc_t, out_t, n_in if cast_n_in is None else cast_n_in, bounds if whole else None
+    )
+    if binary_cast is not None:
+        finish = binary_cast
+    elif out_t == acc_t:
+        finish = _same  # every path below leaves acc inside accum_t's range: res_T(acc) is acc
+    else:
+        finish = lambda acc: out_t.cast(acc, acc_t)  # noqa: E731
     if wide:
-        if x_map is not None or kmat.any() or binary_cast is not None:
+        if kmat.any() or binary_cast is not None:
             raise UnsupportedLayerError(
                 f"{layer.describe()}: binary or ternary products beyond 62 bits are not emulated"
             )
@@ -201,16 +205,17 @@ def dense_from_arrays(
         bias_lin = bias_acc + (kmat.sum(axis=0) << shift)  # the constant parts of the products
 
         def dense_linear(x):
-            if x_map is not None:
-                x = x_map(x)
-            acc = (matmul(x) << shift) + bias_lin
+            acc = matmul(x)
+            if shift:
+                acc <<= shift
+            acc += bias_lin
             if modular:
                 acc = acc_t._wrap(acc)
             return finish(acc)
 
         fop = None
-        if x_map is None and binary_cast is None:
-            fop = _dense_f64(m, wmat, bias_lin, x_t, acc_t, out_t, fa - fp, modular, product_f64)
+        if binary_cast is None:
+            fop = _dense_f64(m, wmat, bias_lin, in_t, acc_t, out_t, fa - fp, modular, product_f64)
         return dense_linear, out_t, fop
     if modular:
         # each product is quantized into accum_t on its own, the sum is modular: group by input
@@ -218,8 +223,6 @@ def dense_from_arrays(
         quantize = fast_from_raw(acc_t, fp, overflow=False)  # the wrap of the sum covers the products'
 
         def dense_per_input(x):
-            if x_map is not None:
-                x = x_map(x)
             acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
             for i, wrow, krow, mask in rows:
                 prod = quantize(x[:, i : i + 1] * wrow + krow)
@@ -247,8 +250,6 @@ def dense_from_arrays(
     quantize, accumulate = fast_from_raw(acc_t, fp), fast_from_raw(acc_t, fa)
 
     def dense_sequential(x):
-        if x_map is not None:
-            x = x_map(x)
         acc = np.broadcast_to(bias_acc, (x.shape[0], n_out)).copy()
         for src, wv, kv, dst in rounds:
             acc[:, dst] = accumulate(acc[:, dst] + quantize(x[:, src] * wv + kv))
@@ -257,11 +258,44 @@ def dense_from_arrays(
     return dense_sequential, out_t
 
 
+def _same(acc: np.ndarray) -> np.ndarray:
+    return acc
+
+
+def _partial_sum_bounds(wmat: np.ndarray, kmat: np.ndarray, bias_acc, in_t: FixedType, shift: int) -> tuple[int, int]:
+    """(lowest, highest) raw any accumulator of a linear dense can hold at any point of its
+    sum, whatever the order of additions: the bias plus every negative (positive) extreme of
+    the products ``x * w + k`` over x in in_t's raw range, on accum_t's grid (``shift``).
+    Python integers, so exact at any width."""
+    x_lo, x_hi = int(in_t.raw_min), int(in_t.raw_max)
+    peak = max(-x_lo, x_hi) * int(np.abs(wmat).max(initial=0)) + int(np.abs(kmat).max(initial=0))
+    # int64 sums where they cannot overflow (a large layer's bound at build time), else Python ints
+    dtype = np.int64 if peak * max(wmat.shape[0], 1) < 2**62 else object
+    w, k = wmat.astype(dtype), kmat.astype(dtype)
+    p_lo = np.minimum(w * x_lo, w * x_hi) + k
+    p_hi = np.maximum(w * x_lo, w * x_hi) + k
+    neg = [int(v) for v in np.where(p_lo < 0, p_lo, 0).sum(axis=0)]
+    pos = [int(v) for v in np.where(p_hi > 0, p_hi, 0).sum(axis=0)]
+    bias = [int(v) for v in Wide.of(bias_acc).to_ints().ravel()]
+    lo = min((b + (v << shift) for b, v in zip(bias, neg)), default=0)
+    hi = max((b + (v << shift) for b, v in zip(bias, pos)), default=0)
+    return min(lo, 0, *bias), max(hi, 0, *bias)
+
+
 def _dense_cast(
-    layer: Layer, in_t: FixedType, w_t: FixedType, acc_t: FixedType, out_t: FixedType, n_in: int
+    layer: Layer,
+    in_t: FixedType,
+    w_t: FixedType,
+    acc_t: FixedType,
+    out_t: FixedType,
+    n_in: int,
+    acc_bounds: tuple[int, int] | None = None,
 ) -> Callable[[np.ndarray], np.ndarray] | None:
     """``nnet::cast<data_T, res_T, CONFIG_T>(acc)`` (nnet_mult.h), chosen by the types alone
-    (std::is_same with ap_uint<1>), whatever the product; None for the plain ``res_T(acc)``."""
+    (std::is_same with ap_uint<1>), whatever the product; None for the plain ``res_T(acc)``.
+    ``acc_bounds`` (the lowest and highest acc raw, given only when every acc value is a whole
+    number) let the casts that cannot change a value be skipped: ``2 * acc - n_in`` that fits
+    ap_int<K>, into a res_T that holds every ap_int<K> value exactly, is a shift of the raws."""
     if not (_is_bit(in_t) and _is_bit(w_t)):
         return None
     # x * 2 - n_in is exact (ap_fixed arithmetic), then static_cast to ap_int<K>: C truncation
@@ -277,7 +311,27 @@ def _dense_cast(
     def binary_cast(acc):
         return out_t.cast(k_t.from_raw(acc * 2 - offset, acc_t.frac), k_t)
 
-    return binary_cast
+    if acc_bounds is None or out_t.frac < 0:
+        return binary_cast
+    fa = acc_t.frac
+    k_lo, k_hi = (2 * v - int(offset) >> fa for v in acc_bounds)  # whole numbers: exact shifts
+    exact_k = k_t.raw_min <= k_lo and k_hi <= k_t.raw_max
+    # every ap_int<K> value is on res_T's grid (frac >= 0) and inside its range
+    exact_out = k_t.raw_min << out_t.frac >= out_t.raw_min and k_t.raw_max << out_t.frac <= out_t.raw_max
+    if not (exact_k and exact_out):
+        return binary_cast
+    up, down = np.int64(max(out_t.frac - fa, 0)), np.int64(max(fa - out_t.frac, 0))
+
+    def binary_cast_exact(acc):
+        acc *= 2
+        acc -= offset
+        if up:
+            acc <<= up
+        elif down:
+            acc >>= down  # 2 * acc - offset is a multiple of 2**fa: exact
+        return acc
+
+    return binary_cast_exact
 
 
 def _dense_wide(m: FixedPointModel, layer: Layer, wmat, bias_acc, in_t, acc_t, out_t, fp: int, linear, modular):
