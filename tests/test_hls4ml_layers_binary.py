@@ -17,11 +17,13 @@ C-simulation (``HLSModel.compile`` + ``predict``), on both emulator paths.
   function): ``normalize_binary_tanh`` and ``normalize_ternary_tanh``, per channel
   (``n_filt``) and per unit, with a negative scale (the firmware's comparison direction is
   kept), thresholds beyond ``ap_fixed<16,6>`` (they wrap where the C++ converts them), and
-  inputs exactly on, and one step around, each threshold.
+  inputs exactly on, and one step around, each threshold; its io_stream conversion (the
+  stream forms) under FPGASERVE_LONG_TESTS=1.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +35,7 @@ hls4ml = pytest.importorskip("hls4ml")
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject  # noqa: E402
 from test_hls4ml_layers import PRECISION, _inputs, _keras  # noqa: E402
-from test_hls4ml_layers_misc import _convert  # noqa: E402
+from test_hls4ml_layers_misc import _no_auto  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +198,11 @@ def _threshold_inputs(model: FixedPointModel, rows: int) -> np.ndarray:
     one ap_fixed<16,6> step below and above), column by column, the rest random."""
     lsb = 2.0**-10
     ts = []
+    sources = {model.project.input.name}  # the input and its io_stream copies
     for layer in model.graph.layers:
-        if layer.inputs == [model.project.input.name] and layer.kind.startswith("normalize_"):
+        if layer.kind == "clone_stream" and layer.inputs[0] in sources:
+            sources.add(layer.output)
+        if layer.inputs[0] in sources and layer.kind.startswith("normalize_"):
             in_t = model._type(layer.template[0], layer)
             for arg in layer.args[2:]:
                 # the thresholds as the firmware holds them (converted to data_T: some wrap)
@@ -212,22 +217,41 @@ def _threshold_inputs(model: FixedPointModel, rows: int) -> np.ndarray:
     return x
 
 
-def test_keras_binary_ternary_fusions_bit_exact(workdir):
+_IO_TYPES = [
+    "io_parallel",
+    pytest.param(
+        "io_stream",
+        marks=pytest.mark.skipif(
+            os.environ.get("FPGASERVE_LONG_TESTS") != "1", reason="FPGASERVE_LONG_TESTS=1: one more conversion"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("io_type", _IO_TYPES)
+def test_keras_binary_ternary_fusions_bit_exact(workdir, io_type):
+    """io_stream: the stream forms (nnet_batchnorm_stream.h) index the thresholds within a
+    word, the same values when a word holds whole pixels (the input's clones feed the fusions)."""
     from hls4ml.model.types import XnorPrecisionType
 
     keras = _keras()
     keras.utils.set_random_seed(5)
     model = _keras_binary(keras)
-
-    def tweak(layers):
-        layers["xnor"]["Precision"].update(weight=XnorPrecisionType(), accum="ap_fixed<12,8>")
-
-    out = workdir / "keras_binary"
-    hm = _convert(model, out, tweak)
+    cfg = hls4ml.utils.config_from_keras_model(model, granularity="name", backend="Vivado", default_precision=PRECISION)
+    cfg["LayerName"]["xnor"]["Precision"].update(weight=XnorPrecisionType(), accum="ap_fixed<12,8>")
+    _no_auto(cfg["LayerName"])
+    out = workdir / f"keras_binary_{io_type}"
+    hm = hls4ml.converters.convert_from_keras_model(
+        model, hls_config=cfg, backend="Vivado", io_type=io_type, output_dir=str(out)
+    )
+    hm.compile()
     top = (out / "firmware" / "myproject.cpp").read_text()
     assert top.count("nnet::normalize_binary_tanh<") == 2 and top.count("nnet::normalize_ternary_tanh<") == 2
-    assert "nnet::product::both_binary<" in (out / "firmware" / "parameters.h").read_text()
+    # io_stream: the clone_stream copy of the XNOR units takes the default ap_fixed precision
+    product = "both_binary" if io_type == "io_parallel" else "weight_binary"
+    assert f"nnet::product::{product}<" in (out / "firmware" / "parameters.h").read_text()
     emu = FixedPointModel(Hls4mlProject.load(out))
+    assert all(layer.stream == (io_type == "io_stream") for layer in emu.graph.layers)
     x = np.concatenate([_inputs(emu.n_in), _threshold_inputs(emu, 600)])
-    ref = _compare("keras_binary", hm, emu, x)
+    ref = _compare(f"keras_binary_{io_type}", hm, emu, x)
     assert len(np.unique(ref, axis=0)) > 500
