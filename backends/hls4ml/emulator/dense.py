@@ -11,7 +11,7 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64
-from ..wide import Wide
+from ..wide import LIMB, MASK, Wide
 from .maths import blas_single_threaded
 from .registry import register
 
@@ -151,16 +151,37 @@ def dense_from_arrays(
     trip: list[tuple[int, int, int]],
     cast_n_in: int | None = None,
     product_f64: ProductFactory | None = None,
+    groups: int = 1,
+    buffer_key: object = None,
 ):
     """The dense layer of ``layer``'s config (accum_t, weight_t, bias_t, product) on weight
     raws ``w`` (flat, indexed as the kernel does) and bias raws ``b``, the products in the
     order of ``trip``. The result goes through ``nnet::cast`` (nnet_mult.h): ``res_T(acc)``,
     or, when data_T and weight_t are both exactly ap_uint<1>, ``res_T(ap_int<ceillog2(n_in)
     + 2>(acc * 2 - n_in))`` (the +-1 count of a binary net); ``cast_n_in`` is that n_in when
-    the kernel's config differs from the matrix (EinsumDense's per-slice dense)."""
+    the kernel's config differs from the matrix (EinsumDense's per-slice dense).
+
+    ``groups`` > 1: the same weights applied to ``groups`` consecutive slices of ``n_in``
+    inputs (EinsumDense's free data index), ``b`` holding ``groups * n_out`` biases, one
+    slice after the other, and the result ``groups * n_out`` values in the same layout: one
+    product per real multiplication instead of a block-diagonal matrix ``groups`` times
+    larger (whose per-input loops touch every zero block). ``buffer_key``: the key of the
+    float64 path's scratch buffers (default: the layer's), for layers built of several denses."""
     acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+    w_raw = w
+
+    def block_diagonal():
+        # the groups as one dense of a block-diagonal matrix (the same products, more zeros)
+        big, big_trip = _block_diagonal(w_raw, trip, n_in, n_out, groups)
+        n_cast = cast_n_in or n_in
+        args = (big, b, n_in * groups, n_out * groups, big_trip, n_cast, product_f64)
+        return dense_from_arrays(m, layer, in_t, out_t, *args, buffer_key=buffer_key)
+
     w, k, fp = product_terms(layer, in_t, w_t, w)
     wide = in_t.width + w_t.width + 1 > 62 or any(t.wide for t in (in_t, acc_t, out_t))
+    if groups > 1 and wide:
+        return block_diagonal()  # Wide raws have no grouped layout
+    G = groups
     if not wide:
         m._check_width(layer, in_t.width + w_t.width + 1, "the product")
     wmat = np.zeros((n_in, n_out), np.int64)
@@ -202,10 +223,10 @@ def dense_from_arrays(
     if linear:
         matmul = _exact_matmul(wmat, xmax)
         shift = np.int64(fa - fp)
-        bias_lin = bias_acc + (kmat.sum(axis=0) << shift)  # the constant parts of the products
+        bias_lin = bias_acc + np.tile(kmat.sum(axis=0) << shift, G)  # the constant parts of the products
 
         def dense_linear(x):
-            acc = matmul(x)
+            acc = matmul(x.reshape(-1, n_in)).reshape(x.shape[0], G * n_out)
             if shift:
                 acc <<= shift
             acc += bias_lin
@@ -215,8 +236,14 @@ def dense_from_arrays(
 
         fop = None
         if binary_cast is None:
-            fop = _dense_f64(m, wmat, bias_lin, in_t, acc_t, out_t, fa - fp, modular, product_f64)
+            fop = _dense_f64(m, wmat, bias_lin, in_t, acc_t, out_t, fa - fp, modular, product_f64, G, buffer_key)
         return dense_linear, out_t, fop
+    same = binary_cast is None and out_t == acc_t  # res_T(acc) changes nothing
+    fast = _rounded_products(layer, acc_t, fp, xmax, wmat, kmat, bias_acc, G, modular, None if same else finish)
+    if fast is not None and used.max(initial=0) <= 1:
+        return fast, out_t
+    if G > 1:
+        return block_diagonal()
     if modular:
         # each product is quantized into accum_t on its own, the sum is modular: group by input
         rows = [(i, wmat[i], kmat[i], None if (used[i] > 0).all() else used[i] > 0) for i in range(n_in)]
@@ -277,9 +304,159 @@ def _partial_sum_bounds(wmat: np.ndarray, kmat: np.ndarray, bias_acc, in_t: Fixe
     neg = [int(v) for v in np.where(p_lo < 0, p_lo, 0).sum(axis=0)]
     pos = [int(v) for v in np.where(p_hi > 0, p_hi, 0).sum(axis=0)]
     bias = [int(v) for v in Wide.of(bias_acc).to_ints().ravel()]
-    lo = min((b + (v << shift) for b, v in zip(bias, neg)), default=0)
-    hi = max((b + (v << shift) for b, v in zip(bias, pos)), default=0)
+    # a grouped dense (EinsumDense) holds one bias per group and output: output o of every group
+    n_out = max(len(neg), 1)
+    lo = min((b + (neg[j % n_out] << shift) for j, b in enumerate(bias)), default=0)
+    hi = max((b + (pos[j % n_out] << shift) for j, b in enumerate(bias)), default=0)
     return min(lo, 0, *bias), max(hi, 0, *bias)
+
+
+def _block_diagonal(w: np.ndarray, trip: list[tuple[int, int, int]], n_in: int, n_out: int, groups: int):
+    """``groups`` copies of the (flat ``n_in * n_out``) weights along the diagonal of one
+    matrix, and each copy's products in ``trip``'s order: group g reads inputs g * n_in + i
+    and writes outputs g * n_out + o."""
+    big_out = n_out * groups
+    big = np.zeros(n_in * groups * big_out, np.int64)
+    big_trip = []
+    for g in range(groups):
+        for i, wi, o in trip:
+            row, col = g * n_in + i, g * n_out + o
+            big[row * big_out + col] = w[wi]
+            big_trip.append((row, row * big_out + col, col))
+    return big, big_trip
+
+
+def _rounded_products(
+    layer: Layer,
+    acc_t: FixedType,
+    fp: int,
+    xmax: int,
+    wmat: np.ndarray,
+    kmat: np.ndarray,
+    bias_acc: np.ndarray,
+    groups: int,
+    modular: bool,
+    finish: Callable[[np.ndarray], np.ndarray] | None,
+) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The dense whose products are each quantized into accum_t (fewer fractional bits than
+    the product's ``fp``) before they are added, on the narrowest exact arithmetic: one
+    vector operation per input (the latency kernel's order: input i's products go into every
+    output at round i), the product's rounding done in place on ``(rows, groups, n_out)``.
+
+    * int32: for a modular (AP_WRAP) accumulator of W bits, the rounded product modulo 2**W
+      depends only on the product modulo 2**(W + s) (s the bits dropped, the rounding reads
+      bit s and below), so int32's wrapping products and sums are exact when W + s <= 32;
+      for a saturating one, when every product and partial sum stays below 2**31.
+    * float64: the product times 2**-s is exact below 2**53, and floor (AP_TRN), floor of
+      + 0.5 (AP_RND: half up) and rint (AP_RND_CONV: half to even) are its roundings; used
+      for AP_RND_CONV (one pass instead of five) or where int32 is not exact.
+
+    Only AP_TRN/AP_RND/AP_RND_CONV with AP_WRAP (modular) or AP_SAT accumulators; None for
+    anything else (the int64 forms below run). The saturating accumulator's order of
+    additions is the latency kernel's (each output gets its inputs in order), so it is used
+    for DenseLatency only; the caller checks that no (input, output) pair has two products."""
+    s = fp - acc_t.frac
+    quant = acc_t.quant
+    if quant not in ("AP_TRN", "AP_RND", "AP_RND_CONV") or acc_t.sat_bits or not 0 < s < 31:
+        return None
+    if not modular:
+        kernel = layer.config.get("using", {}).get("kernel", "nnet::DenseLatency")
+        if acc_t.overflow != "AP_SAT" or not kernel.endswith("DenseLatency"):
+            return None
+    n_in, n_out = wmat.shape
+    wmax, kmax = int(np.abs(wmat).max(initial=0)), int(np.abs(kmat).max(initial=0))
+    pmax = xmax * wmax + kmax + (1 << s)  # |product| plus the rounding offset
+    qmax = (pmax >> s) + 1
+    width = acc_t.width
+    if modular:
+        int32_ok = width + s <= 32
+        f64_ok = pmax < 2**52 and (int(np.abs(bias_acc).max(initial=0)) + n_in * qmax) < 2**52
+    else:
+        int32_ok = pmax < 2**31 and width <= 30
+        f64_ok = pmax < 2**52 and width <= 52
+    use_f64 = f64_ok and (quant == "AP_RND_CONV" or not int32_ok)
+    if not (use_f64 or int32_ok):
+        return None
+    dt = np.float64 if use_f64 else np.int32
+    # inputs whose weights and constants are all zero add nothing (rounded zero is zero)
+    live = [i for i in range(n_in) if wmat[i].any() or kmat[i].any()]
+    if use_f64:
+        scale = 2.0**-s
+        wrows = [wmat[i].astype(np.float64) * scale for i in live]
+        krows = [kmat[i].astype(np.float64) * scale if kmat[i].any() else None for i in live]
+    else:
+        # modular: weights and constants wrap modulo 2**32 with everything else (exact, above)
+        wrows = [wmat[i].astype(np.int32) for i in live]
+        krows = [kmat[i].astype(np.int32) if kmat[i].any() else None for i in live]
+    bias_g = bias_acc.reshape(groups, n_out).astype(dt)
+    shift, one = np.int32(s), np.int32(1)
+    half = np.int32(1 << (s - 1))
+    lo, hi = dt(acc_t.raw_min), dt(acc_t.raw_max)
+    # a product's own saturation into accum_t, needed only if a rounded product can leave it
+    limit, cap = min(acc_t.raw_max, -acc_t.raw_min), max(acc_t.raw_max, -acc_t.raw_min)
+    clip_products = not modular and qmax > limit
+    # saturation of the sum only from the first input after which some partial sum (bias plus
+    # rounded products, per output) can leave accum_t's range; exact Python ints
+    clip_sums = [False] * len(live)
+    if not modular:
+        bound = [abs(int(v)) for v in bias_acc.ravel()]
+        for r, i in enumerate(live):
+            for o in range(n_out):
+                q = ((xmax * abs(int(wmat[i, o])) + abs(int(kmat[i, o])) + (1 << s)) >> s) + 1
+                for g in range(groups):
+                    bound[g * n_out + o] += min(q, cap)  # a saturated product is at most cap
+            clip_sums[r] = max(bound, default=0) > limit
+            if clip_sums[r]:
+                clip_sums[r:] = [True] * (len(live) - r)
+                break
+    wrap_shift, wrap_mask = np.int32(32 - width), np.int32((1 << width) - 1 if width < 32 else -1)
+
+    def rounding(t: np.ndarray) -> None:
+        if use_f64:
+            if quant == "AP_RND_CONV":
+                np.rint(t, out=t)
+            else:
+                if quant == "AP_RND":
+                    t += 0.5
+                np.floor(t, out=t)
+        elif quant == "AP_RND_CONV":
+            t += (t >> shift) & one  # + 1 where the kept part is odd: the tie goes to even
+            t += half - one
+            t >>= shift
+        else:
+            if quant == "AP_RND":
+                t += half
+            t >>= shift
+
+    def dense_rounded(x):
+        rows = x.shape[0]
+        xs = x.reshape(rows, groups, n_in).astype(dt)
+        acc = np.empty((rows, groups, n_out), dt)
+        acc[...] = bias_g
+        t = np.empty_like(acc)
+        for i, wrow, krow, clip_sum in zip(live, wrows, krows, clip_sums):
+            np.multiply(xs[:, :, i : i + 1], wrow, out=t)
+            if krow is not None:
+                t += krow
+            rounding(t)
+            if clip_products:
+                np.clip(t, lo, hi, out=t)
+            acc += t
+            if clip_sum:
+                np.clip(acc, lo, hi, out=acc)
+        if modular and not use_f64:
+            # accum_t's wrap in place on the int32 sums (exact modulo 2**32, W < 32 bits)
+            if acc_t.signed:
+                acc <<= wrap_shift
+                acc >>= wrap_shift
+            else:
+                acc &= wrap_mask
+        out = acc.reshape(rows, groups * n_out).astype(np.int64)
+        if modular and use_f64:
+            out = acc_t._wrap(out)
+        return out if finish is None else finish(out)
+
+    return dense_rounded
 
 
 def _dense_cast(
@@ -366,26 +543,44 @@ def _dense_wide(m: FixedPointModel, layer: Layer, wmat, bias_acc, in_t, acc_t, o
             out.append((part, base + k * slice_bits))
         return out
 
-    def matmul(x) -> Wide:
+    shift = acc_t.frac - fp
+    bias = Wide.of(bias_acc)
+    n_in, n_out = wf.shape
+    wf_t = np.ascontiguousarray(wf.T)
+
+    def dense_wide(x):
         if isinstance(x, Wide):
             parts = chunks(x.lo, 62, 0, False) + chunks(x.hi, max(1, in_t.width - 62), 62, True)
         else:
             parts = chunks(x, in_t.width, 0, True)
         rows = x.shape[0]
-        stacked = np.concatenate([p for p, _ in parts]).astype(np.float64) @ wf  # one BLAS call, exact
-        prods = stacked.astype(np.int64)
-        acc = Wide.of(prods[:rows]).shl(parts[0][1])
-        for k, (_, offset) in enumerate(parts[1:], start=1):
-            acc = acc + Wide.of(prods[k * rows : (k + 1) * rows]).shl(offset)
-        return acc
-
-    shift = acc_t.frac - fp
-
-    def dense_wide(x):
-        acc = matmul(x).shl(shift) + bias_acc
+        stacked = np.empty((len(parts) * rows, n_in))
+        for k, (part, _) in enumerate(parts):
+            stacked[k * rows : (k + 1) * rows] = part  # below 2**31: exact in float64
+        if stacked.shape[0] >= 64 * n_out:
+            # one BLAS call, exact in any orientation; OpenBLAS is slow at tall, narrow products
+            prods = np.matmul(wf_t, stacked.T).T.astype(np.int64)
+        else:
+            prods = (stacked @ wf).astype(np.int64)
+        # sum(prods_k * 2**(offset_k + shift)) + bias straight into the two limbs: each slice's
+        # part below bit 62 goes into lo (then carried), the rest into hi (modulo 2**126, as shl)
+        hi = np.broadcast_to(bias.hi, (rows, n_out)).copy()
+        lo = np.broadcast_to(bias.lo, (rows, n_out)).copy()
+        for k, (_, offset) in enumerate(parts):
+            p = prods[k * rows : (k + 1) * rows]
+            o = offset + shift
+            if o >= LIMB:
+                if o - LIMB < 64:
+                    hi += p << np.int64(o - LIMB)
+                continue
+            hi += p >> np.int64(LIMB - o)
+            lo += (p & np.int64((1 << (LIMB - o)) - 1)) << np.int64(o)  # < 2**62: lo + it < 2**63
+            hi += lo >> np.int64(LIMB)
+            lo &= MASK
+        acc = Wide(hi, lo)
         if modular:
             acc = acc_t.from_raw(acc, acc_t.frac)  # accum_t's wrap
-        return out_t.cast(acc, acc_t)
+        return acc if out_t == acc_t else out_t.cast(acc, acc_t)
 
     return dense_wide, out_t
 
@@ -430,12 +625,15 @@ def _dense_f64(
     shift: int,
     modular,
     product_f64: ProductFactory | None = None,
+    groups: int = 1,
+    buffer_key: object = None,
 ):
     """The linear dense on float64 raws: one BLAS product with the weights pre-scaled to
     accum_t's grid (or ``product_f64``'s product: the bounds below make every partial sum an
     exact float64 integer, so any order of additions gives the same sums), the bias added in
     place, then accum_t's wrap and the cast to the result type, skipped where the bounds of
-    the sums show they cannot change anything."""
+    the sums show they cannot change anything. ``groups``: as ``dense_from_arrays``'s (one
+    product of the inputs reshaped to ``groups`` times the rows, ``bias_acc`` per group)."""
     if not (f64_capable(in_t) and f64_capable(acc_t) and f64_capable(out_t)):
         return None
     wf = wmat.astype(np.float64) * 2.0**shift
@@ -444,6 +642,7 @@ def _dense_f64(
     lo_x, hi_x = float(in_t.raw_min), float(in_t.raw_max)
     hi_p = np.maximum(wf * lo_x, wf * hi_x).sum(axis=0)
     lo_p = np.minimum(wf * lo_x, wf * hi_x).sum(axis=0)
+    hi_p, lo_p = np.tile(hi_p, groups), np.tile(lo_p, groups)
     peak = float(np.abs(wf).sum(axis=0).max(initial=0.0)) * max(-lo_x, hi_x) + float(np.abs(bf).max(initial=0.0))
     if peak * (1 + 1e-9) + 2 >= F64_EXACT:
         return None  # partial sums would not be exact in float64: the int64 path runs
@@ -453,8 +652,8 @@ def _dense_f64(
         acc_lo, acc_hi = float(acc_t.raw_min), float(acc_t.raw_max)
     else:
         modular, acc_lo, acc_hi = False, lo, hi
-    key = m._layer_key
-    n_out = wf.shape[1]
+    key = m._layer_key if buffer_key is None else buffer_key
+    n_in, n_out = wf.shape
     product = product_f64(wf) if product_f64 is not None else None
 
     wf_t = np.ascontiguousarray(wf.T)
@@ -466,6 +665,9 @@ def _dense_f64(
             rows = acc.shape[0]
         else:
             rows = x.shape[0]
+            if groups > 1:
+                x = x.reshape(rows * groups, n_in)
+                rows = x.shape[0]
             acc = m._buffer(key, (rows, n_out))
             if rows >= 64 * n_out and not single_blas:
                 # multithreaded OpenBLAS is slow at tall, narrow products (a convolution's windows:
@@ -478,8 +680,11 @@ def _dense_f64(
                 acc[...] = np.matmul(wf_t, x.T, out=m._buffer((key, "t"), (n_out, rows))).T
             else:
                 np.matmul(x, wf, out=acc)
+            if groups > 1:
+                rows //= groups
+                acc = acc.reshape(rows, groups * n_out)
         # a bias row broadcast over a short inner axis is slow in numpy: add a full-size copy
-        acc += m._buffer((key, "bias"), (rows, n_out), fill=bf)
+        acc += m._buffer((key, "bias"), (rows, groups * n_out), fill=bf)
         if modular:
             acc = overflow_f64(acc_t, acc)
         return cast_f64(out_t, acc, acc_t.frac, acc_lo, acc_hi)

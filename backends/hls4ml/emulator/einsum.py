@@ -53,9 +53,11 @@ def build_einsum_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
     DenseLatency, its product, accum_t, weight_t, bias_t) of the C contracted inputs with
     kernel slice i and the bias slice (i, l0), into res_T; then the output transpose.
 
-    Emulated as one dense layer with a block-diagonal matrix: each output's additions are the
-    kernel's, in its order, and outputs of other blocks only see zero weights that no
-    product touches. Only the latency strategy (hls4ml 1.3's only non-DA one)."""
+    Emulated per inplace index i as one dense of kernel slice i applied to the L0 slices of
+    C inputs (``dense_from_arrays``' groups): each output's additions are the kernel's, in its
+    order, and only the real products are computed (a block-diagonal matrix would make the
+    per-product paths touch L0 times more zeros). Only the latency strategy (hls4ml 1.3's
+    only non-DA one)."""
     if len(layer.args) != 4:
         raise UnsupportedLayerError(f"{layer.describe()}: einsum_dense without weights (distributed arithmetic)")
     L0, L1, C, n_inp = (const_int(layer, k) for k in ("n_free_data", "n_free_kernel", "n_contract", "n_inplace"))
@@ -78,28 +80,33 @@ def build_einsum_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
     n_in, n_out = n_inp * L0 * C, n_inp * L0 * L1
     src_in = _transpose_table(m, layer, _typedef_conf(layer, "tpose_inp_conf"), n_in)
     src_out = _transpose_table(m, layer, _typedef_conf(layer, "tpose_out_conf"), n_out)
-    # block (i, l0): inputs (i*L0+l0)*C + c, outputs (i*L0+l0)*L1 + j, weight i*L1*C + c*L1 + j
-    big = np.zeros(n_in * n_out, np.int64)
-    trip = []
+    # slice i: inputs (i*L0+l0)*C + c, outputs (i*L0+l0)*L1 + j, weight i*L1*C + c*L1 + j, in
+    # DenseLatency's order (c outer, j inner); its L0 groups are consecutive in and out
+    trip = [(c, c * L1 + j, j) for c in range(C) for j in range(L1)]
+    ops, fops = [], []
     for i in range(n_inp):
-        for l0 in range(L0):
-            blk = i * L0 + l0
-            for c in range(C):
-                row = blk * C + c
-                for j in range(L1):
-                    col = blk * L1 + j
-                    big[row * n_out + col] = w[i * L1 * C + c * L1 + j]
-                    trip.append((row, row * n_out + col, col))
-    built = dense_from_arrays(m, dense, in_t, out_t, big, b, n_in, n_out, trip, cast_n_in=C)
-    op, fop = built[0], built[2] if len(built) > 2 else None
+        wi, bi = w[i * L1 * C : (i + 1) * L1 * C], b[i * L0 * L1 : (i + 1) * L0 * L1]
+        key = (m._layer_key, "inplace", i)  # each slice's own float64 buffers (its bias)
+        built = dense_from_arrays(m, dense, in_t, out_t, wi, bi, C, L1, trip, cast_n_in=C, groups=L0, buffer_key=key)
+        ops.append(built[0])
+        fops.append(built[2] if len(built) > 2 else None)
+    width = L0 * C
+
+    def run(slices, x):
+        x = x[:, src_in]
+        if len(slices) == 1:
+            return slices[0](x)[:, src_out]
+        return np.concatenate([op(x[:, i * width : (i + 1) * width]) for i, op in enumerate(slices)], axis=1)[
+            :, src_out
+        ]
 
     def einsum_dense(x):
-        return op(x[:, src_in])[:, src_out]
+        return run(ops, x)
 
     def einsum_dense_f64(x):
-        return fop(x[:, src_in])[:, src_out]
+        return run(fops, x)
 
-    return einsum_dense, out_t, (einsum_dense_f64 if fop is not None else None)
+    return einsum_dense, out_t, (einsum_dense_f64 if all(f is not None for f in fops) else None)
 
 
 @register("einsum")
