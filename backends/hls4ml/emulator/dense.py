@@ -239,9 +239,10 @@ def dense_from_arrays(
             fop = _dense_f64(m, wmat, bias_lin, in_t, acc_t, out_t, fa - fp, modular, product_f64, G, buffer_key)
         return dense_linear, out_t, fop
     same = binary_cast is None and out_t == acc_t  # res_T(acc) changes nothing
-    fast = _rounded_products(layer, acc_t, fp, xmax, wmat, kmat, bias_acc, G, modular, None if same else finish)
-    if fast is not None and used.max(initial=0) <= 1:
-        return fast, out_t
+    if used.max(initial=0) <= 1:  # one product per (input, output): each is rounded on its own
+        fast = _rounded_products(layer, acc_t, fp, xmax, wmat, kmat, bias_acc, G, modular, None if same else finish)
+        if fast is not None:
+            return fast, out_t
     if G > 1:
         return block_diagonal()
     if modular:

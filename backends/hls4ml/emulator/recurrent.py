@@ -29,8 +29,8 @@ when the three types are one, other LSTMs are refused as hls4ml cannot compile t
 Not emulated (refused at load): the initial-state calls (PyTorch ``h0``/``c0`` inputs),
 ``bidirectional_stack``, Keras GRU ``reset_after=False`` (hls4ml writes one-value bias arrays
 the products read past: dense.py refuses the sizes). hls4ml writes no call at all for a
-SimpleRNN on this backend. Runs on int64 raws: one Python iteration per time step, each
-vectorised over the rows.
+SimpleRNN on this backend. Runs on int64 raws: the input products of every step in one
+call, then one Python iteration per time step, each vectorised over the rows.
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def build_recurrent(m: FixedPointModel, layer: Layer, in_t: FixedType):
         hidden = fast_from_raw(res_t, 2 * fa)
         ifo = np.r_[0 : 2 * n, 3 * n : 4 * n]  # i, f, o (keras notation), then c at 2n..3n
 
-        def step(x_t, h, s):
-            pre = acc_sum(x_dense(x_t) + h_dense(h))
+        def step(a, b, h, s):
+            pre = acc_sum(a + b)
             gates = recr_act(pre[:, ifo])
             i, f, o = gates[:, :n], gates[:, n : 2 * n], gates[:, 2 * n :]
             c = act(pre[:, 2 * n : 3 * n])
@@ -159,8 +159,7 @@ def build_recurrent(m: FixedPointModel, layer: Layer, in_t: FixedType):
         acc_prod = fast_from_raw(acc_t, 2 * fa)
         one = np.int64(1) << np.int64(f_one)
 
-        def step(x_t, h, s):
-            a, b = x_dense(x_t), h_dense(h)
+        def step(a, b, h, s):
             zr = recr_act(acc_sum(a[:, : 2 * n] + b[:, : 2 * n]))
             r, z = zr[:, r_at : r_at + n], zr[:, z_at : z_at + n]
             cand = acc_sum(a[:, 2 * n :] + acc_prod(r * b[:, 2 * n :]))
@@ -174,8 +173,12 @@ def build_recurrent(m: FixedPointModel, layer: Layer, in_t: FixedType):
         h = np.zeros((rows, n), np.int64)
         s = np.zeros((rows, n), np.int64)
         outs = []
+        # the input products depend on no state: every step's at once, (rows * n_seq, n_in)
+        # rows in (row, step) order; the state products of the zero state are one row's
+        xa = x_dense(x.reshape(rows * n_seq, n_in)).reshape(rows, n_seq, n_mult * n)
+        b0 = np.broadcast_to(h_dense(np.zeros((1, n), np.int64)), (rows, n_mult * n))
         for t in range(n_seq):  # the state carries from step to step: one iteration per time step
-            h, s = step(x[:, t * n_in : (t + 1) * n_in], h, s)
+            h, s = step(xa[:, t], b0 if t == 0 else h_dense(h), h, s)
             if n_seq_out > 1:
                 outs.append(h)
         return np.concatenate(outs, axis=1) if n_seq_out > 1 else h
