@@ -259,7 +259,7 @@ class FixedPointModel:
         # reused): a chunk's intermediate arrays stay in the caches
         n_chunks = -(-rows // chunk)
         bounds = np.linspace(0, rows, n_chunks + 1).round().astype(np.int64)
-        out = np.empty((rows, self.n_out), dtype)
+        out: np.ndarray = np.empty((rows, self.n_out), dtype)
         for a, b in itertools.pairwise(bounds):
             out[a:b] = self._predict_f64(x[a:b], dtype)
         return out
