@@ -35,7 +35,7 @@ import numpy as np
 from ..firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, read_firmware_graph
 from ..fixed_point import INT64_WIDTH, MAX_WIDTH, FixedType, cast_f64, f64_capable, from_float_f64
 from ..project import Hls4mlProject, ProjectError
-from .registry import builder_for
+from .registry import FUSIONS, builder_for
 
 Op = Callable[[np.ndarray], np.ndarray]
 
@@ -66,6 +66,7 @@ class FixedPointModel:
         types: dict[str, FixedType] = {project.input.name: in_type}
         self._step_f64: list[bool] = []
         self._out_f64: list[bool] = []
+        step_types: list[tuple[FixedType, FixedType]] = []
         for index, layer in enumerate(self.graph.layers):
             builder = builder_for(layer.kind, layer.stream)
             if builder is None:
@@ -97,6 +98,8 @@ class FixedPointModel:
             # the float64 op runs where every type of the layer fits; elsewhere the int64 op
             self._step_f64.append(all(f64_capable(t) for t in (*in_types, out_t)))
             self._out_f64.append(f64_capable(out_t))
+            step_types.append((in_types[0], out_t))
+        self._fuse(step_types)
         self.output_type = types[self.graph.layers[-1].output]
         self.n_in = project.input.size
         self.n_out = project.output.size
@@ -112,6 +115,26 @@ class FixedPointModel:
         for i, (ins, _out, _op, _fop) in enumerate(self._steps):
             later = {name for step in self._steps[i + 1 :] for name in step[0]}
             self._keep.append([name in later or ins.count(name) > 1 for name in ins])
+
+    def _fuse(self, step_types: list[tuple[FixedType, FixedType]]) -> None:
+        """The registered fusions (``registry.register_fusion``) of the float64 chain: where
+        step i's output is read by step i + 1 alone, and both run their float64 ops, the
+        fusion's op (if it returns one) replaces step i + 1's, reading step i's input, and
+        step i passes its input through. The int64 ops stay as they are."""
+        layers = self.graph.layers
+        for i in range(len(self._steps) - 1):
+            fusion = FUSIONS.get((layers[i].kind, layers[i + 1].kind))
+            a, b = self._steps[i], self._steps[i + 1]
+            if fusion is None or a[3] is None or b[3] is None or not (self._step_f64[i] and self._step_f64[i + 1]):
+                continue
+            readers = [k for k, step in enumerate(self._steps) if a[1] in step[0]]
+            if len(a[0]) != 1 or b[0] != [a[1]] or readers != [i + 1]:
+                continue
+            self._layer_key = i + 1  # the fused op's scratch buffers are the second layer's
+            fused = fusion(self, layers[i], layers[i + 1], step_types[i][0], step_types[i][1], a[3], b[3])
+            if fused is not None:
+                self._steps[i] = (a[0], a[1], a[2], _pass_through)
+                self._steps[i + 1] = (b[0], b[1], b[2], fused)
 
     def _chunk_rows(self, x: np.ndarray) -> int:
         """Rows per chunk of the float64 chain (``CHUNK_BYTES``), from the widest array one
@@ -306,6 +329,11 @@ class FixedPointModel:
         if self._io_out == "float":
             return self.output_type.to_float32(raw).astype(np.float64)
         return self._io_out.to_float(self._io_out.cast(raw, self.output_type))
+
+
+def _pass_through(x: np.ndarray) -> np.ndarray:
+    """The float64 op of a step whose work a fusion moved into the next step."""
+    return x
 
 
 _INT_TEXT = re.compile(r"(-?)(\d+)")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
-from ..fixed_point import FixedType, cast_f64
-from .registry import register
+from ..fixed_point import FixedType, _quantize_f64, cast_f64
+from .registry import register, register_fusion
 
 if TYPE_CHECKING:
     from .model import FixedPointModel
@@ -136,6 +136,64 @@ def _strided_max(m: FixedPointModel, key, layout: tuple[int, ...], x: np.ndarray
     return y.reshape(rows, oh * ow * f)
 
 
+def _max_finish(acc_t: FixedType, out_t: FixedType, in_t: FixedType, pad: int):
+    """A max pooling's casts of its window maxima (float64 raws of ``in_t``, in place):
+    ``accum_t`` holds the running maximum, the output is assigned from it."""
+
+    def finish(y: np.ndarray) -> np.ndarray:
+        y = cast_f64(acc_t, y, in_t.frac, float(min(pad, in_t.raw_min)), float(in_t.raw_max))
+        return cast_f64(out_t, y, acc_t.frac, float(acc_t.raw_min), float(acc_t.raw_max))
+
+    return finish
+
+
+@register_fusion("relu", "pooling1d_cl", "pooling2d_cl")
+def fuse_relu_max_pool(
+    m: FixedPointModel, relu: Layer, pool: Layer, in_t: FixedType, mid_t: FixedType, relu_f64, pool_f64
+):
+    """relu then a max pooling without padding, as the pooling first and the relu on its
+    window maxima (a quarter of the values for a 2x2 pool; calo_cnn at 64 rows: relu1 + pool1
+    43 + 59 -> 73 us, relu2 + pool2 14 + 16 -> 23 us). ``max(R(x) over a window) == R(max(x)
+    over it)`` when R, the relu's ``mid_t(x > 0 ? x : 0)``, is non-decreasing on the window's
+    values: its quantization and the maximum with 0 are; its overflow is where no value
+    exceeds mid_t's maximum after them, and every value of a window is at most its maximum,
+    so checking the maxima checks all the values the pooling reads (values outside every
+    window do not matter). A saturating mid_t is non-decreasing everywhere; for a wrapping one
+    (the default) a batch where some maximum overflows runs the two ops in the C++ order
+    instead (the input is left intact by the strided maximum). Padding would put pad_val among
+    the relu's outputs, so padded poolings are not fused."""
+    consts = pool.config.get("consts", {})
+    if relu.stream or pool.stream or consts.get("pool_op", "nnet::Max").split("::")[-1] != "Max":
+        return None
+    layout = _strided_layout(pool, _pool_windows(m, pool, False)[0])
+    if layout is None:
+        return None
+    h, w, _f, _ph, _pw, _sh, _sw, pt, pl, _oh, _ow, hp, wp = layout
+    s = in_t.frac - mid_t.frac
+    scale = 2.0**-s
+    if (hp, wp) != (h, w) or pt or pl or (s < 0 and float(max(in_t.raw_max, -in_t.raw_min)) * scale >= 2.0**52):
+        return None
+    acc_t, out_t = m._cfg_type(pool, "accum_t"), m._type(pool.template[1], pool)
+    finish = _max_finish(acc_t, out_t, mid_t, mid_t.raw_min if mid_t.signed else 1 << (mid_t.width - 1))
+    key, rmax = m._layer_key, float(mid_t.raw_max)
+    saturates = mid_t.overflow in ("AP_SAT", "AP_SAT_SYM") and not mid_t.sat_bits
+
+    def relu_max_pool(x):
+        y = _strided_max(m, key, layout, x, 0.0)
+        if s:
+            y *= scale
+        if s > 0:
+            y = _quantize_f64(mid_t, y)
+        np.maximum(y, 0.0, out=y)
+        if float(y.max(initial=0.0)) > rmax:
+            if not saturates:
+                return pool_f64(relu_f64(x))
+            np.minimum(y, rmax, out=y)
+        return finish(y)
+
+    return relu_max_pool
+
+
 def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: bool = False):
     out_t = m._type(layer.template[1], layer)
     acc_t = m._cfg_type(layer, "accum_t")
@@ -157,10 +215,10 @@ def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: b
         columns = [np.ascontiguousarray(index[:, k]) for k in range(index.shape[1])]
         layout = None if global_pool else _strided_layout(layer, table)
 
+        finish = _max_finish(acc_t, out_t, in_t, pad)
+
         def max_pool_f64(x):
-            y = _strided_max(m, key, layout, x, float(pad)) if layout is not None else gathered_max(x)
-            y = cast_f64(acc_t, y, in_t.frac, float(min(pad, in_t.raw_min)), float(in_t.raw_max))
-            return cast_f64(out_t, y, acc_t.frac, float(acc_t.raw_min), float(acc_t.raw_max))
+            return finish(_strided_max(m, key, layout, x, float(pad)) if layout is not None else gathered_max(x))
 
         def gathered_max(x):
             xe = np.concatenate([x, np.full((x.shape[0], 1), float(pad))], axis=1) if padded else x

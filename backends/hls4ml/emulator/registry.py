@@ -18,6 +18,15 @@ io_stream calls (``Layer.stream``) use the builder ``@register_stream`` register
 kind when there is one (the stream form computes differently: line-buffer convolutions,
 pooling in accum_t, softmax per stream word), else the io_parallel builder, for the kinds
 whose stream form computes the same values (dense, element-wise activations, merges).
+
+Fusions (``@register_fusion(first, second, ...)``) are peepholes of the float64 chain: where an
+``nnet::first`` call's output is read only by the next call, an ``nnet::second`` (e.g. a relu
+then a max pooling), the fusion may return one float64 op computing both from the first's
+input (the same integers, cheaper: e.g. the pooling before the relu on a quarter of the
+values). It is called once, at build, as ``fusion(model, first, second, in_t, mid_t, op_a,
+op_b)`` with both layers, the first's input and output types and both float64 ops (for a
+fallback), and returns the fused op or None (no fusion: the two ops run). The int64 ops
+always run unfused.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ Builder = Callable[..., tuple]
 BUILDERS: dict[str, Builder] = {}
 #: nnet:: function name -> builder of its io_stream form, where that differs
 STREAM_BUILDERS: dict[str, Builder] = {}
+#: (first kind, second kind) -> fusion of the two float64 ops, see the module docstring
+FUSIONS: dict[tuple[str, str], Callable[..., Op | None]] = {}
 
 
 def register(*kinds: str) -> Callable[[Builder], Builder]:
@@ -42,6 +53,19 @@ def register(*kinds: str) -> Callable[[Builder], Builder]:
 def register_stream(*kinds: str) -> Callable[[Builder], Builder]:
     """Register the decorated builder for the io_stream form of each kind in ``kinds``."""
     return _register(STREAM_BUILDERS, kinds)
+
+
+def register_fusion(first: str, *seconds: str) -> Callable[[Callable[..., Op | None]], Callable[..., Op | None]]:
+    """Register the decorated fusion for an ``nnet::first`` call followed by each of ``seconds``."""
+
+    def decorate(fusion: Callable[..., Op | None]) -> Callable[..., Op | None]:
+        for second in seconds:
+            if (first, second) in FUSIONS:
+                raise RuntimeError(f"fusion nnet::{first} -> nnet::{second} is registered twice")
+            FUSIONS[(first, second)] = fusion
+        return fusion
+
+    return decorate
 
 
 def builder_for(kind: str, stream: bool) -> Builder | None:
