@@ -339,3 +339,62 @@ def test_unary_lut_bit_exact_with_csim(tmp_path):
     )
     with pytest.raises(UnsupportedLayerError, match=r"layer 'lut1' \(nnet::unary_lut.*1024 entries, the table has 512"):
         FixedPointModel(Hls4mlProject.load(dst))
+
+
+def test_table_activation_gathers_match_the_index_formula(monkeypatch):
+    """sigmoid/tanh/softplus/softsign/elu/selu read a table over the input's raws (whole domain,
+    the unsaturated range) or shift the index where N / span is a power of two; each must equal
+    the element-by-element C index formula it replaces, on both paths, for narrow, wide and
+    negative-fraction inputs (the unsaturated range's ends and the wrap-free bound included)."""
+    from fpgaserve.backends.hls4ml.emulator import activations as acts
+    from fpgaserve.backends.hls4ml.emulator.registry import BUILDERS
+    from fpgaserve.backends.hls4ml.firmware_graph import Layer
+    from fpgaserve.backends.hls4ml.fixed_point import FixedType
+
+    class _M:
+        def _type(self, name, layer):
+            return FixedType.parse(layer.config["types"].get(name, name))
+
+        def _cfg_type(self, layer, key):
+            return self._type(key, layer)
+
+        def _check_width(self, *a, **k):
+            pass
+
+    rng = np.random.default_rng(5)
+    cases = []
+    for kind in ("sigmoid", "tanh", "softplus", "softsign", "elu", "selu"):
+        for spec in (
+            "ap_fixed<12,4>",
+            "ap_fixed<16,6>",
+            "ap_fixed<24,8,AP_RND,AP_SAT>",
+            "ap_fixed<38,18>",
+            "ap_fixed<30,34>",
+            "ap_ufixed<22,3>",
+        ):
+            for n in (1024, 1000):
+                cases.append((kind, FixedType.parse(spec), n))
+    m = _M()
+
+    def build(kind, in_t, n):
+        cfg = {
+            "consts": {"table_size": str(n)},
+            "types": {"table_t": "ap_fixed<18,8>", "out_t": "ap_fixed<14,4,AP_RND,AP_SAT>"},
+        }
+        return BUILDERS[kind](m, Layer(kind, "x", [str(in_t), "out_t", "c"], ["d", "r"], "c", cfg), in_t)
+
+    for kind, in_t, n in cases:
+        x = rng.integers(in_t.raw_min, in_t.raw_max + 1, 3000, dtype=np.int64)
+        for real in (-8, -4, 0, 4, 8):  # the ends of the unsaturated ranges
+            c = int(real * 2.0**in_t.frac)
+            x = np.concatenate([x, np.arange(c - 40, c + 40)])
+        x = np.clip(x, in_t.raw_min, in_t.raw_max).reshape(2, -1)
+        fast = build(kind, in_t, n)
+        with monkeypatch.context() as mp:  # no tables, no shifts: the element formula
+            mp.setattr(acts, "_TABLE_BITS", 0)
+            mp.setattr(acts, "_pow2_shift", lambda mul, den: None)
+            want = build(kind, in_t, n)[0](x.copy())
+        np.testing.assert_array_equal(fast[0](x.copy()), want, err_msg=f"{kind} {in_t} {n}")
+        if len(fast) > 2 and fast[2] is not None:
+            got = fast[2](x.astype(np.float64))
+            np.testing.assert_array_equal(got.astype(np.int64), want, err_msg=f"{kind} {in_t} {n} f64")

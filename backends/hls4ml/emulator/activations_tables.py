@@ -20,7 +20,7 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import FixedType
-from .activations import _lut_activation
+from .activations import _lut_activation, domain_lookup
 from .registry import register
 
 if TYPE_CHECKING:
@@ -36,42 +36,21 @@ def softsign_table(n: int) -> np.ndarray:
     return (v / (np.abs(v) + 1.0)).astype(np.float32)
 
 
-#: inputs up to this many bits get their whole domain tabulated (2**20 int64s: 8 MiB)
-_DOMAIN_BITS = 20
-
-
 def tabulate_domain(op, in_t: FixedType):
-    """For an element-wise op that treats every column alike and an input of at most
-    ``_DOMAIN_BITS`` bits: ``(op, op_f64)`` that look the result up in ``op`` evaluated once
-    per possible input raw at build time, so predict is one gather; None for wider inputs."""
-    if in_t.width > _DOMAIN_BITS:
-        return None
-    lo = np.int64(in_t.raw_min)
-    full = op(np.arange(in_t.raw_min, in_t.raw_max + 1, dtype=np.int64))
-    full_f = full.astype(np.float64)
-
-    def lookup(x):
-        return full[x - lo]
-
-    def lookup_f64(x):
-        x -= float(lo)
-        return full_f[x.astype(np.intp)]
-
-    return lookup, lookup_f64
+    """For an element-wise op that treats every column alike and a narrow input: ``(op,
+    op_f64)`` that look the result up in ``op`` evaluated once per possible input raw at build
+    time, so predict is one gather; None for wider inputs (``activations.domain_lookup``)."""
+    return domain_lookup(op, in_t)
 
 
 @register("softsign")
 def build_softsign(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    """The sigmoid-style lookup (``_lut_activation``), tabulated over the input's domain where
-    it is narrow (the index arithmetic, a C division per element, then runs once per raw)."""
+    """The sigmoid-style lookup (``_lut_activation``: a gather over the input's raws where the
+    index cannot wrap, so the index arithmetic runs once per raw at build time)."""
     table_t = m._cfg_type(layer, "table_t")
     n = const_int(layer, "table_size")
     table = table_t.from_float(softsign_table(n).astype(np.float64))
-    lut, out_t = _lut_activation(m, layer, in_t, table, table_t, 16)
-    tabulated = tabulate_domain(lut, in_t)
-    if tabulated is None:
-        return lut, out_t
-    return tabulated[0], out_t, tabulated[1]
+    return _lut_activation(m, layer, in_t, table, table_t, 16)
 
 
 @register("unary_lut")
