@@ -12,7 +12,7 @@ top function calls. A builder is called once, when the model is built, as
 
 A builder refuses what it cannot reproduce bit for bit by raising ``UnsupportedLayerError``
 naming the layer; it never guesses. Adding a layer is one module and one registration
-(plus its import in ``__init__.py``).
+(``__init__.py`` imports every module of the package).
 
 io_stream calls (``Layer.stream``) use the builder ``@register_stream`` registered for their
 kind when there is one (the stream form computes differently: line-buffer convolutions,
