@@ -233,12 +233,18 @@ def _lut_activation(
     return (lambda x: values.take(index(x), mode="clip")), out_t, (lambda x: values_f.take(index_f64(x), mode="clip"))
 
 
+def _table_inputs(n: int, span: float) -> np.ndarray:
+    """The float inputs the C++ table initialisers evaluate: ``2 * span * (ii - N / 2.0) / N``
+    for ii in [0, N), in double, stored as float."""
+    ii = np.arange(n, dtype=np.float64)
+    return (2 * span * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+
+
 @register("sigmoid")
 def build_sigmoid(m: FixedPointModel, layer: Layer, in_t: FixedType):
     table_t = m._cfg_type(layer, "table_t")
     n = const_int(layer, "table_size")
-    ii = np.arange(n, dtype=np.float64)
-    in_val = (2 * 8.0 * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+    in_val = _table_inputs(n, 8.0)
     e = f32_map("expf", -in_val)
     val = (1.0 / (np.float32(1) + e).astype(np.float64)).astype(np.float32)  # 1.0 / float: double division
     table = table_t.from_float(val.astype(np.float64))
@@ -249,8 +255,7 @@ def build_sigmoid(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def build_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
     table_t = m._cfg_type(layer, "table_t")
     n = const_int(layer, "table_size")
-    ii = np.arange(n, dtype=np.float64)
-    in_val = (2 * 4.0 * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+    in_val = _table_inputs(n, 4.0)
     table = table_t.from_float(f32_map("tanhf", in_val).astype(np.float64))
     return _lut_activation(m, layer, in_t, table, table_t, 8)
 
@@ -259,8 +264,7 @@ def build_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def build_softplus(m: FixedPointModel, layer: Layer, in_t: FixedType):
     table_t = m._cfg_type(layer, "table_t")
     n = const_int(layer, "table_size")
-    ii = np.arange(n, dtype=np.float64)
-    in_val = (2 * 8.0 * (ii - float(n) / 2.0) / float(n)).astype(np.float32)
+    in_val = _table_inputs(n, 8.0)
     # softplus_fcn_float: std::log(std::exp(float) + 1.) -> expf, then double log, returned as float
     e = f32_map("expf", in_val).astype(np.float64) + 1.0
     val = f64_map("log", e).astype(np.float32)

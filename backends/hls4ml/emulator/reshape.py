@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
-from ..fixed_point import FixedType, cast_f64
+from ..fixed_point import FixedType
+from .padding import gather_op
 from .registry import register
 
 if TYPE_CHECKING:
@@ -32,11 +33,4 @@ def build_transpose(m: FixedPointModel, layer: Layer, in_t: FixedType):
             idx += (index % to_shape[d]) * strides[d]
             index //= to_shape[d]
         src[i] = idx
-    if src.max(initial=0) >= n:
-        raise UnsupportedLayerError(f"{layer.describe()}: transpose reads outside its input")
-    lo, hi = float(in_t.raw_min), float(in_t.raw_max)
-    return (
-        (lambda x: out_t.cast(x[:, src], in_t)),
-        out_t,
-        (lambda x: cast_f64(out_t, x[:, src], in_t.frac, lo, hi)),
-    )
+    return gather_op(m, layer, in_t, out_t, src, n)  # checks that every index lies inside the input

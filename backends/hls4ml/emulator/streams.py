@@ -40,6 +40,7 @@ import numpy as np
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import FixedType, cast_f64
 from .dense import build_dense
+from .padding import gather_op
 from .registry import register_stream
 from .softmax import build_softmax
 
@@ -444,12 +445,7 @@ def build_broadcast(m: FixedPointModel, layer: Layer, in_t: FixedType):
         raise UnsupportedLayerError(f"{layer.describe()}: broadcast of {ih}x{iw}x{ic} to {oh}x{ow}x{oc} writes nothing")
     if src.size != oh * ow * oc or (r > d and ih == 1 and iw == 1 and ic == oc):
         raise UnsupportedLayerError(f"{layer.describe()}: the broadcast does not fill {oh}x{ow}x{oc}")
-    lo, hi = float(in_t.raw_min), float(in_t.raw_max)
-    return (
-        (lambda x: out_t.cast(x[:, src], in_t)),
-        out_t,
-        (lambda x: cast_f64(out_t, x[:, src], in_t.frac, lo, hi)),
-    )
+    return gather_op(m, layer, in_t, out_t, src, ih * iw * ic)
 
 
 @register_stream("softmax")
