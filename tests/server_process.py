@@ -19,10 +19,23 @@ CONFORMANCE_REPO = ROOT / "tests" / "models"
 BUNDLED_REPO = ROOT / "bitstreams"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on, never one this process handed out before.
+
+    The kernel may give the same ephemeral port to two ``bind(0)`` calls once the first socket is closed;
+    a server whose HTTP and metrics ports came out equal failed to start in CI (2026-11-26), so the ports
+    already given to a test are skipped.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ServerProcess:
