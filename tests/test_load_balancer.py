@@ -607,13 +607,17 @@ def test_replica_killed_mid_run(kind, tmp_path):
 def test_envoy_config_has_the_supersonic_shape():
     """deploy/envoy/fpgaserve-grpc.yaml, read as data: HTTP/2 upstream, LEAST_REQUEST,
     health checks on /v2/health/ready at each replica's HTTP port, route timeout 0, and
-    retries only for requests that cannot have reached a replica."""
+    retries only for requests that cannot have reached a replica; statistics where SuperSONIC's
+    Prometheus job scrapes them (port 9901, not loopback) under the listener prefix its dashboard
+    selects (ingress_grpc)."""
     import yaml
 
     config = yaml.safe_load(ENVOY_YAML.read_text())
+    assert config["admin"]["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 9901}
     (listener,) = config["static_resources"]["listeners"]
     (hcm,) = listener["filter_chains"][0]["filters"]
     assert hcm["name"] == "envoy.filters.network.http_connection_manager"
+    assert hcm["typed_config"]["stat_prefix"] == "ingress_grpc"
     routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     (route,) = routes
     action = route["route"]

@@ -6,7 +6,8 @@ No Kubernetes here, so what can be checked without one is checked for real:
   ``resources.limits.cpu`` as an integer), requests the FPGA card under a name of the device
   plugin's scheme, as much in requests as in limits, and mounts the repository where the
   server reads it;
-* ``triton.command`` + ``triton.args`` are run as the pod runs them (``/bin/sh -c <script>``),
+* ``triton.command`` + ``triton.args`` are run as the pod runs them (``tini -- /bin/sh -c <script>``,
+  Debian's tini installed for the test as the image has it),
   with ``/opt/tritonserver/bin/tritonserver`` being fpgaserve installed under that name (as
   in the image). Changed for this machine only: the ports (free loopback ports instead of
   8000-8002), the repository (bitstreams/ for /models) and ``fpga-mode=hardware`` ->
@@ -14,8 +15,10 @@ No Kubernetes here, so what can be checked without one is checked for real:
   export the emulated device the dashboard counts;
 * the chart's readiness probe command passes against it, and fails once the shutdown file
   exists;
-* the script ``exec``s the server, so the pod's SIGTERM reaches the server itself (PID 1
-  in the pod), which drains and exits 0.
+* tini is PID 1 and the script ``exec``s the server as tini's child, so the pod's SIGTERM
+  reaches the server, which drains and exits 0 (tini exits with its status);
+* the values the chart's templates check against the release name carry the one in the
+  header's ``helm install`` line, and the startup probe outlasts a bounded csim compile.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 import pytest
 import yaml
 
+from debian import require_packages
 from server_process import BUNDLED_REPO, ROOT, free_port
 
 VALUES = ROOT / "deploy" / "supersonic" / "values.yaml"
@@ -64,7 +68,8 @@ def server_argv(script: str) -> list[str]:
 def test_values_fit_the_chart(values):
     triton = values["triton"]
     assert triton["image"] == "localhost/fpgaserve:latest"
-    assert triton["command"] == ["/bin/sh", "-c"]
+    # tini as PID 1 (reaps csim's g++ orphans, forwards SIGTERM), then the shell that execs the server
+    assert triton["command"] == ["/usr/bin/tini", "--", "/bin/sh", "-c"]
     assert isinstance(triton["args"], list) and len(triton["args"]) == 1 and isinstance(triton["args"][0], str)
     argv = server_argv(triton["args"][0])
     assert argv[0] == TRITONSERVER
@@ -95,8 +100,28 @@ def test_values_fit_the_chart(values):
     assert values["serverLoadMetric"] == "" and isinstance(values["serverLoadThreshold"], int)
 
 
+def test_values_carry_the_release_name_the_chart_checks(values):
+    """Chart 0.3.1 ``fail``s at render time unless these four names carry the release's name."""
+    release = re.search(r"^#\s+helm install (\S+) ", VALUES.read_text(), re.MULTILINE).group(1)
+    prometheus = values["prometheus"]
+    assert prometheus["server"]["useExistingClusterRoleName"] == f"{release}-prometheus-role"
+    assert prometheus["serviceAccounts"]["server"]["name"] == f"{release}-prometheus-sa"
+    # left to the chart's defaults, which hold the release name "supersonic": not overridden here
+    grafana = values["grafana"]
+    assert "dashboardsConfigMaps" not in grafana and "datasources" not in grafana
+    assert release == "supersonic"
+
+
+def test_startup_probe_outlasts_a_bounded_csim_compile(values):
+    from fpgaserve.backends.hls4ml.csim import DEFAULT_COMPILE_TIMEOUT_S
+
+    probe = values["triton"]["startupProbe"]
+    window = probe.get("periodSeconds", 10) * probe["failureThreshold"]  # the chart's period: 10 s
+    assert window > DEFAULT_COMPILE_TIMEOUT_S, (window, DEFAULT_COMPILE_TIMEOUT_S)
+
+
 class PodServer:
-    """triton.command + triton.args run by /bin/sh, as the pod runs them."""
+    """triton.command + triton.args run by tini and /bin/sh, as the pod runs them."""
 
     def __init__(self, values: dict, tmp: Path):
         self.ports = {name: free_port() for name in CHART_PORTS}
@@ -166,6 +191,7 @@ class PodServer:
 
 @pytest.fixture(scope="module")
 def pod(values, tmp_path_factory):
+    require_packages("tini")
     server = PodServer(values, tmp_path_factory.mktemp("supersonic-pod"))
     try:
         server.wait_ready()
@@ -214,8 +240,13 @@ def test_chart_readiness_probe_passes(pod, values):
 
 @pytest.mark.timeout(120)
 def test_sigterm_reaches_the_server(pod):
-    """The pod's PID 1 is the server itself (``exec``), so Kubernetes' SIGTERM drains it."""
+    """tini (the pod's PID 1) runs the server as its child (the shell ``exec``ed it) and passes
+    Kubernetes' SIGTERM on: the server drains and tini exits with its status."""
     cmdline = Path(f"/proc/{pod.proc.pid}/cmdline").read_bytes().split(b"\0")
-    assert any(part.endswith(b"tritonserver") for part in cmdline), cmdline  # not /bin/sh
+    assert cmdline[0] == b"/usr/bin/tini", cmdline
+    children = Path(f"/proc/{pod.proc.pid}/task/{pod.proc.pid}/children").read_text().split()
+    assert len(children) == 1, children
+    child = Path(f"/proc/{children[0]}/cmdline").read_bytes().split(b"\0")
+    assert any(part.endswith(b"tritonserver") for part in child), child  # not /bin/sh
     pod.proc.send_signal(signal.SIGTERM)
     assert pod.proc.wait(timeout=90) == 0, pod.log()
