@@ -27,7 +27,7 @@ DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "bitstreams" / "facil
 # The served FACILE is hls4ml firmware: ap_fixed<16,6> weights and activations, on a card or
 # in its bit-exact emulation (--fpga-mode csim/numpy). Its outputs differ from this float
 # re-computation by the quantization: at most 0.051 on 16000 unit-scale rows, outputs
-# spanning -2.6..4.4 (tests/benchmarks/bench_fpga_modes.py --part 1; see the README). A wrong
+# spanning -2.6..4.4 (tests/benchmarks/bench_fpga_modes.py --part 1; see docs/hls4ml.md). A wrong
 # row, a wrong weight or a shifted batch is off by O(1). Against --fpga-mode onnx (the float
 # reference) --atol 1e-4 holds.
 RTOL = 0.0

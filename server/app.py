@@ -91,7 +91,7 @@ class ServerOptions:
     allow_model_code_upload: bool = False
     max_shm_regions: int = 1024
     model_unload_timeout_secs: float = 30.0
-    # tritonserver's flags of the same names (see README: Deploying, the flags table)
+    # tritonserver's flags of the same names (see docs/deployment.md and the command-line page of the docs)
     server_id: str = "triton"
     auto_complete_config: bool = True
     allow_grpc: bool = True

@@ -407,7 +407,7 @@ def test_latency_summaries_of_an_ensemble(tmp_path):
 
 def test_traced_ensemble_request(tmp_path):
     """--trace-config: a traced ensemble request gets Triton's timestamps, its compute span
-    covering its steps (the steps themselves are not traced: see README)."""
+    covering its steps (the steps themselves are not traced: see docs/models.md, Ensembles)."""
     from test_tracing import TIMESTAMPS, _by_id
 
     repo, path = tmp_path / "repo", tmp_path / "trace.json"

@@ -5,7 +5,7 @@ One server per ``--fpga-mode`` (csim, numpy, onnx) serves the bundled repository
 wire: the FP32 bytes a client receives from the numpy emulation equal those from hls4ml's
 C-simulation, for random rows and for edge rows (saturating/wrapping magnitudes, negatives,
 zeros, values on and next to the ap_fixed<16,6> grid). The float reference (onnx) must stay
-within the deviation the README documents. Bad projects give load errors that name the
+within the deviation docs/hls4ml.md documents. Bad projects give load errors that name the
 problem while the server keeps serving the other models.
 """
 
@@ -34,7 +34,7 @@ MODELS = {
     "calo_cnn": ("input", "output", 256, 5),  # a 1x16x16 image, sent as [batch, 1, 16, 16]
 }
 ITEM_SHAPES = {"calo_cnn": (1, 16, 16)}
-# |onnx - csim| bounds on unit-scale inputs, as documented in README.md (the hls4ml backend):
+# |onnx - csim| bounds on unit-scale inputs, as documented in docs/hls4ml.md (the onnx mode):
 # quantization of ap_fixed<16,6> firmware vs the float network (measured 0.054 and 0.024; the
 # jet tagger's softmax adds hls4ml's lookup-table error on top).
 ONNX_TOLERANCE = {"facile": 0.08, "jet_tagger": 0.04, "calo_cnn": 0.04}  # calo_cnn: measured 0.018

@@ -352,7 +352,7 @@ def _card_list(spec: str | None, count: int) -> list[int]:
 
 class OnnxReference:
     """The float reference ``model.onnx`` (fpga-mode onnx): quick, but not the firmware's
-    fixed-point arithmetic; the README gives the measured deviation from csim."""
+    fixed-point arithmetic; docs/hls4ml.md gives the measured deviation from csim."""
 
     def __init__(self, config: dict, version_dir: str):
         from ..onnxruntime_backend import _session

@@ -106,7 +106,7 @@ TARGET_NUMPY_OVER_CSIM = 10.0
 TARGET_CSIM_OVER_HLS4ML = 1.0
 # documented deviation of the float reference from the firmware (tests/test_hls4ml_serving.py)
 JET_VERSION = ROOT / "bitstreams" / "jet_tagger" / "1"
-JET_ONNX_TOLERANCE = 0.04  # tests/test_hls4ml_serving.py's bound, README
+JET_ONNX_TOLERANCE = 0.04  # tests/test_hls4ml_serving.py's bound, docs/hls4ml.md
 ONNX_TOLERANCE = 0.08
 
 log = common.log
@@ -471,7 +471,7 @@ def part1(s: Settings, workdir: Path, quiet: QuietBudget, ctx: dict) -> dict:
 
 
 def jet_tagger_deviation(ort, opts, CsimLibrary, Hls4mlProject):
-    """The README's float-vs-firmware figure for the jet tagger (softmax outputs)."""
+    """docs/hls4ml.md's float-vs-firmware figure for the jet tagger (softmax outputs)."""
     version = JET_VERSION
     lib = CsimLibrary.load(Hls4mlProject.load(version))
     sess = ort.InferenceSession(str(version / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"])
