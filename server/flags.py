@@ -986,9 +986,11 @@ def reference_markdown() -> str:
         lines += ["| Flag | Type | Default | tritonserver | Description |", "| --- | --- | --- | --- | --- |"]
         for flag in flags:
             names = ", ".join(_code(s) for s in flag.spellings)
-            repeat = " (repeatable)" if flag.action == "append" else ""
+            kind = _cell(flag.type_name)
+            if flag.metavar and flag.metavar != "BOOL":  # the value's form or unit (MS, BYTES, PATH)
+                kind += " " + _code(flag.metavar)
+            if flag.action == "append":
+                kind += " (repeatable)"
             triton = "yes" if flag.triton else "fpgaserve only"
-            lines.append(
-                f"| {names} | {_cell(flag.type_name)}{repeat} | {_default_text(flag)} | {triton} | {_cell(flag.help)} |"
-            )
+            lines.append(f"| {names} | {kind} | {_default_text(flag)} | {triton} | {_cell(flag.help)} |")
     return "\n".join(lines) + "\n"

@@ -160,10 +160,11 @@ def test_reference_table_has_a_row_per_flag():
     # spot checks of the rendering: types, defaults, escaping
     assert "| `--grpc-port` | integer | `8001` | yes |" in page
     assert "| `--allow-client-shm` | bool | `false` | yes |" in page
-    assert "| `--model-repository`, `--model-store` | string (repeatable) | required | yes |" in page
-    assert "| `--frontend-processes` | integer or auto | `auto` | fpgaserve only |" in page
+    assert "| `--model-repository`, `--model-store` | string `PATH` (repeatable) | required | yes |" in page
+    assert "| `--frontend-processes` | integer or auto `N\\|auto` | `auto` | fpgaserve only |" in page
     assert "mode=triton\\|opentelemetry" in page and "&lt;key&gt;: &lt;value&gt;" in page
     assert "| `--cuda-memory-pool-byte-size` | no GPU |" in page
+    assert "| `--grpc-keepalive-time` | integer `MS` | `7200000` | yes |" in page
 
 
 @pytest.mark.parametrize("tz", ["Asia/Kolkata", "America/New_York"])
@@ -192,3 +193,27 @@ def test_options_from_args_names_a_converter_or_copies():
             assert convert is not None, f"{f.name} is set by {len(fs)} flags and names no converter"
     ns = argparse.Namespace(backend_config=["onnxruntime,x=1"], fpga_mode="csim")
     assert flags._backend_config(ns) == {"onnxruntime": {"x": "1"}, "hls4ml": {"fpga-mode": "csim"}}
+
+
+def test_mkdocs_hook_generates_the_reference_page(tmp_path):
+    """docs/hooks/cli_reference.py puts reference_markdown() in a real (strict) mkdocs build as
+    cli.md, replacing a hand-written one."""
+    pytest.importorskip("mkdocs")
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    from server_process import ROOT
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "cli.md").write_text("# stale\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: t\ntheme: {name: mkdocs}\nmarkdown_extensions: [tables]\n"
+        f"hooks: [{ROOT / 'docs' / 'hooks' / 'cli_reference.py'}]\n"
+    )
+    config = load_config(str(tmp_path / "mkdocs.yml"), strict=True)
+    build(config)
+    page = (tmp_path / "site" / "cli" / "index.html").read_text()
+    assert "stale" not in page and "Command-line reference" in page
+    assert "<td><code>--grpc-port</code></td>" in page
+    assert page.count("<tr>\n<td><code>--") == len(flags.all_flags())  # a table row per flag
