@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import signal
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .dataplane import DataPlane
@@ -23,10 +22,11 @@ from .engine.latency import MetricsConfigError, parse_metrics_config
 from .engine.repository import ModelRepository
 from .engine.tracing import TraceConfigError, Tracer, parse_trace_config
 from .errors import StartupError
+from .flags import ServerOptions  # declared with its command-line flags
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener, grpc_credentials, port_refusal
-from .frontends.http import DEFAULT_MAX_BODY_BYTES, HttpFrontend, MetricsFrontend, http_ssl_context
+from .frontends.http import HttpFrontend, MetricsFrontend, http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager
@@ -35,83 +35,6 @@ if TYPE_CHECKING:
     from .ipc.supervisor import FrontendSupervisor
 
 log = logging.getLogger("fpgaserve")
-
-INT32_MAX = 2**31 - 1
-
-
-@dataclass
-class ServerOptions:
-    model_repositories: list[str]
-    grpc_address: str = "0.0.0.0"
-    grpc_port: int = 8001
-    http_address: str = "0.0.0.0"
-    http_port: int = 8000  # -1 disables
-    metrics_address: str = "0.0.0.0"
-    metrics_port: int = 8002  # -1 disables
-    model_control_mode: str = "none"
-    load_models: list[str] = field(default_factory=list)
-    repository_poll_secs: float = 15.0
-    strict_readiness: bool = True
-    exit_on_error: bool = False
-    exit_timeout_secs: float = 30.0
-    grpc_max_message_size: int = INT32_MAX
-    log_verbose: int = 0
-    log_file: str = ""
-    log_format: str = "default"
-    # keepalive: a ping flood (pings without data, more than two of them sooner than 500 ms
-    # after the previous one) gets a GOAWAY; clients pinging every second, with scheduling
-    # jitter, are never cut (tritonclient's keepalive test pings at 1 s)
-    grpc_keepalive_time_ms: int = 7_200_000
-    grpc_keepalive_timeout_ms: int = 20_000
-    grpc_keepalive_permit_without_calls: bool = True
-    grpc_http2_max_pings_without_data: int = 0
-    grpc_http2_min_recv_ping_interval_without_data_ms: int = 500
-    grpc_http2_max_ping_strikes: int = 2
-    # {backend: {setting: value}}, tritonserver's --backend-config (the hls4ml backend's
-    # fpga-mode lives here)
-    backend_config: dict = field(default_factory=dict)
-    grpc_max_concurrent_streams: int = 1024
-    http_header_timeout_secs: float = 10.0
-    http_idle_timeout_secs: float = 60.0
-    # request body limit (inference, model load), tritonserver's --http-max-input-size
-    http_max_input_size: int = DEFAULT_MAX_BODY_BYTES
-    # tritonserver's --grpc-restricted-protocol / --http-restricted-api option strings
-    grpc_restricted_protocols: list[str] = field(default_factory=list)
-    http_restricted_apis: list[str] = field(default_factory=list)
-    grpc_use_ssl: bool = False
-    grpc_use_ssl_mutual: bool = False
-    grpc_server_cert: str = ""
-    grpc_server_key: str = ""
-    grpc_root_cert: str = ""
-    # HTTPS on --http-port (fpgaserve's flags; tritonserver has none)
-    http_use_ssl: bool = False
-    http_server_cert: str = ""
-    http_server_key: str = ""
-    allow_log_file_update: bool = False
-    allow_model_code_upload: bool = False
-    max_shm_regions: int = 1024
-    model_unload_timeout_secs: float = 30.0
-    # tritonserver's flags of the same names (see docs/deployment.md and the command-line page of the docs)
-    server_id: str = "triton"
-    auto_complete_config: bool = True
-    allow_grpc: bool = True
-    allow_http: bool = True
-    allow_metrics: bool = True
-    allow_gpu_metrics: bool = True
-    allow_cpu_metrics: bool = True
-    reuse_grpc_port: bool = False
-    reuse_http_port: bool = False
-    grpc_max_connection_age_ms: int = 0  # 0 = unlimited
-    grpc_max_connection_age_grace_ms: int = 0
-    allow_client_shm: bool = False  # tritonserver >= 26.04's default
-    metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value settings
-    trace_config: list[str] = field(default_factory=list)  # --trace-config [mode,]key=value settings
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    # gRPC frontend processes sharing the port (1 = gRPC in the engine's process, no IPC)
-    frontend_processes: int = 1
-    arena_bytes: int = 1 << 30
 
 
 class InferenceServer:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 from .errors import escape_control, invalid_argument, permission_denied
@@ -54,6 +55,16 @@ _FORMATS = {
     "ISO8601": "%(asctime)s %(levelname).1s %(process)d %(name)s] %(message)s",
 }
 _DATEFMT = {"default": "%m%d %H:%M:%S", "ISO8601": "%Y-%m-%dT%H:%M:%SZ"}
+
+
+def make_formatter(log_format: str) -> EscapingFormatter:
+    """The formatter of ``log_format`` ("default" or "ISO8601"). Timestamps are UTC, as
+    tritonserver's (its logger formats both with gmtime_r): the ISO 8601 form ends in ``Z``,
+    which claims UTC, and a log read next to Triton's or another host's lines in another
+    time zone must not be hours off."""
+    formatter = EscapingFormatter(_FORMATS[log_format], _DATEFMT[log_format])
+    formatter.converter = time.gmtime
+    return formatter
 
 
 class LogSettings:
@@ -133,7 +144,7 @@ class LogSettings:
             level = logging.CRITICAL + 1
         root.setLevel(level)
         handler = logging.FileHandler(v["log_file"]) if v["log_file"] else logging.StreamHandler(sys.stderr)
-        handler.setFormatter(EscapingFormatter(_FORMATS[v["log_format"]], _DATEFMT[v["log_format"]]))
+        handler.setFormatter(make_formatter(v["log_format"]))
         if self._handler is not None:
             root.removeHandler(self._handler)
             self._handler.close()
