@@ -4,13 +4,16 @@
 #     sudo deploy/build-image.sh [TAG]        # TAG defaults to localhost/fpgaserve:latest
 #
 # 1. Installs podman, buildah, debootstrap and runc with apt-get if they are missing.
-# 2. Base image (localhost/fpgaserve-base:bookworm, reused when it exists with the same
-#    package list): a Debian bookworm "minbase" root file system made with debootstrap from
-#    the Debian mirror apt is configured with, plus python3, python3-venv, python3-pip,
-#    ca-certificates, curl, g++ and tini, imported with `podman import`.
-# 3. `podman build` of deploy/Containerfile from the repository (fpgaserve from this
-#    source tree in /opt/fpgaserve, bitstreams/ as /models). pip reaches PyPI with the
-#    host's CA bundle, mounted into the build steps only (never part of the image).
+# 2. Base image (localhost/debian-minbase:bookworm, reused when it exists): a stock Debian
+#    bookworm root file system, `debootstrap --variant=minbase bookworm` from the Debian
+#    mirror apt is configured with (what debian:bookworm-slim holds), imported with
+#    `podman import`. Skipped when FPGASERVE_BASE_IMAGE names another image (for instance
+#    docker.io/library/debian:bookworm-slim where a registry is reachable).
+# 3. `podman build -f deploy/Containerfile --build-arg BASE_IMAGE=<base>` of the repository:
+#    the Containerfile installs the Debian packages with apt and the Python packages from
+#    deploy/requirements.lock (hash-checked). pip reaches PyPI with the host's CA bundle,
+#    mounted into the build steps only (never part of the image).
+# 4. Prints the image's size (`podman image inspect --format '{{.Size}}'`) to stderr.
 #
 # Progress goes to stderr; the LAST line of stdout is the image name.
 #
@@ -24,8 +27,9 @@
 # Environment:
 #   FPGASERVE_PODMAN_ROOT    image storage and podman configuration (see podman-env.sh)
 #   FPGASERVE_DEBIAN_MIRROR  Debian mirror for debootstrap (default: the one apt uses here,
-#                            from /etc/apt/sources.list{,.d/*.list,.d/*.sources})
-#   FPGASERVE_BASE_IMAGE     base image name (default localhost/fpgaserve-base:bookworm)
+#                            from /etc/apt/sources.list{,.d/*.list,.d/*.sources}); the base
+#                            image's apt uses it too
+#   FPGASERVE_BASE_IMAGE     base image (default localhost/debian-minbase:bookworm, made here)
 #   FPGASERVE_REBUILD_BASE=1 make the base image again even if it exists
 #   FPGASERVE_BUILD_NO_CACHE=1  build every Containerfile step again (no layer cache)
 #
@@ -36,12 +40,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
 tag=${1:-localhost/fpgaserve:latest}
-base=${FPGASERVE_BASE_IMAGE:-localhost/fpgaserve-base:bookworm}
+default_base=localhost/debian-minbase:bookworm
+base=${FPGASERVE_BASE_IMAGE:-$default_base}
 suite=bookworm
-# what the image needs from Debian: the interpreter (and venv/pip to install into
-# /opt/fpgaserve), g++ for the hls4ml C-simulation, curl and /bin/sh for SuperSONIC's
-# readiness probe, tini as PID 1, CA certificates for anything the image itself fetches
-packages=python3,python3-venv,python3-pip,ca-certificates,curl,g++,tini
+# what the base image is, as a label: a base made by an older version of this script (with
+# packages of its own) is not reused
+base_kind="debootstrap --variant=minbase $suite"
 
 log() { printf 'build-image: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -123,22 +127,24 @@ cleanup_rootfs() {
 }
 trap cleanup_rootfs EXIT
 
-base_packages=$(podman image inspect --format '{{index .Labels "org.fpgaserve.base.packages"}}' "$base" 2>/dev/null || true)
-if [ "${FPGASERVE_REBUILD_BASE:-0}" != 1 ] && [ "$base_packages" = "$packages" ]; then
+if [ "$base" != "$default_base" ]; then
+    log "base image $base (FPGASERVE_BASE_IMAGE; podman pulls it if it is not here)"
+elif [ "${FPGASERVE_REBUILD_BASE:-0}" != 1 ] &&
+    [ "$(podman image inspect --format '{{index .Labels "org.fpgaserve.base"}}' "$base" 2>/dev/null || true)" = "$base_kind" ]; then
     log "reusing base image $base"
 else
     mirror=$(debian_mirror)
     start=$(date +%s)
     rootfs=$(mktemp -d "${TMPDIR:-/var/tmp}/fpgaserve-rootfs.XXXXXX")
-    log "debootstrap --variant=minbase $suite from $mirror with $packages"
-    debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >&2 \
+    log "debootstrap --variant=minbase $suite from $mirror"
+    debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >&2 \
         || die "debootstrap failed (see above; $rootfs/debootstrap/debootstrap.log)"
     # no downloaded packages or indexes in the image, nor this host's name and resolver
     # (podman provides /etc/hostname and /etc/resolv.conf to every container)
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/debootstrap
     rm -f "$rootfs/etc/hostname" "$rootfs/etc/resolv.conf"
     tar --numeric-owner -C "$rootfs" -c . |
-        podman import --change "LABEL org.fpgaserve.base.packages=$packages" \
+        podman import --change "LABEL org.fpgaserve.base=$base_kind" \
             --change 'CMD ["/bin/bash"]' - "$base" >&2
     cleanup_rootfs
     rootfs=""
@@ -147,11 +153,17 @@ fi
 
 # -------------------------------------------------------------------------- 3. the image
 start=$(date +%s)
-build=(podman build --pull=never --network host --build-arg "BASE_IMAGE=$base" -f "$here/Containerfile" -t "$tag")
+# --network host: RUN steps (apt, pip) use the host's network as it is (no bridge or
+# firewall set-up needed); the Containerfile itself needs nothing podman-specific
+build=(podman build --network host --build-arg "BASE_IMAGE=$base" -f "$here/Containerfile" -t "$tag")
+if [ "$base" = "$default_base" ]; then
+    build+=(--pull=never)  # made above; "localhost/" is no registry to ask
+fi
 ca=/etc/ssl/certs/ca-certificates.crt
 if [ -f "$ca" ]; then
-    # the host's CA bundle for pip in the build steps only (a proxy's CA may be in it)
-    build+=(-v "$ca:$ca:ro")
+    # the host's CA bundle for pip in the build steps only (a proxy's CA may be in it); beside
+    # the image's own bundle, which apt's ca-certificates writes in the first step
+    build+=(-v "$ca:/run/fpgaserve-build-ca.crt:ro" --build-arg PIP_CERT=/run/fpgaserve-build-ca.crt)
 fi
 if [ "${FPGASERVE_BUILD_NO_CACHE:-0}" = 1 ]; then
     build+=(--no-cache)
@@ -162,4 +174,7 @@ log "image $tag built in $(($(date +%s) - start)) s"
 # earlier builds of the image that lost their tag to this one (each holds a copy of the
 # venv); the build stage's cached layers stay, and so does any image a container still uses
 podman image prune -f --filter label=org.opencontainers.image.title=fpgaserve >&2 || true
+# the size podman reports for the image: every layer, the base's included (uncompressed)
+size=$(podman image inspect --format '{{.Size}}' "$tag")
+log "image $tag size: $size bytes ($((size / 1000000)) MB), from podman image inspect --format '{{.Size}}' $tag"
 echo "$tag"

@@ -1,9 +1,12 @@
 """The OCI image (deploy/Containerfile, built by deploy/build-image.sh) run with real podman.
 
-One image build per session (``deploy/build-image.sh``: Debian base from debootstrap,
-reused when it exists; podman's layer cache makes an unchanged rebuild take seconds). Every
-podman command uses the environment of ``deploy/podman-env.sh``, as the build does. The
-module skips, saying why, where podman cannot be installed or cannot run a container.
+One image build per session: ``deploy/build-image.sh`` runs ``podman build -f
+deploy/Containerfile`` with a stock Debian base (``debootstrap --variant=minbase bookworm``,
+what debian:bookworm-slim holds, made once and reused) as BASE_IMAGE; the Containerfile's apt
+and hash-locked pip steps install the rest, and podman's layer cache makes an unchanged
+rebuild take seconds. Every podman command uses the environment of ``deploy/podman-env.sh``,
+as the build does. The module skips, saying why, where podman cannot be installed or cannot
+run a container.
 
 What is checked, each against containers of the image, from outside (host ports, tritonclient):
 
@@ -18,11 +21,18 @@ What is checked, each against containers of the image, from outside (host ports,
   ``Started GRPCInferenceService``), then a SonicTriton-like client through system shared
   memory (``--ipc=host``), as SonicTriton's local fallback uses it;
 * a port already taken: the log says ``Address already in use`` (cmsTriton's cue to retry
-  with other ports) and the container exits non-zero.
+  with other ports) and the container exits non-zero;
+* the venv holds exactly deploy/requirements.lock's pins (and fpgaserve);
+* a read-only container (``--read-only``, as a SIF is) uses the bundled models' compiled
+  C-simulations and compiles a model that needs one into a writable per-user directory;
+* deploy/fpgaserve.def's runscript and startscript (apptainer itself is not installable here:
+  they run in the image under /bin/sh, as apptainer runs them): the server under tini, with
+  the host's PYTHONPATH/LD_LIBRARY_PATH (cmsenv's) and everything else not allowed dropped.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -43,12 +53,14 @@ from debian import require_packages
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ROOT, free_port
 from test_client_examples import assert_pass, run_example
 
-# Building the image from scratch (debootstrap, pip) takes minutes; it happens in the first
+# Building the image from scratch (debootstrap, apt, pip) takes minutes; it happens in the first
 # test's setup.
 pytestmark = pytest.mark.timeout(1800)
 
 DEPLOY = ROOT / "deploy"
 IMAGE = "localhost/fpgaserve:latest"
+BASE_IMAGE = "localhost/debian-minbase:bookworm"  # build-image.sh's default base
+DEF_FILE = DEPLOY / "fpgaserve.def"
 STARTED = "Started GRPCInferenceService"  # what tritonserver prints and cmsTriton waits for
 IN_USE = "Address already in use"  # what makes cmsTriton retry with other ports
 # name -> (input, output, features, outputs) of the bundled models
@@ -144,7 +156,14 @@ def podman():
     assert build.returncode == 0 and lines and lines[-1] == IMAGE, (
         f"deploy/build-image.sh failed ({build.returncode}):\n{build.stderr[-6000:]}\n{build.stdout[-2000:]}"
     )
+    # the size, as the build measured it (podman image inspect), in the test's output
+    size = re.search(rf"image {re.escape(IMAGE)} size: (\d+) bytes", build.stderr)
+    assert size, build.stderr[-3000:]
+    print(f"deploy/build-image.sh: {IMAGE} is {int(size.group(1)) / 1e6:.0f} MB")
     tool = Podman(_podman_env(), IMAGE)
+    # built on the stock minbase (no packages of ours in the base: the Containerfile installs them)
+    base = tool("image", "inspect", "--format", '{{index .Labels "org.fpgaserve.base"}}', BASE_IMAGE, check=True)
+    assert base.stdout.strip() == "debootstrap --variant=minbase bookworm", base.stdout
     probe = tool("run", "--rm", IMAGE, "true")
     if probe.returncode != 0:
         pytest.skip(f"podman cannot run a container here: {probe.stderr.strip() or probe.stdout.strip()}")
@@ -536,3 +555,135 @@ def test_taken_port_says_address_already_in_use(podman, taken):
     if taken == "grpc":
         assert STARTED not in log, log
     podman.remove(name)
+
+
+# ------------------------------------------------------------------------------- the venv is the lock
+def test_venv_holds_the_locked_packages(podman):
+    """What pip installed under --require-hashes is the lock, nothing more or less."""
+    pins = dict(
+        re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", (DEPLOY / "requirements.lock").read_text(), re.MULTILINE)
+    )
+    script = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    proc = podman("run", "--rm", podman.image, "python", "-c", script, check=True)
+    installed = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    assert "fpgaserve" in installed, installed  # the wheel built from this tree, beside the lock
+    del installed["fpgaserve"]
+    assert {norm(k): v for k, v in installed.items()} == {norm(k): v for k, v in pins.items()}
+
+
+# ------------------------------------------------------------------------------- read-only
+READ_ONLY_CSIM = """
+import json, logging, shutil, sys
+from pathlib import Path
+import numpy as np
+from fpgaserve.backends.hls4ml.csim import CsimLibrary
+from fpgaserve.backends.hls4ml.project import Hls4mlProject
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+src, dst = Path("/models/facile/1"), Path("/tmp/facile_copy/1")
+shutil.copytree(src, dst)
+# another content hash (so no build in the image's cache), the same firmware
+with open(dst / "firmware" / "myproject.cpp", "a") as f:
+    f.write("\\n// a copy\\n")
+x = np.random.default_rng(47).standard_normal((200, 47)).astype(np.float32) * 3
+out = {}
+for what, path in (("bundled", src), ("copy", dst)):
+    lib = CsimLibrary.load(Hls4mlProject.load(path))
+    out[what] = {"path": str(lib.path), "built": lib.built, "y": lib.predict(x).tolist()}
+print(json.dumps(out))
+"""
+
+
+def test_read_only_container_compiles_into_a_writable_cache(podman):
+    """A read-only image (as a SIF is): the bundled build is used from the image's cache, a
+    model that needs a build compiles into the per-user temp dir, and both compute the
+    firmware's arithmetic bit for bit."""
+    proc = podman("run", "--rm", "--read-only", podman.image, "python", "-c", READ_ONLY_CSIM, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["bundled"]["path"].startswith("/var/cache/fpgaserve/csim/") and not out["bundled"]["built"]
+    assert out["copy"]["path"].startswith("/tmp/fpgaserve-csim-0/") and out["copy"]["built"], out["copy"]["path"]
+    assert proc.stderr.count("C-simulation build cache /var/cache/fpgaserve/csim is on a read-only file system") == 1
+    x = np.random.default_rng(47).standard_normal((200, 47)).astype(np.float32) * 3
+    from fpgaserve.backends.hls4ml.emulator import FixedPointModel
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    want = FixedPointModel(Hls4mlProject.load(BUNDLED_REPO / "facile" / "1")).predict(x)
+    for what in ("bundled", "copy"):
+        assert np.array_equal(np.asarray(out[what]["y"]), want), what
+
+
+# ------------------------------------------------------------------------------- apptainer's scripts
+def _def_section(name: str) -> str:
+    """The body of one %section of deploy/fpgaserve.def (what apptainer writes as the script)."""
+    found = re.search(rf"^%{name}\n(.*?)(?=^%\w+|\Z)", DEF_FILE.read_text(), re.MULTILINE | re.DOTALL)
+    assert found, f"no %{name} in {DEF_FILE}"
+    return found.group(1)
+
+
+# what the server process sees: its environment, sys.path and its parent
+PROBE = (
+    "import json, os, sys; print(json.dumps({'env': dict(os.environ), 'path': sys.path, "
+    "'parent': open(f'/proc/{os.getppid()}/comm').read().strip()}))"
+)
+# a host after cmsenv (CMSSW's Python and libraries), plus what the server may read
+HOST_ENV = {
+    "PYTHONPATH": "/cvmfs/cms.cern.ch/el9_amd64_gcc12/cms/cmssw/CMSSW_14_0_0/python",
+    "LD_LIBRARY_PATH": "/cvmfs/cms.cern.ch/el9_amd64_gcc12/external/gcc/12/lib64",
+    "PYTHONHOME": "/cvmfs/cms.cern.ch/el9_amd64_gcc12/external/python3/3.9.14",
+    "CMSSW_BASE": "/home/user/CMSSW_14_0_0",
+    "SRT_CMSSW_SEARCH_PATH_SCRAMRTDEL": "/x",
+    "LANG": "C.UTF-8",
+    "FPGASERVE_CSIM_COMPILE_TIMEOUT_S": "77",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+    "FPGASERVE_PYTHONPATH": "/opt/xilinx/xrt/python",
+    "TRICKY": "line one\nHOME=/not/a/variable",
+}
+
+
+def _apptainer_script(podman: Podman, script: str, *args: str) -> subprocess.CompletedProcess:
+    """``script`` run by /bin/sh in the image with HOST_ENV set, as apptainer runs a .def's
+    scripts (the runscript also at /.singularity.d/runscript, where the startscript finds it)."""
+    setup = (
+        'mkdir -p /.singularity.d && printf "%s\\n" "$RUNSCRIPT" >/.singularity.d/runscript'
+        ' && chmod +x /.singularity.d/runscript && unset RUNSCRIPT && exec /bin/sh -c "$SCRIPT" apptainer "$@"'
+    )
+    env = [
+        x
+        for k, v in {**HOST_ENV, "RUNSCRIPT": "#!/bin/sh\n" + _def_section("runscript")}.items()
+        for x in ("-e", f"{k}={v}")
+    ]
+    return podman(
+        "run", "--rm", *env, "-e", f"SCRIPT={script}", "--entrypoint", "/bin/sh", podman.image, "-c", setup, "sh", *args
+    )
+
+
+def _probe(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("section", ["runscript", "startscript"])
+def test_apptainer_scripts_run_the_server_under_tini_without_the_host_environment(podman, section):
+    seen = _probe(_apptainer_script(podman, _def_section(section), "python", "-c", PROBE))
+    env = seen["env"]
+    assert seen["parent"] == "tini", seen["parent"]
+    # the leakers gone (PYTHONPATH is the one asked for through FPGASERVE_PYTHONPATH)
+    assert "LD_LIBRARY_PATH" not in env and "PYTHONHOME" not in env, env
+    assert env["PYTHONPATH"] == "/opt/xilinx/xrt/python"
+    assert not [p for p in seen["path"] if p.startswith("/cvmfs")], seen["path"]
+    assert not [k for k in env if k.startswith(("CMSSW", "SRT_", "TRICKY", "SCRIPT", "RUNSCRIPT"))], env
+    # what the server reads from the host kept, the image's PATH set
+    assert env["FPGASERVE_CSIM_COMPILE_TIMEOUT_S"] == "77" and env["LANG"] == "C.UTF-8"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
+    assert env["PATH"].startswith("/opt/fpgaserve/bin:") and env["PYTHONUNBUFFERED"] == "1"
+    assert env["HOME"] != "/not/a/variable"
+
+
+def test_apptainer_startscript_without_a_command_serves_nothing(podman):
+    """cmsTriton starts the instance bare and runs the server with `apptainer run instance://`."""
+    proc = _apptainer_script(podman, _def_section("startscript") + "\necho started-nothing\n")
+    assert proc.returncode == 0 and proc.stdout.strip() == "started-nothing", proc.stdout + proc.stderr

@@ -13,6 +13,10 @@ firmware, weights, templates or hls4ml version gives a new folder, hence a rebui
     <cache>/<content_hash>/lib<name>-<key>.so         the library (<key>: shim, flags, g++)
     <cache>/<content_hash>.lock                        serialises builders (fcntl.flock)
 
+The cache is FPGASERVE_CACHE_DIR (else ~/.cache/fpgaserve/csim). Where that is read-only (an
+image's cache in an apptainer SIF or a ``--read-only`` container), finished builds are still
+loaded from it and new ones go to a per-user directory (``fallback_cache_dir``), logged once.
+
 The build never happens inside the model repository: that may be read-only, and hls4ml's
 weight loader reads ``WEIGHTS_DIR``, an absolute path compiled into the library, so the
 library must point at a copy that nobody moves or edits.
@@ -84,10 +88,70 @@ _AXI_WORD_TYPE = re.compile(r"^\s*typedef\s+(.+?)\s+(T_in|T_out|input_axi_t|outp
 
 
 def default_cache_dir() -> Path:
+    """FPGASERVE_CACHE_DIR, else ~/.cache/fpgaserve/csim. Where this process cannot write
+    there, builds go to :func:`fallback_cache_dir` (see ``CsimLibrary.load``)."""
     env = os.environ.get("FPGASERVE_CACHE_DIR")
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "fpgaserve" / "csim"
+
+
+# ---------------------------------------------------------------------------- read-only caches
+# An image's cache holds the bundled models' builds, and is read-only where the image is: an
+# apptainer SIF, `podman run --read-only`, a sandbox run without --writable. Finished builds are
+# still used from there; a model that needs a build compiles into a per-user directory instead
+# of failing to load.
+
+
+def _writable_dir(path: Path) -> tuple[bool, str]:
+    """Whether this process can create ``path``'s files (making ``path`` first if it does not
+    exist), and why not. os.access answers for this process's user and for read-only mounts
+    (EROFS) alike."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return False, "no existing parent directory"
+        probe = probe.parent
+    if not probe.is_dir():
+        return False, f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        try:
+            read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        where = "" if probe == path else f" ({probe} is the nearest existing directory)"
+        return False, ("on a read-only file system" if read_only else f"not writable by uid {os.getuid()}") + where
+    return True, ""
+
+
+def _own_private_dir(path: Path) -> bool:
+    """``path`` exists or was made (mode 0700), belongs to this user and no one else may write
+    it: a shared directory (/tmp) must not hand this process libraries another user planted."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return False
+    return path.is_dir() and not path.is_symlink() and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def fallback_cache_dir() -> Path | None:
+    """Where a build goes when the configured cache is not writable: $XDG_CACHE_HOME (else
+    ~/.cache)/fpgaserve/csim, where a user's builds persist across runs (apptainer binds the
+    home directory), else <temp dir>/fpgaserve-csim-<uid> (a container's /tmp, rebuilt per
+    container), each only if this user owns it and no one else may write it. None if neither is
+    usable."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    home = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    for candidate in (home / "fpgaserve" / "csim", Path(tempfile.gettempdir()) / f"fpgaserve-csim-{os.getuid()}"):
+        if _writable_dir(candidate)[0] and _own_private_dir(candidate):
+            return candidate
+    return None
+
+
+#: (configured, fallback) cache pairs already logged: the switch is said once per process
+_fallbacks_logged: set[tuple[Path, Path]] = set()
+_fallbacks_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------- compile limits
@@ -327,6 +391,8 @@ class CsimLibrary:
                 except ValueError as e:
                     raise ProjectError(str(e)) from None
             builder = _Builder(project, cache, content, weight_names, limits, name)
+            if not builder.ready():
+                builder = cls._writable_builder(builder)
             so_path, word_types, built = builder.library()
             lib = cls(project, so_path, word_types, built)
             # Weights (and activation tables) load lazily behind static flags on the first call.
@@ -336,6 +402,34 @@ class CsimLibrary:
             with cls._registry_lock:
                 cls._loaded[content] = lib
             return lib
+
+    @staticmethod
+    def _writable_builder(builder: _Builder) -> _Builder:
+        """``builder`` if its cache is writable, else the same build in fallback_cache_dir()
+        (a finished build in the configured cache was looked for first). Raises ProjectError
+        when no cache directory can be written."""
+        cache = builder.cache
+        writable, why = _writable_dir(cache)
+        if writable:
+            return builder
+        fallback = fallback_cache_dir()
+        if fallback is None:
+            raise ProjectError(
+                f"{builder.label}: cannot build its C-simulation: the build cache {cache} is {why}, and neither "
+                f"$XDG_CACHE_HOME/fpgaserve/csim (~/.cache) nor {tempfile.gettempdir()}/fpgaserve-csim-{os.getuid()} "
+                "is a directory of this user's that it can write; set FPGASERVE_CACHE_DIR to one"
+            )
+        with _fallbacks_lock:
+            first = (cache, fallback) not in _fallbacks_logged
+            _fallbacks_logged.add((cache, fallback))
+        if first:
+            log.info(
+                "C-simulation build cache %s is %s: finished builds there are used, new ones are compiled into %s",
+                cache,
+                why,
+                fallback,
+            )
+        return builder.moved_to(fallback)
 
     # ------------------------------------------------------------------ inference
     def predict(self, x: np.ndarray) -> np.ndarray:
@@ -390,8 +484,13 @@ class _Builder:
         shim = SHIM_TEMPLATE.read_text()
         key = hashlib.sha256("\0".join([shim, *CXXFLAGS, _compiler_id(self.compiler)]).encode()).hexdigest()[:16]
         self.shim_text = shim
+        self._name = name
         self.shim_path = self.folder / f"fpgaserve_batch-{key}.cpp"
         self.so_path = self.folder / f"lib{project.name}-{key}.so"
+
+    def moved_to(self, cache: Path) -> _Builder:
+        """The same build, in another cache directory."""
+        return _Builder(self.project, cache, self.content, self.weight_names, self.limits, self._name)
 
     def library(self) -> tuple[Path, tuple[str, str] | None, bool]:
         built = False
@@ -412,6 +511,10 @@ class _Builder:
                 finally:
                     fcntl.flock(lock_file, fcntl.LOCK_UN)
         return self.so_path, self._word_types(), built
+
+    def ready(self) -> bool:
+        """Whether the cache holds this build, finished (readable is enough)."""
+        return self._ready()
 
     def _ready(self) -> bool:
         """A finished build: the library exists (renamed into place last) and the weights it reads."""
@@ -655,5 +758,6 @@ __all__ = [
     "CsimLibrary",
     "default_cache_dir",
     "default_memory_mb",
+    "fallback_cache_dir",
     "fix_axi_typedefs",
 ]
