@@ -7,9 +7,21 @@ Why not generated ``_pb2`` modules:
     which collides with tritonclient's generated modules in the default pool when both
     are imported into one process (tests do exactly that).
 
-So at import we compile ``*.proto`` beside this file into a FileDescriptorSet with
-grpc_tools' bundled protoc, add it to our own ``DescriptorPool`` and build message classes
-from it. Only field numbers reach the wire, so a private pool is invisible to peers.
+So the build (setup.py's ``build_py``, which every ``pip install`` and ``pip install -e``
+runs) compiles ``*.proto`` beside this file with grpc_tools' protoc into one
+FileDescriptorSet, ``descriptors-<hash>.binpb``; at import we add it to our own
+``DescriptorPool`` and build message classes from it. Only field numbers reach the wire, so a
+private pool is invisible to peers. No protoc runs at import: grpcio-tools is a build
+requirement only.
+
+A source checkout used through ``PYTHONPATH`` without being installed builds the file once
+(and again after a .proto changes) with one command in the checkout, in an interpreter that
+has ``grpcio-tools==1.81.1`` and setuptools::
+
+    python setup.py build_protos
+
+Until then, importing this package raises ImportError saying so. ``<hash>`` is a digest of
+the .proto files, so a descriptor set compiled from other .proto contents is never loaded.
 
 Usage::
 
@@ -20,8 +32,7 @@ Usage::
 
 from __future__ import annotations
 
-import os
-import tempfile
+import hashlib
 import types
 from pathlib import Path
 
@@ -29,35 +40,47 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 PROTO_DIR = Path(__file__).resolve().parent
-PROTO_FILES = ("model_config.proto", "grpc_service.proto", "health.proto")
+BUILD_COMMAND = "python setup.py build_protos"
 
 
-def _compile_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
-    # imported lazily: only needed once per process
-    import grpc_tools
-    from grpc_tools import protoc
+def _proto_digest(proto_dir: Path) -> str:
+    """First 16 hex digits of a SHA-256 over every ``*.proto`` in ``proto_dir`` (sorted by
+    name; name and contents): the same digest as setup.py's ``proto_digest``, which names the
+    descriptor file it writes."""
+    h = hashlib.sha256()
+    for path in sorted(proto_dir.glob("*.proto")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
-    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "fds.pb")
-        args = [
-            "protoc",
-            f"-I{PROTO_DIR}",
-            f"-I{well_known}",
-            f"--descriptor_set_out={out}",
-            "--include_imports",
-            *PROTO_FILES,
-        ]
-        if protoc.main(args) != 0:
-            raise RuntimeError(f"protoc failed to compile {PROTO_FILES} in {PROTO_DIR}")
-        fds = descriptor_pb2.FileDescriptorSet()
-        with open(out, "rb") as f:
-            fds.ParseFromString(f.read())
+
+def descriptor_path(proto_dir: Path = PROTO_DIR) -> Path:
+    """Where the build writes the descriptors of the .proto files now in ``proto_dir``."""
+    return proto_dir / f"descriptors-{_proto_digest(proto_dir)}.binpb"
+
+
+def _load_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
+    path = descriptor_path()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        stale = sorted(p.name for p in PROTO_DIR.glob("descriptors-*.binpb"))
+        why = (
+            f"protos/ holds descriptors compiled from other .proto contents: {', '.join(stale)}"
+            if stale
+            else "the package was never built"
+        )
+        raise ImportError(
+            f"fpgaserve.protos: {path} is missing ({why}). It is compiled from the .proto files at "
+            f"build time: install the package (pip install . or pip install -e .), or in a source checkout "
+            f"run `{BUILD_COMMAND}` in {PROTO_DIR.parent} (needs grpcio-tools==1.81.1 and setuptools)"
+        ) from None
+    fds = descriptor_pb2.FileDescriptorSet()
+    fds.ParseFromString(data)
     return fds
 
 
 POOL = descriptor_pool.DescriptorPool()
-DESCRIPTOR_SET = _compile_descriptor_set()
+DESCRIPTOR_SET = _load_descriptor_set()
 for _file in DESCRIPTOR_SET.file:
     POOL.Add(_file)
 

@@ -4,13 +4,14 @@ For Python 3.12 and 3.13 (each skipped, saying so, when no such interpreter is f
 or among pyenv's versions), a new venv gets the project installed non-editable from a copy of
 the working tree (what git tracks or would track: no venvs, build folders or egg-info). Then:
 
-* numpy >= 2 is installed and pynq is not (pynq and its numpy<2 cap live in the ``card`` extra);
+* numpy >= 2 is installed and pynq is not (pynq and its numpy<2 cap live in the ``card`` extra),
+  nor grpcio-tools (a build requirement only: the build compiled the protos' descriptors);
 * the venv's ``fpgaserve`` command serves ``bitstreams/`` on free loopback ports, and one
   inference per bundled model returns the right shape, finite values, and the same float32 bits
   as this (the main) venv's numpy emulator of the same firmware.
 
 Slow: pip resolves and downloads every dependency's wheels for that Python (onnxruntime,
-grpcio-tools, numpy, hls4ml's dependencies; pip's cache helps where it has them) and builds the
+numpy, hls4ml's dependencies, grpcio-tools for the build; pip's cache helps where it has them) and builds the
 project, about 20-30 s per Python version on a fast network; marked ``slow``, with a generous
 timeout for slow networks.
 """
@@ -154,11 +155,13 @@ def test_base_install_takes_numpy2_without_pynq_and_serves_bitstreams(version, t
         "import importlib.metadata as m, importlib.util as u, json, numpy, fpgaserve.server as s\n"
         "try:\n    pynq = m.version('pynq')\nexcept m.PackageNotFoundError:\n    pynq = None\n"
         "print(json.dumps({'numpy': numpy.__version__, 'pynq': pynq, 'pynq_importable': "
-        "u.find_spec('pynq') is not None, 'server': s.__file__}))\n"
+        "u.find_spec('pynq') is not None, 'grpc_tools': u.find_spec('grpc_tools') is not None, "
+        "'server': s.__file__}))\n"
     )
     facts = json.loads(_run([str(vpy), "-c", probe], 120, tmp_path).strip().splitlines()[-1])
     assert int(facts["numpy"].split(".")[0]) >= 2, facts
     assert facts["pynq"] is None and not facts["pynq_importable"], facts
+    assert not facts["grpc_tools"], facts
     # installed, not this checkout's sources
     assert Path(facts["server"]).is_relative_to(venv), facts
 

@@ -90,6 +90,9 @@ CARD_VENV = TOOLS / "venv-card"
 # `pack` (torch and onnx: test_fpga_sim builds its hls4ml project from a PyTorch module, and the
 # FPGA tests pack models), plus the test tools those tests import, pinned as in the `test` extra.
 CARD_VENV_EXTRAS = "card,pack"
+# `pack`'s torch==2.13.0 is the CUDA build on public PyPI (~4 GB): the CPU build goes in first,
+# as for the main venv (.ci/install-torch says how), and satisfies the extra's pin.
+INSTALL_TORCH = ROOT / ".ci" / "install-torch"
 CARD_VENV_TOOLS = ("pytest>=8", "pytest-timeout>=2", "tritonclient[grpc,http]==2.73.0")
 # PYNQ 3.0.1 needs numpy<2, which has no wheels for Python 3.13.
 CARD_PYTHONS = ((3, 12), (3, 11), (3, 10))
@@ -141,16 +144,20 @@ def _build_venv(
     check: str,
     timeout: float,
     with_project: bool,
+    prepare: Path | None = None,
 ) -> tuple[str | None, str]:
-    """Create ``venv`` with a Python of ``versions``, ``pip install`` ``install`` into it, and
-    return (its python, "") once ``python -c check`` passes, else (None, why not). Nothing is
-    installed when the stamp (a hash of ``install``, and of pyproject.toml if ``with_project``:
-    its dependencies and package list) matches and ``check`` passes; after a change pip runs
-    again in the same venv and brings it up to date."""
+    """Create ``venv`` with a Python of ``versions``, run ``prepare VENV`` if given (a script
+    that installs what pip must not resolve by itself, such as torch's CPU build), ``pip install``
+    ``install`` into it, and return (its python, "") once ``python -c check`` passes, else
+    (None, why not). Nothing is installed when the stamp (a hash of ``install``, of ``prepare``'s
+    text, and of pyproject.toml if ``with_project``: its dependencies and package list) matches
+    and ``check`` passes; after a change it all runs again in the same venv and brings it up to
+    date."""
     python = venv / "bin" / "python"
     stamp_file = venv / ".fpgaserve-stamp"
     project = (ROOT / "pyproject.toml").read_text() if with_project else ""
-    stamp = hashlib.sha256("\0".join([*install, project]).encode()).hexdigest()
+    script = prepare.read_text() if prepare else ""
+    stamp = hashlib.sha256("\0".join([*install, project, script]).encode()).hexdigest()
 
     def checked() -> tuple[bool, str]:
         try:
@@ -172,6 +179,13 @@ def _build_venv(
             if proc.returncode != 0:
                 return None, f"{base} -m venv {venv} failed (rc {proc.returncode}): {_tail(proc)}"
         stamp_file.unlink(missing_ok=True)
+        if prepare is not None:
+            try:
+                proc = subprocess.run([str(prepare), str(venv)], capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return None, f"{prepare} {venv} timed out after {timeout:.0f} s (slow or no network?)"
+            if proc.returncode != 0:
+                return None, f"{prepare} {venv} failed (rc {proc.returncode}): {_tail(proc, 8)}"
         cmd = [str(python), "-m", "pip", "install", "-q", *install]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -197,6 +211,7 @@ def _locate_card_venv() -> tuple[str | None, str]:
         "import numpy, pynq, fpgaserve.backends.hls4ml.backend; assert numpy.__version__.startswith('1.'), numpy.__version__",
         timeout=1800,
         with_project=True,
+        prepare=INSTALL_TORCH,
     )
 
 

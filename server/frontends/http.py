@@ -132,7 +132,13 @@ _TIMEOUT_RESPONSE = (
 
 class _Connection(RequestHandler):
     """aiohttp's per-connection protocol plus a deadline for each request's head (aiohttp
-    itself only times out idle keep-alive connections)."""
+    itself only times out idle keep-alive connections) and a cap on connections.
+
+    aiohttp has no public API for either, so this reads RequestHandler's private state
+    (``_manager``, ``_loop``, ``_request_in_progress``, ``_messages``, ``_request_count``) and
+    :class:`_Server` web.Server's (``_loop``, ``_kwargs``): pyproject.toml pins aiohttp to the
+    minor release these were tested on; tests/test_packaging.py checks that they exist and
+    tests/test_security.py's stalled/trickled-head and idle-connection tests exercise them."""
 
     header_timeout_s = 10.0
     max_connections = DEFAULT_MAX_CONNECTIONS
@@ -247,10 +253,11 @@ class _Listener:
             await self.runner.cleanup()
             self.runner = None
             raise
-        # an asyncio.Server, or uvloop's (the engine's /metrics): both have .sockets
-        sockets = getattr(site._server, "sockets", None)
-        assert sockets
-        return sockets[0].getsockname()[1]
+        # the bound port (port 0 picks one): the runner's public list of its sites' socket names,
+        # (host, port, ...) for this one site, on asyncio's and uvloop's servers alike
+        addresses = self.runner.addresses
+        assert addresses, "aiohttp's runner has no bound address after site.start()"
+        return addresses[0][1]
 
     async def stop(self) -> None:
         if self.runner is not None:
