@@ -73,6 +73,7 @@ class InferenceServer:
             allow_code_upload=options.allow_model_code_upload,
             auto_complete_config=options.auto_complete_config,
             latency=latency,
+            model_config_name=options.model_config_name,
         )
         self.dataplane = DataPlane(
             self.repository, self.shm, self.log_settings, server_id=options.server_id, tracer=tracer

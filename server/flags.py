@@ -334,6 +334,17 @@ class ServerOptions:
             metavar="NAME",
         )
     )
+    model_config_name: str = option(
+        Flag(
+            "--model-config-name",
+            REPOSITORY,
+            "custom configuration name: each model loads <model>/configs/NAME.pbtxt where that "
+            "file exists, else its config.pbtxt (e.g. one repository for several card types: "
+            "--model-config-name=u55c). A name that is not a plain file name never matches.",
+            default="",
+            metavar="NAME",
+        )
+    )
     repository_poll_secs: float = option(
         Flag("--repository-poll-secs", REPOSITORY, "poll interval in poll mode (seconds).", type=float, default=15.0)
     )

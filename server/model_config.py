@@ -75,6 +75,31 @@ def parse_config_text(text: str, source: str) -> ModelConfig:
     return config
 
 
+#: where tritonserver's --model-config-name looks: <model>/configs/<name>.pbtxt
+CUSTOM_CONFIG_DIR = "configs"
+
+
+def config_path(model_dir: Path, custom_name: str = "") -> Path:
+    """The configuration file a model loads from: ``<model>/configs/<custom_name>.pbtxt`` when
+    ``--model-config-name`` names one that exists there, else ``<model>/config.pbtxt``.
+
+    As tritonserver (2.51, probed 2026-11-26): a name without such a file, or one that is not a
+    plain file name (a space, ``../x``), silently selects the default config. A name is only ever
+    joined as one path component under ``configs/``, so it cannot reach outside the model folder.
+    """
+    if custom_name and is_plain_config_name(custom_name):
+        custom = model_dir / CUSTOM_CONFIG_DIR / f"{custom_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / "config.pbtxt"
+
+
+def is_plain_config_name(name: str) -> bool:
+    """A name that can only ever be one file name under ``configs/`` (no separator, no NUL, not
+    hidden or a parent reference)."""
+    return bool(name) and "/" not in name and "\\" not in name and "\0" not in name and not name.startswith(".")
+
+
 def read_config_file(path: Path) -> ModelConfig:
     try:
         text = path.read_text()

@@ -45,8 +45,8 @@ TRITONSERVER_FLAGS = frozenset(
     trace-file trace-level trace-log-frequency trace-rate vertex-ai-default-model vertex-ai-port
     vertex-ai-thread-count""".split()  # noqa: SIM905 (a long list of names reads better as text)
 )
-# tritonserver flags fpgaserve does not accept yet (an error, as any unknown flag)
-NOT_ACCEPTED = {"--model-config-name"}
+# tritonserver flags fpgaserve does not accept (an error, as any unknown flag): none
+NOT_ACCEPTED: set[str] = set()
 
 # values a flag's type cannot derive a sensible sample from: text the server would refuse later
 SAMPLES = {

@@ -290,10 +290,14 @@ class ModelRepository:
         allow_code_upload: bool = False,
         auto_complete_config: bool = True,
         latency: LatencyConfig | None = None,
+        model_config_name: str = "",
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{control_mode}'")
         self.paths = [Path(p).resolve() for p in paths]
+        # tritonserver's --model-config-name: each load reads <model>/configs/<name>.pbtxt when it
+        # exists (looked up at every load, so poll and explicit reloads see files added later)
+        self.model_config_name = model_config_name
         self.control_mode = control_mode
         self.startup_models = startup_models or []
         self.poll_secs = poll_secs
@@ -486,12 +490,13 @@ class ModelRepository:
         loop = asyncio.get_running_loop()
 
         def prepare():
-            source = str(model_dir / "config.pbtxt")
+            path = mc.config_path(model_dir, self.model_config_name)
+            source = str(path)
             if config_json is not None:
                 config = mc.parse_config_json(config_json)
                 source = f"config override of '{name}'"
             else:
-                config = mc.read_config_file(model_dir / "config.pbtxt")
+                config = mc.read_config_file(path)
             try:  # before anything reads the model's files (tritonserver runs them at poll)
                 run_load_agents(config, model_dir)
             except RepositoryAgentError as e:

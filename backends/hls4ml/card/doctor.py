@@ -51,9 +51,11 @@ class Row:
 
 
 class Doctor:
-    def __init__(self, repositories: list[str], api_name: str = "auto"):
+    def __init__(self, repositories: list[str], api_name: str = "auto", model_config_name: str = ""):
         self.repositories = repositories
         self.api_name = api_name
+        # the server's --model-config-name: check the configs the server would load
+        self.model_config_name = model_config_name
         self.rows: list[Row] = []
         self.api: CardApi | None = None
         self.pool: CardPool | None = None
@@ -144,14 +146,14 @@ class Doctor:
     def _check_model(self, model_dir: Path) -> None:
         from fpgaserve.server import model_config as mc
 
-        config_path = model_dir / "config.pbtxt"
+        config_path = mc.config_path(model_dir, self.model_config_name)
         if not config_path.is_file():
             return
         subject = f"model {model_dir.name}"
         try:
             config = mc.read_config_file(config_path)
         except Exception as e:
-            self.add(subject, "config.pbtxt", FAIL, str(e))
+            self.add(subject, config_path.name, FAIL, str(e))
             return
         if mc.backend_name(config) != "hls4ml":
             return
@@ -335,10 +337,16 @@ def main(argv: list[str] | None = None) -> int:
         "--model-repository", action="append", default=[], metavar="R", help="repository to check (repeatable)"
     )
     p.add_argument("--card-api", choices=("auto", "xrt", "pynq"), default="auto")
+    p.add_argument(
+        "--model-config-name",
+        default="",
+        metavar="NAME",
+        help="as the server's: check <model>/configs/NAME.pbtxt where it exists, else config.pbtxt",
+    )
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    doctor = Doctor(args.model_repository, args.card_api)
+    doctor = Doctor(args.model_repository, args.card_api, args.model_config_name)
     status = doctor.run()
     if args.json:
         print(json.dumps({"ok": status == 0, "rows": [asdict(r) for r in doctor.rows]}, indent=2))
