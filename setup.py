@@ -17,14 +17,14 @@ interpreter that has grpcio-tools==1.81.1 and setuptools::
 
     python setup.py build_protos
 
-``<hash>`` is a digest of the .proto files (names and contents; see :func:`proto_digest`, which
-``protos/__init__.py`` repeats): after a .proto changes, the package finds no descriptors for it
+``<hash>`` is a digest of the .proto files (names and contents; ``protos/descriptor_file.py``,
+shared with ``fpgaserve.protos``): after a .proto changes, the package finds no descriptors for it
 and says to rebuild instead of loading a stale schema.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import os
 import sys
 import tempfile
@@ -40,13 +40,14 @@ PROTO_DIR = HERE / "protos"
 PROTO_FILES = ("model_config.proto", "grpc_service.proto", "health.proto")
 
 
-def proto_digest(proto_dir: Path) -> str:
-    """First 16 hex digits of a SHA-256 over every ``*.proto`` in ``proto_dir`` (sorted by
-    name; name and contents). Must match ``fpgaserve.protos._proto_digest``."""
-    h = hashlib.sha256()
-    for path in sorted(proto_dir.glob("*.proto")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+def _descriptor_file():
+    """protos/descriptor_file.py, loaded by path (the package is not importable while it is
+    built): the one place that names the descriptor file, for the build and for the import."""
+    spec = importlib.util.spec_from_file_location("_fpgaserve_descriptor_file", PROTO_DIR / "descriptor_file.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def compile_descriptors(proto_dir: Path = PROTO_DIR) -> Path:
@@ -55,7 +56,7 @@ def compile_descriptors(proto_dir: Path = PROTO_DIR) -> Path:
     import grpc_tools  # a build requirement; imported here so `setup.py --help` works without it
     from grpc_tools import protoc
 
-    target = proto_dir / f"descriptors-{proto_digest(proto_dir)}.binpb"
+    target = _descriptor_file().descriptor_path(proto_dir)
     well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "descriptors.binpb")

@@ -32,30 +32,21 @@ Usage::
 
 from __future__ import annotations
 
-import hashlib
 import types
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
+from . import descriptor_file
+
 PROTO_DIR = Path(__file__).resolve().parent
 BUILD_COMMAND = "python setup.py build_protos"
 
 
-def _proto_digest(proto_dir: Path) -> str:
-    """First 16 hex digits of a SHA-256 over every ``*.proto`` in ``proto_dir`` (sorted by
-    name; name and contents): the same digest as setup.py's ``proto_digest``, which names the
-    descriptor file it writes."""
-    h = hashlib.sha256()
-    for path in sorted(proto_dir.glob("*.proto")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
 def descriptor_path(proto_dir: Path = PROTO_DIR) -> Path:
     """Where the build writes the descriptors of the .proto files now in ``proto_dir``."""
-    return proto_dir / f"descriptors-{_proto_digest(proto_dir)}.binpb"
+    return descriptor_file.descriptor_path(proto_dir)
 
 
 def _load_descriptor_set() -> descriptor_pb2.FileDescriptorSet:

@@ -45,7 +45,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -223,30 +223,23 @@ class CompileLimits:
         settings = settings or {}
         environ = os.environ if environ is None else environ
 
-        def pick(key: str, env: str) -> tuple[str | None, str]:
+        def positive(key: str, env: str, parse: Callable[[str], float], default: float, unit: str) -> float:
             if key in settings:
-                return settings[key], f"hls4ml {key}"
-            value = environ.get(env, "").strip()
-            return (value or None), env
+                value, where = settings[key], f"hls4ml {key}"
+            else:
+                value, where = environ.get(env, "").strip(), env
+                if not value:
+                    return default
+            try:
+                number = parse(value)
+            except ValueError:
+                number = 0
+            if not 0 < number < float("inf"):
+                raise ValueError(f"{where} must be a positive {unit}, got '{value}'")
+            return number
 
-        memory_mb = default_memory_mb()
-        value, where = pick(MEMORY_SETTING, MEMORY_ENV)
-        if value is not None:
-            try:
-                memory_mb = int(value)
-            except ValueError:
-                memory_mb = 0
-            if memory_mb <= 0:
-                raise ValueError(f"{where} must be a positive whole number of MiB, got '{value}'")
-        timeout_s = DEFAULT_COMPILE_TIMEOUT_S
-        value, where = pick(TIMEOUT_SETTING, TIMEOUT_ENV)
-        if value is not None:
-            try:
-                timeout_s = float(value)
-            except ValueError:
-                timeout_s = 0.0
-            if not 0 < timeout_s < float("inf"):
-                raise ValueError(f"{where} must be a positive number of seconds, got '{value}'")
+        memory_mb = int(positive(MEMORY_SETTING, MEMORY_ENV, int, default_memory_mb(), "whole number of MiB"))
+        timeout_s = positive(TIMEOUT_SETTING, TIMEOUT_ENV, float, DEFAULT_COMPILE_TIMEOUT_S, "number of seconds")
         return cls(memory_mb, timeout_s)
 
 

@@ -71,10 +71,7 @@ def build_linear(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def build_leaky_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     param_t = m._type(layer.template[1], layer)
     out_t = m._type(layer.template[2], layer)
-    try:
-        alpha_value = float(layer.args[1].rstrip("fF"))
-    except ValueError:
-        raise UnsupportedLayerError(f"{layer.describe()}: cannot read alpha '{layer.args[1]}'") from None
+    alpha_value = m._literal_arg(layer, 1, "alpha")
     alpha = int(param_t.from_float(np.array([alpha_value]))[0])
     m._check_width(layer, in_t.width + param_t.width, "alpha * x")
     frac = in_t.frac + param_t.frac
@@ -368,10 +365,7 @@ def build_elu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     n = const_int(layer, "table_size")
     if len(layer.template) == 4:
         param_t, out_t = m._type(layer.template[1], layer), m._type(layer.template[2], layer)
-        try:
-            alpha_value = float(layer.args[1].rstrip("fF"))
-        except ValueError:
-            raise UnsupportedLayerError(f"{layer.describe()}: cannot read alpha '{layer.args[1]}'") from None
+        alpha_value = m._literal_arg(layer, 1, "alpha")
         if param_t.integer_type:
             alpha = int(param_t._int_from_float(np.array([alpha_value]))[0])
             fa = 0

@@ -95,10 +95,7 @@ def build_thresholded_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     exceeds ``floor(q)``)."""
     param_t = m._type(layer.template[1], layer)
     out_t = m._type(layer.template[2], layer)
-    try:
-        theta_value = float(layer.args[1].rstrip("fF"))
-    except ValueError:
-        raise UnsupportedLayerError(f"{layer.describe()}: cannot read theta '{layer.args[1]}'") from None
+    theta_value = m._literal_arg(layer, 1, "theta")
     try:
         theta = int(param_t.from_float(np.array([theta_value]))[0])
     except ValueError as e:

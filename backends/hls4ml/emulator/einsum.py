@@ -61,10 +61,7 @@ def build_einsum_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if len(layer.args) != 4:
         raise UnsupportedLayerError(f"{layer.describe()}: einsum_dense without weights (distributed arithmetic)")
     L0, L1, C, n_inp = (const_int(layer, k) for k in ("n_free_data", "n_free_kernel", "n_contract", "n_inplace"))
-    dense_name = _typedef_conf(layer, "dense_conf")
-    dense_cfg = m.graph.configs.get(dense_name)
-    if dense_cfg is None:
-        raise UnsupportedLayerError(f"{layer.describe()}: dense config {dense_name} not found in parameters.h")
+    dense_name, dense_cfg = m._sub_config(layer, "dense_conf")
     kernel = dense_cfg.get("using", {}).get("kernel", "")
     if not kernel.endswith("DenseLatency"):
         raise UnsupportedLayerError(f"{layer.describe()}: einsum_dense with dense kernel {kernel or '?'}")

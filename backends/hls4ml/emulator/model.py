@@ -211,6 +211,28 @@ class FixedPointModel:
             raise UnsupportedLayerError(f"{layer.describe()}: {layer.config_name} defines no {key}")
         return self._type(key, layer)
 
+    def _sub_config(self, layer: Layer, key: str) -> tuple[str, dict]:
+        """The config struct a layer's config names as ``typedef <struct> <key>;`` (a conv's
+        mult_config, an einsum's dense_conf, a recurrent layer's gate configs): its name and
+        parsed contents; refused when parameters.h has no such struct."""
+        name = layer.config.get("types", {}).get(key, "")
+        config = self.graph.configs.get(name)
+        if config is None:
+            raise UnsupportedLayerError(
+                f"{layer.describe()}: {layer.config_name}::{key} '{name}' names no struct of parameters.h"
+            )
+        return name, config
+
+    @staticmethod
+    def _literal_arg(layer: Layer, index: int, what: str) -> float:
+        """A float literal the top function passes to the layer (leaky_relu's alpha,
+        thresholded_relu's theta, ...), its C suffix dropped; refused when it is not one."""
+        try:
+            return float(layer.args[index].rstrip("fF"))
+        except (IndexError, ValueError):
+            text = layer.args[index] if index < len(layer.args) else ""
+            raise UnsupportedLayerError(f"{layer.describe()}: cannot read {what} '{text}'") from None
+
     def _weights(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
         """The raws of a weight array as ``load_weights_from_txt`` fills it: ap_fixed reads
         each text as a double and converts it; ap_int reads it as an integer text."""

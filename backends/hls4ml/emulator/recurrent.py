@@ -51,18 +51,9 @@ if TYPE_CHECKING:
 _RECR_ACTIVATIONS = ("relu", "sigmoid", "tanh")
 
 
-def _sub_config(m: FixedPointModel, layer: Layer, key: str) -> tuple[str, dict]:
-    """The config struct the recurrent config names as ``typedef <struct> <key>;``."""
-    name = layer.config.get("types", {}).get(key, "")
-    config = m.graph.configs.get(name)
-    if config is None:
-        raise UnsupportedLayerError(f"{layer.describe()}: {layer.config_name}::{key} names no struct of parameters.h")
-    return name, config
-
-
 def _dense_step(m: FixedPointModel, layer: Layer, key: str, in_t: FixedType, out_t: FixedType, w: str, b: str):
     """``nnet::dense<in_t, out_t, CONFIG_T::<key>>`` as dense.py builds a top-level Dense."""
-    name, config = _sub_config(m, layer, key)
+    name, config = m._sub_config(layer, key)
     sub = Layer("dense", layer.name, [str(in_t), str(out_t), name], ["", "", w, b], name, config)
     sub.weights = layer.weights
     op, got_t = BUILDERS["dense"](m, sub, in_t)[:2]
@@ -80,7 +71,7 @@ def _activation_step(m: FixedPointModel, layer: Layer, using: str, key: str, in_
             f"{layer.describe()}: {using} = '{target}': nnet_recr_activations.h defines only "
             f"{', '.join(_RECR_ACTIVATIONS)} (hls4ml cannot compile another)"
         )
-    name, config = _sub_config(m, layer, key)
+    name, config = m._sub_config(layer, key)
     sub = Layer(kind, layer.name, [str(in_t), str(out_t), name], [], name, config)
     op, got_t = BUILDERS[kind](m, sub, in_t)[:2]
     if got_t != out_t:

@@ -220,10 +220,7 @@ def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
         # compute_output_buffer_1d runs for filt_height 1 and ignores stride_height: it would emit
         # every row, more pixels than out_height * out_width, and the stream would not line up
         raise UnsupportedLayerError(f"{layer.describe()}: a 1-row kernel with stride_height {sh}")
-    mult_name = layer.config.get("types", {}).get("mult_config", "")
-    mult = m.graph.configs.get(mult_name)
-    if mult is None:
-        raise UnsupportedLayerError(f"{layer.describe()}: mult_config '{mult_name}' not found in parameters.h")
+    mult_name, mult = m._sub_config(layer, "mult_config")
     if impl == "encoded":
         table = _encoded_table(m, layer, ih, iw, n_chan, fh, fw, sh, sw)
         if table.shape[0] != oh * ow:
