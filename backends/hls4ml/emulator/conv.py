@@ -45,7 +45,7 @@ def build_conv(m: FixedPointModel, layer: Layer, in_t: FixedType):
     n_filt = const_int(layer, "n_filt")
     consts = layer.config.get("consts", {})
     strategy = consts.get("strategy", "nnet::latency").split("::")[-1]
-    mult_name, mult = m._sub_config(layer, "mult_config")
+    _, mult = m._sub_config(layer, "mult_config")
     for type_key in ("accum_t", "weight_t", "bias_t"):
         if m._cfg_type(layer, type_key) != m._type(mult["types"].get(type_key, type_key), layer):
             raise UnsupportedLayerError(f"{layer.describe()}: {type_key} differs between the layer and its mult_config")

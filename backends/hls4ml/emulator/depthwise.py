@@ -62,7 +62,7 @@ def build_depthwise(m: FixedPointModel, layer: Layer, in_t: FixedType):
             f"{layer.describe()}: depth multiplier {n_filt // max(n_chan, 1)} (n_filt {n_filt} != n_chan {n_chan}); "
             "hls4ml's depthwise C++ asserts a multiplier of 1"
         )
-    mult_name, mult = m._sub_config(layer, "mult_config")
+    _, mult = m._sub_config(layer, "mult_config")
     product = mult.get("using", {}).get("product", "nnet::product::mult")
     if not product.endswith("product::mult"):
         raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported (only product::mult)")
