@@ -240,7 +240,7 @@ def parse_backend_config(items: list[str], fpga_mode: str | None) -> dict[str, d
     mode = hls4ml.get("fpga-mode", "auto")
     if mode not in FPGA_MODES:
         raise SystemExit(f"error: unknown fpga-mode '{mode}' (choose from {', '.join(FPGA_MODES)})")
-    for key, choices in (("card-api", ("auto", "xrt", "pynq")), ("card-reset", ("auto", "off"))):
+    for key, choices in (("card-api", ("auto", "xrt-c", "xrt", "pynq")), ("card-reset", ("auto", "off"))):
         if key in hls4ml and hls4ml[key] not in choices:
             raise SystemExit(f"error: hls4ml {key} '{hls4ml[key]}' (choose from {', '.join(choices)})")
     for key in ("kernel-timeout-secs", "card-retry-secs"):
@@ -783,7 +783,8 @@ class ServerOptions:
             "--backend-config",
             BACKENDS,
             "a backend setting, as tritonserver's flag. Repeatable. hls4ml: fpga-mode, kernel-timeout-secs "
-            "(default 5), card-api (auto|xrt|pynq: auto takes XRT's pyxrt when it imports, else PYNQ 3.0.1), "
+            "(default 5), card-api (auto|xrt-c|xrt|pynq: auto takes XRT's C API when libxrt_coreutil.so.2 loads, "
+            "else XRT's pyxrt, else PYNQ 3.0.1), "
             "card-reset (auto: run `xbutil reset` after a kernel hang; off: log the operator's command), "
             "card-retry-secs (health probes retry a card waiting for a reset at most this often, default 10), "
             "csim-compile-memory-mb (address space of a csim model's g++ build, all processes together; default: "

@@ -78,7 +78,7 @@ def test_bad_values_are_errors(bad):
 @pytest.mark.parametrize(
     "setting,message",
     [
-        ("card-api=opencl", "hls4ml card-api 'opencl' (choose from auto, xrt, pynq)"),
+        ("card-api=opencl", "hls4ml card-api 'opencl' (choose from auto, xrt-c, xrt, pynq)"),
         ("card-reset=maybe", "hls4ml card-reset 'maybe' (choose from auto, off)"),
         ("kernel-timeout-secs=0", "hls4ml kernel-timeout-secs must be a positive number of seconds, got '0'"),
         ("card-retry-secs=soon", "hls4ml card-retry-secs must be a positive number of seconds, got 'soon'"),

@@ -372,7 +372,9 @@ class FpgaCard(ComputeUnitAccounting):
 
     def _drop_handles(self) -> None:
         for cu in self._cus.values():
-            cu.handle = None
+            handle, cu.handle = cu.handle, None
+            if handle is not None:
+                handle.close()
 
     def _run_reset(self) -> tuple[bool, str]:
         command = self.api.reset_command(self.device)

@@ -2,7 +2,7 @@
 
 ::
 
-    fpgaserve doctor [--model-repository R ...] [--card-api auto|xrt|pynq] [--json]
+    fpgaserve doctor [--model-repository R ...] [--card-api auto|xrt-c|xrt|pynq] [--json]
 
 Checks, in order, each reported as one row (``ok``, ``warn``, ``fail``, ``skip``):
 
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--model-repository", action="append", default=[], metavar="R", help="repository to check (repeatable)"
     )
-    p.add_argument("--card-api", choices=("auto", "xrt", "pynq"), default="auto")
+    p.add_argument("--card-api", choices=("auto", "xrt-c", "xrt", "pynq"), default="auto")
     p.add_argument(
         "--model-config-name",
         default="",

@@ -11,12 +11,13 @@ batch larger than one call allows (FaaST's fixed 16,384 rows, the buffers' size)
 several calls in a row.
 
 A call: encode the rows into the host side of the input buffer (``abi``), sync the bytes
-used, start the kernel, poll its state until done or ``kernel_timeout_secs`` (polling with
-sleeps: waiting inside ``pyxrt`` would hold the GIL), sync back the result bytes, decode
-them into the output. A call that does not finish, or that the runtime fails, takes the
-compute unit out of service (``cards.FpgaCard.compute_unit_failed``) and fails its batch with
-UNAVAILABLE; the runner then moves to a healthy compute unit of the model (allocating there
-once) until its home serves again.
+used, start the kernel, wait until done or ``kernel_timeout_secs`` (``RunHandle.wait``: in
+XRT's C API without the GIL; polling with sleeps where waiting inside the runtime would hold
+it, as ``pyxrt``'s does), sync back the result bytes, decode them into the output. A call
+that does not finish, or that the runtime fails, takes the compute unit out of service
+(``cards.FpgaCard.compute_unit_failed``) and fails its batch with UNAVAILABLE; the runner
+then moves to a healthy compute unit of the model (allocating there once) until its home
+serves again.
 
 Where the input comes from. For every fixed-point ABI (krnl_rtl's words, kernel_wrapper's
 native ``ap_fixed`` elements, FaaST's beats) the card's element format is not the request's,
@@ -41,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -54,11 +54,6 @@ from .runtime import DeviceBuffer, DeviceError, RunState
 
 log = logging.getLogger("fpgaserve.hls4ml.card.runner")
 
-# first polls spin (a small call finishes in microseconds), then sleep with backoff so a long
-# call does not burn a core; the worker thread releases the GIL while sleeping
-_SPIN_S = 200e-6
-_SLEEP_MIN_S = 20e-6
-_SLEEP_MAX_S = 1e-3
 #: xocl pins user memory in whole pages and refuses an address that is not page-aligned
 _PAGE = mmap.PAGESIZE
 
@@ -237,10 +232,12 @@ class CardRunner:
                     try:
                         assert cu.handle is not None
                         run = cu.handle.start(args)
-                        state = _wait(run, started + self.timeout_s)
+                        state = run.wait(started + self.timeout_s)
                     finally:
                         # a hung call's run keeps the card open (pyxrt closes a device with its last
                         # object): drop it here, not with the frames of a traceback
+                        if run is not None:
+                            run.release()
                         run = None
                         # a timed-out call kept the CU busy until now: it counts, so utilization shows the hang
                         card.kernel_finished(cu.name, started, timed_out=state is RunState.RUNNING)
@@ -277,22 +274,6 @@ class CardRunner:
             self._refused_user_memory = True
             log.log(level, "%r: request memory not usable in place, copying it: %s", self, e)
             return None
-
-
-def _wait(run, deadline: float) -> RunState:
-    """Poll ``run`` until it leaves RUNNING or ``deadline`` (perf_counter) passes."""
-    spin_until = time.perf_counter() + _SPIN_S
-    sleep = _SLEEP_MIN_S
-    while True:
-        state = run.poll()
-        if state is not RunState.RUNNING:
-            return state
-        now = time.perf_counter()
-        if now >= deadline:
-            return run.poll()
-        if now >= spin_until:
-            time.sleep(min(sleep, max(deadline - now, 0.0)))
-            sleep = min(sleep * 2, _SLEEP_MAX_S)
 
 
 __all__ = ["CardRunner", "Placement"]

@@ -1,18 +1,21 @@
-"""Card APIs: what fpgaserve needs from a runtime, and the two that provide it.
+"""Card APIs: what fpgaserve needs from a runtime, and the three that provide it.
 
-=====  ====================================================  =====================================
-name   module                                                for
-=====  ====================================================  =====================================
-xrt    ``runtime/xrt.py`` over ``pyxrt``, XRT's own binding  every XRT release (the default)
-pynq   ``runtime/pynq.py`` over PYNQ 3.0.1                   legacy hosts (XRT <= 2.16, extra ``card``)
-=====  ====================================================  =====================================
+=====  ======================================================  ====================================
+name   module                                                  for
+=====  ======================================================  ====================================
+xrt-c  ``runtime/xrt_c.py`` over XRT's C API (ctypes)          every XRT release (the default)
+xrt    ``runtime/xrt.py`` over ``pyxrt``, XRT's own binding    every XRT release
+pynq   ``runtime/pynq.py`` over PYNQ 3.0.1                     legacy hosts (XRT <= 2.16, extra ``card``)
+=====  ======================================================  ====================================
 
-Both present the same small surface, so the card logic (``cards.py``), the runner and the
+All present the same small surface, so the card logic (``cards.py``), the runner and the
 doctor never see which one runs: a :class:`CardDevice` per card loads an xclbin, opens compute
 units, allocates buffers in a bank, and releases everything before a reset; a
-:class:`ComputeUnitHandle` starts a call; a :class:`RunHandle` is polled, never waited on
-(``pyxrt``'s ``run.wait`` and PYNQ's ``WaitHandle.wait`` hold the thread, and ``run.wait``
-even holds the GIL, so the runner polls ``state()`` and sleeps between polls instead).
+:class:`ComputeUnitHandle` starts a call; a :class:`RunHandle` is waited on until a deadline.
+Over the C API that wait blocks in ``xrtRunWaitFor`` without the GIL. ``pyxrt``'s
+``run.wait`` and PYNQ's ``WaitHandle.wait`` hold the thread, and ``run.wait`` even holds the
+GIL, so their handles keep the default :meth:`RunHandle.wait`, which polls ``state()`` and
+sleeps between polls.
 
 One capability is optional: a buffer object over memory the caller owns
 (:meth:`CardDevice.user_memory` says whether and why not, :meth:`CardDevice.wrap_user_memory`
@@ -20,9 +23,9 @@ makes one), so a request tensor already in the card's element format is synced t
 from where it lies. XRT binds it for Python from 2.20 on (``pyxrt.ext.bo``); the PYNQ API
 leaves it out (see ``runtime/pynq.py``).
 
-``--backend-config=hls4ml,card-api=auto|xrt|pynq`` chooses; ``auto`` takes ``pyxrt`` when
-it imports (it is on ``PYTHONPATH`` once ``/opt/xilinx/xrt/setup.sh`` is sourced) and PYNQ
-otherwise.
+``--backend-config=hls4ml,card-api=auto|xrt-c|xrt|pynq`` chooses; ``auto`` takes the C API
+when ``libxrt_coreutil.so.2`` loads (``$XILINX_XRT/lib``, set by ``/opt/xilinx/xrt/setup.sh``,
+or the loader's path), else ``pyxrt`` when it imports, else PYNQ.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import logging
 import math
 import os
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -42,7 +46,7 @@ from ..axlf import ComputeUnit, Kernel, KernelArg, Xclbin
 
 log = logging.getLogger("fpgaserve.hls4ml.card")
 
-API_NAMES = ("auto", "xrt", "pynq")
+API_NAMES = ("auto", "xrt-c", "xrt", "pynq")
 
 
 class DeviceError(Exception):
@@ -102,10 +106,36 @@ class DeviceBuffer(ABC):
         """Release the buffer (idempotent); the host view must not be used afterwards."""
 
 
+# polling waits: first polls spin (a small call finishes in microseconds), then sleep with
+# backoff so a long call does not burn a core; the thread releases the GIL while sleeping
+_SPIN_S = 200e-6
+_SLEEP_MIN_S = 20e-6
+_SLEEP_MAX_S = 1e-3
+
+
 class RunHandle(ABC):
     @abstractmethod
     def poll(self) -> RunState:
         """The call's state now; never blocks."""
+
+    def wait(self, deadline: float) -> RunState:
+        """Block until the call leaves RUNNING or ``deadline`` (perf_counter) passes; the state
+        then. This default polls (for runtimes whose blocking wait holds the GIL)."""
+        spin_until = time.perf_counter() + _SPIN_S
+        sleep = _SLEEP_MIN_S
+        while True:
+            state = self.poll()
+            if state is not RunState.RUNNING:
+                return state
+            now = time.perf_counter()
+            if now >= deadline:
+                return self.poll()
+            if now >= spin_until:
+                time.sleep(min(sleep, max(deadline - now, 0.0)))
+                sleep = min(sleep * 2, _SLEEP_MAX_S)
+
+    def release(self) -> None:  # noqa: B027  (nothing to give back for most runtimes)
+        """The caller is done with the call (ended, or given up on after its deadline)."""
 
 
 class ComputeUnitHandle(ABC):
@@ -117,6 +147,9 @@ class ComputeUnitHandle(ABC):
     @abstractmethod
     def start(self, args: list) -> RunHandle:
         """Start one call; ``args`` in argument order (``DeviceBuffer`` or int)."""
+
+    def close(self) -> None:  # noqa: B027  (most runtimes close with the last reference)
+        """Release the compute unit's context now (before a reset)."""
 
 
 class CardDevice(ABC):
@@ -233,7 +266,7 @@ def open_api(name: str = "auto") -> CardApi:
         if _API is not None:
             raise BackendError(f"card-api {name} asked for, but this process already drives its cards with {_API.name}")
         errors = []
-        for candidate in ("xrt", "pynq") if name == "auto" else (name,):
+        for candidate in ("xrt-c", "xrt", "pynq") if name == "auto" else (name,):
             try:
                 _API = _make(candidate)
                 return _API
@@ -250,6 +283,10 @@ def reset_api() -> None:
 
 
 def _make(name: str) -> CardApi:
+    if name == "xrt-c":
+        from .xrt_c import XrtCApi
+
+        return XrtCApi()
     if name == "xrt":
         from .xrt import XrtApi
 

@@ -239,30 +239,37 @@ class XrtDevice(CardDevice):
 
     # ------------------------------------------------------------------ sensors
     def read_sensors(self) -> SensorReading:
-        reading = SensorReading()
-        problems = []
-        for key in ("electrical", "thermal", "mechanical"):
-            text = self._info(key)
-            try:
-                data = json.loads(text) if text else None
-            except ValueError:
-                data = None
-            if not isinstance(data, dict):
-                problems.append(f"{key}: {text[:80] or 'nothing'}")
-                continue
-            if key == "electrical":
-                _electrical(data, reading)
-            elif key == "thermal":
-                _thermal(data, reading)
-            else:
-                _mechanical(data, reading)
-            problems += [f"{key}: {m}" for m in _messages(data)]  # {"msg": "No sensors present"}: no sysfs nodes
-        clock = self._info("max_clock_frequency_mhz")
-        if clock and finite_number(clock):
-            reading.clocks["kernel"] = float(clock)
-        if not (reading.rails or reading.temperatures):
-            reading.error = "sensors not readable (" + ("; ".join(dict.fromkeys(problems)) or "nothing reported") + ")"
-        return reading
+        return read_info_sensors(self._info)
+
+
+def read_info_sensors(info) -> SensorReading:
+    """A sensor reading from XRT's device queries: ``info(key)`` is ``get_info``'s text for
+    ``xrt_info_device.<key>`` ("" when absent); shared by both XRT APIs (the C API has no
+    queries of its own and reads them through pyxrt)."""
+    reading = SensorReading()
+    problems = []
+    for key in ("electrical", "thermal", "mechanical"):
+        text = info(key)
+        try:
+            data = json.loads(text) if text else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            problems.append(f"{key}: {text[:80] or 'nothing'}")
+            continue
+        if key == "electrical":
+            _electrical(data, reading)
+        elif key == "thermal":
+            _thermal(data, reading)
+        else:
+            _mechanical(data, reading)
+        problems += [f"{key}: {m}" for m in _messages(data)]  # {"msg": "No sensors present"}: no sysfs nodes
+    clock = info("max_clock_frequency_mhz")
+    if clock and finite_number(clock):
+        reading.clocks["kernel"] = float(clock)
+    if not (reading.rails or reading.temperatures):
+        reading.error = "sensors not readable (" + ("; ".join(dict.fromkeys(problems)) or "nothing reported") + ")"
+    return reading
 
 
 def _messages(data) -> list[str]:
