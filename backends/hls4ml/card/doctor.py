@@ -78,6 +78,18 @@ class Doctor:
             return
         sim = " (SIMULATED cards, not hardware)" if self.api.simulated else ""
         self.add("runtime", "card API", OK, f"{self.api.name}: {self.api.version()}{sim}")
+        if self.api.name == "xrt":
+            from .runtime import skipped_api
+
+            why = skipped_api("xrt-c")
+            self.add(
+                "runtime",
+                "GIL",
+                WARN,
+                "pyxrt holds the GIL in bo.sync, run.start/wait/state (every XRT release to 2.25), so one card's DMA "
+                "stops every other instance's Python; card-api xrt-c (XRT's C API) does not"
+                + (f" -- it was not used: {why}" if why else ""),
+            )
         if self.api.name == "pynq":
             self.add(
                 "runtime",

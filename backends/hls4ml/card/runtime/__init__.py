@@ -272,7 +272,13 @@ def open_api(name: str = "auto") -> CardApi:
                 return _API
             except BackendError as e:
                 errors.append(str(e))
+                _API_ERRORS[candidate] = str(e)
         raise BackendError("; ".join(errors))
+
+
+def skipped_api(name: str) -> str | None:
+    """Why ``auto`` passed over the API ``name`` in this process (None: it did not)."""
+    return _API_ERRORS.get(name)
 
 
 def reset_api() -> None:
@@ -280,6 +286,7 @@ def reset_api() -> None:
     global _API  # noqa: PLW0603
     with _API_LOCK:
         _API = None
+        _API_ERRORS.clear()
 
 
 def _make(name: str) -> CardApi:
@@ -320,4 +327,5 @@ __all__ = [
     "open_api",
     "reset_api",
     "shell_mismatch",
+    "skipped_api",
 ]
