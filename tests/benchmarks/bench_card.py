@@ -6,7 +6,8 @@ Run from the repository root (the project venv is used automatically)::
     python tests/benchmarks/bench_card.py            # about 4 min
     python tests/benchmarks/bench_card.py --quick    # about 2 min
 
-The card is ``tests/fpga_sim`` behind the simulated ``pyxrt`` (``tests/fpga_sim/serve.py``), with
+The card is ``tests/fpga_sim`` behind the C double of XRT's ``libxrt_coreutil.so.2``
+(``FPGASERVE_SIM_API=xrt-c``: the server runs ``card-api xrt-c``, as on a real host), with
 its timing model: DMA at ``--pcie-gbps`` (default 12 GB/s, PCIe Gen3 x16) on one host-to-card
 and one card-to-host channel, a kernel call taking ``(latency + II * (rows - 1)) / f_clk``.
 ``--ii`` (cycles per row, default 750) makes a 16,000-row event take 40 ms on a CU at 300 MHz,
@@ -33,9 +34,16 @@ What it does:
    system``), at concurrency 2 and 16. events/s = perf_analyzer's infer/s / 16,000; the card's
    busy fraction = the simulator's own per-CU busy time over a steady window in the middle of
    the run / (window x CUs).
-3. The PCIe limit: 12 GB/s / (16,000 x 48 x 4 bytes in and out) events/s.
+3. **At PCIe rate.** FACILE as VitisAccelerator builds it with ``HW_Quant`` (float32 rows:
+   the request's shared-memory pages are synced in place), four ``kernel_wrapper`` CUs whose
+   kernel is faster than PCIe, the card's work timed but not computed
+   (``FPGASERVE_SIM_DEVICE=timing``: what the card model costs the host is then what a card
+   would; parts 1 and 2 check results), perf_analyzer as in part 2 at concurrency 8 (and 16).
+   The PCIe limit: 12 GB/s / (16,000 x 48 x 4 bytes in and out) events/s.
 
-The last line is ``bench_card: abis_exact=<n>/3 speedup=<4 CUs / 1 CU events/s> busy=<4-CU busy>``.
+The last line is ``bench_card: abis_exact=<n>/3 speedup=<4 CUs / 1 CU events/s> busy=<4-CU busy>
+api=<card API> gil=<released|held> pcie_fraction=<part 3's best events/s ÷ the PCIe limit>``;
+``gil`` is the C double's own count of blocking calls entered holding the GIL.
 This file is named bench_*.py so pytest never collects it.
 """
 
@@ -44,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +72,8 @@ import numpy as np  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 SERVE = ROOT / "tests" / "fpga_sim" / "serve.py"
+#: the card API every part uses: XRT's C API through its test double (tests/fpga_sim/xrt_c)
+API = "xrt-c"
 FACILE = ROOT / "bitstreams" / "facile" / "1"
 JET = ROOT / "bitstreams" / "jet_tagger" / "1"
 EVENT_ROWS = 16000
@@ -146,6 +157,7 @@ def serve(repo: Path, workdir: Path, label: str, cards: int, env: dict[str, str]
         **{k: v for k, v in os.environ.items() if not k.startswith("FPGASERVE_SIM_")},
         "FPGASERVE_SIM_CARDS": str(cards),
         "FPGASERVE_SIM_CONTROL_DIR": str(control),
+        "FPGASERVE_SIM_API": API,
         **env,
     }
     proc = ServerProcess([repo], *args, log_path=workdir / f"{label}.log", env=full_env, entry=[SERVE])
@@ -281,6 +293,54 @@ def part_throughput(workdir: Path, ii: int, gbps: float, quick: bool) -> tuple[l
     return runs, json.dumps(model_info)
 
 
+# ------------------------------------------------------------------------------ part 3
+def pcie_repository(root: Path) -> Path:
+    """FACILE as hls4ml's VitisAccelerator builds it with ``HW_Quant`` (float32 rows in card
+    memory, so a request's rows are the kernel's input, synced from where they lie), four
+    ``kernel_wrapper`` CUs on DDR[0], the project's own II: a call takes less than its PCIe time."""
+    from fpga_sim.projects import kernel_wrapper_project
+
+    repo = root / "pcie"
+    version = repo / "facile_pcie" / "1"
+    kernel_wrapper_project(FACILE, version, num_kernel=CUS, batchsize=EVENT_ROWS, hw_quant=True)
+    record(version, "kernel_wrapper", cus=CUS, cu_banks=["DDR[0]"] * CUS)
+    config(repo, "facile_pcie", N_IN, N_OUT, 2 * CUS, {"compute_unit": "*"}, EVENT_ROWS)
+    return repo
+
+
+def card_api_in_use(server: ServerProcess) -> str:
+    """The card API the server reports at start ("FPGA cards: N through card-api NAME")."""
+    match = re.search(r"through card-api (\S+)", server.log())
+    return match.group(1) if match else "unknown"
+
+
+def gil_verdict(card_stats: dict) -> str:
+    """``released`` when every blocking call of XRT's C API double ran without the GIL, ``held``
+    when any held it, ``n/a`` when no such call was made (another API)."""
+    calls = card_stats.get("xrt_c", {})
+    if not calls.get("blocking_calls"):
+        return "n/a"
+    return "held" if calls.get("blocking_calls_holding_gil") else "released"
+
+
+def part_pcie(workdir: Path, gbps: float, quick: bool) -> tuple[list[Run], dict]:
+    """FACILE events through the whole server at PCIe rate: perf_analyzer over gRPC with system
+    shared memory, the card's work timed, not computed (``FPGASERVE_SIM_DEVICE=timing``: the
+    card model costs the host what a card would; parts 1 and 2 compute every result)."""
+    repo = pcie_repository(workdir)
+    env = {"FPGASERVE_SIM_PCIE_GBPS": str(gbps), "FPGASERVE_SIM_DEVICE": "timing", "FPGASERVE_SIM_API": API}
+    server = serve(repo, workdir, "pcie", 1, env, "facile_pcie")
+    window = 3000 if quick else 6000
+    cus = [f"kernel_wrapper_{i + 1}" for i in range(CUS)]
+    try:
+        info = {"api": card_api_in_use(server)}
+        runs = [measure(server, "facile_pcie", c, window, workdir, cus) for c in ((8,) if quick else (8, 16))]
+        info["stats"] = stats(server)
+    finally:
+        server.stop()
+    return runs, info
+
+
 # ------------------------------------------------------------------------------ main
 def install_perf_analyzer() -> None:
     """perf_analyzer through the shared installer when .tools lacks it (Triton is not needed here)."""
@@ -309,6 +369,8 @@ def main() -> int:
     exact, abi_lines = part_abis(workdir, args.quick)
     log(f"part 2: FACILE events, II {args.ii}, PCIe {args.pcie_gbps:g} GB/s")
     runs, model_info = part_throughput(workdir, args.ii, args.pcie_gbps, args.quick)
+    log(f"part 3: FACILE events at PCIe rate through the whole server, card API {API}")
+    pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick)
 
     kernel_s = (EVENT_ROWS - 1) * args.ii / (CLOCK_MHZ * 1e6)
     event_bytes = EVENT_ROWS * (N_IN + N_OUT) * 4
@@ -340,12 +402,32 @@ def main() -> int:
             f"| {r.model} | {r.concurrency} | {common.fmt(r.events_s, 1)} | {common.fmt(r.card_events_s, 1)} | "
             f"{common.fmt(r.busy, 3)} | {common.fmt(r.events_s / pcie_limit if r.events_s else None, 4)} |"
         )
+    best_pcie = max((r.events_s or 0.0 for r in pcie_runs), default=0.0)
+    gil = gil_verdict(pcie_info["stats"])
+    side = pcie_info["stats"].get("device_side", {})
+    report += [
+        "",
+        "## FACILE events at PCIe rate through the whole server",
+        "",
+        f"card API {pcie_info['api']} (GIL {gil} in its blocking calls); `kernel_wrapper` with HW_Quant, {CUS} CUs, "
+        f"the project's kernel timing (faster than PCIe); the card side is `{side.get('mode')}` (timed, not computed: "
+        "parts 1 and 2 check results)",
+        "",
+        "| model | concurrency | events/s (perf_analyzer) | events/s (card) | card busy | ÷ PCIe limit |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in pcie_runs:
+        report.append(
+            f"| {r.model} | {r.concurrency} | {common.fmt(r.events_s, 1)} | {common.fmt(r.card_events_s, 1)} | "
+            f"{common.fmt(r.busy, 3)} | {common.fmt(r.events_s / pcie_limit if r.events_s else None, 4)} |"
+        )
     report += ["", "perf_analyzer commands:", ""]
-    report += [f"    {' '.join(str(c) for c in r.cmd)}" for r in runs]
-    report += [f"note: {r.model}: {r.note}" for r in runs if r.note]
+    report += [f"    {' '.join(str(c) for c in r.cmd)}" for r in [*runs, *pcie_runs]]
+    report += [f"note: {r.model} c{r.concurrency}: {r.note}" for r in [*runs, *pcie_runs] if r.note]
     last = (
         f"bench_card: abis_exact={exact}/3 speedup={common.fmt(speedup, 2)} "
-        f"busy={common.fmt(four.busy, 3) if four.busy is not None else 'n/a'}"
+        f"busy={common.fmt(four.busy, 3) if four.busy is not None else 'n/a'} "
+        f"api={pcie_info['api']} gil={gil} pcie_fraction={best_pcie / pcie_limit:.3f}"
     )
     report += ["", last]
     text = "\n".join(report)

@@ -484,6 +484,13 @@ class CardPool:
         self._devices = api.devices()
         self._cards: dict[int, FpgaCard] = {}
         self._lock = threading.Lock()
+        log.info(
+            "FPGA cards: %d through card-api %s (%s%s)",
+            len(self._devices),
+            api.name,
+            api.version(),
+            ", simulated" if api.simulated else "",
+        )
 
     @classmethod
     def instance(cls, api: CardApi, reset_policy: str = "auto") -> CardPool:
