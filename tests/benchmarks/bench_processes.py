@@ -903,9 +903,13 @@ def _card_limits(ctx: dict, best: dict, servers: list[str]) -> list[str]:
             card = [us for lbl, us in per if lbl.startswith(CARD_LABEL) and not lbl.startswith(STAND_IN_LABEL)]
             stand_in = [us for lbl, us in per if lbl.startswith(STAND_IN_LABEL)]
             server = sum(us for _, us in r.cpu_us_per_request(card=False))
+            engine = per[0][1] if per else 0.0
+            # one engine is one process on one core: the cards it can keep at PCIe rate
+            feeds = (1e6 / engine) / limit if engine > 0 else None
             L.append(
                 f"| {load.label} | {name} | {events:,.1f} | {limit:,.0f} | {events / limit:.3f} | {server:,.0f} | "
-                f"{common.fmt(stand_in[0] if stand_in else None)} | {common.fmt(card[0] if card else None)} |"
+                f"{common.fmt(stand_in[0] if stand_in else None)} | {common.fmt(card[0] if card else None)} | "
+                f"{common.fmt(engine)} | {common.fmt(feeds, 2)} |"
             )
     if not L:
         return []
@@ -914,11 +918,13 @@ def _card_limits(ctx: dict, best: dict, servers: list[str]) -> list[str]:
         "",
         f"PCIe limit = {gbps:g} GB/s / (rows x {FACILE_IO_BYTES} bytes in and out per row), the most events/s the "
         "card's link carries; ratio = measured / limit. The card's own CPU (its process: DMA copies and the "
-        "kernel's C-simulation) is what a real card does in hardware.",
+        "kernel's C-simulation) is what a real card does in hardware. Cards one engine feeds = (1e6 / engine µs "
+        "per event) / PCIe limit: the engine is one process, so a host with more cards than that needs more "
+        "engine processes (FaaST's U250 host has 4).",
         "",
         "| load | server | events/s | PCIe limit events/s | ratio | server CPU µs/event | its runtime's calls µs/event "
-        "(simulator, not counted) | card process µs/event |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "(simulator, not counted) | card process µs/event | engine µs/event | cards one engine feeds at PCIe rate |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     return [*head, *L, ""]
 
