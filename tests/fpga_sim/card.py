@@ -25,7 +25,9 @@ Buffers
     (GROUP_TOPOLOGY bank index, as XRT uses); banks not marked used cannot hold buffers (EINVAL).
     DMA runs at ``FPGASERVE_SIM_PCIE_GBPS`` (default 12, GB/s = 1e9 B/s) on one host-to-card and
     one card-to-host channel per card; the caller blocks for the transfer time (holding the GIL
-    for pyxrt, whose ``bo.sync`` never releases it; releasing it for PYNQ, whose ctypes calls do).
+    for pyxrt, whose ``bo.sync`` never releases it; releasing it for PYNQ, whose ctypes calls do;
+    the C double of libxrt_coreutil, ``fpga_sim/xrt_c``, takes ``dma_begin``'s end time and
+    sleeps in C, then calls ``dma_finish``).
     The bytes move while the transfer is modelled (they are in place when the sync returns).
     A user-pointer buffer (:meth:`SimCard.alloc_userptr`: XRT 2.20's ``pyxrt.ext.bo``, the legacy
     ``xclAllocUserPtrBO``) has the caller's memory as its host copy: xocl's rules (page-aligned
