@@ -181,6 +181,10 @@ def _dev_close(dev: int) -> int:
     device = _DEVICES.pop(dev, None)
     if device is None:
         raise _Refused(errno.EINVAL, "No device handle")
+    # as the process's exit would: this device's CU contexts close (the driver's teardown), then
+    # the card handle, which frees its buffers (and closes every context if it was the last)
+    for k in [k for k in _KERNELS.values() if k.device is device]:
+        k.ctx.close(hold_gil=False)
     device.handle.close()
     return 0
 

@@ -305,8 +305,11 @@ static void drop(void *p)
     pthread_mutex_lock(&registry_lock);
     int last = --h->refs == 0;
     pthread_mutex_unlock(&registry_lock);
-    if (last)
-        destroy(h); /* outside the lock: it calls into Python */
+    if (last) {
+        int saved = errno; /* the caller's error survives the teardown */
+        destroy(h);        /* outside the lock: it calls into Python */
+        errno = saved;
+    }
 }
 
 static void destroy(struct hdr *h)
