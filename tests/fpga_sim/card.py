@@ -25,7 +25,9 @@ Buffers
     (GROUP_TOPOLOGY bank index, as XRT uses); banks not marked used cannot hold buffers (EINVAL).
     DMA runs at ``FPGASERVE_SIM_PCIE_GBPS`` (default 12, GB/s = 1e9 B/s) on one host-to-card and
     one card-to-host channel per card; the caller blocks for the transfer time (holding the GIL
-    for pyxrt, whose ``bo.sync`` never releases it; releasing it for PYNQ, whose ctypes calls do).
+    for pyxrt, whose ``bo.sync`` never releases it; releasing it for PYNQ, whose ctypes calls do;
+    the C double of libxrt_coreutil, ``fpga_sim/xrt_c``, takes ``dma_begin``'s end time and
+    sleeps in C, then calls ``dma_finish``).
     The bytes move while the transfer is modelled (they are in place when the sync returns).
     A user-pointer buffer (:meth:`SimCard.alloc_userptr`: XRT 2.20's ``pyxrt.ext.bo``, the legacy
     ``xclAllocUserPtrBO``) has the caller's memory as its host copy: xocl's rules (page-aligned
@@ -542,6 +544,21 @@ class SimBuffer:
     @property
     def root(self) -> SimBuffer:
         return self.parent.root if self.parent is not None else self
+
+
+@dataclass(eq=False)
+class Transfer:
+    """One DMA between :meth:`SimCard.dma_begin` and :meth:`SimCard.dma_finish`: the card side's
+    request ``key`` and the modelled channel interval [begin, end] (time.monotonic() seconds)."""
+
+    root: SimBuffer
+    dev: object
+    key: int
+    chan: str
+    to_device: bool
+    begin: float
+    end: float
+    size: int
 
 
 @dataclass(eq=False)
@@ -1076,37 +1093,55 @@ class SimCard:
     def dma(self, buf: SimBuffer, to_device: bool, size: int, offset: int, hold_gil: bool) -> None:
         """Move ``size`` bytes at ``offset`` of ``buf`` between its host and device copies, blocking
         for the modelled transfer on the card's channel for that direction."""
-        if size <= 0:
+        xfer = self.dma_begin(buf, to_device, size, offset, hold_gil)
+        if xfer is None:
             return
+        if xfer.end - time.monotonic() > 5e-6:  # below that a sleep call costs more than the transfer
+            sleep_until(xfer.end, hold_gil)
+        self.dma_finish(xfer, hold_gil)
+
+    def dma_begin(self, buf: SimBuffer, to_device: bool, size: int, offset: int, hold_gil: bool) -> Transfer | None:
+        """The non-blocking first half of :meth:`dma`: the rule checks, the channel's timeline and
+        the card side's copy started; the caller waits until ``Transfer.end`` (time.monotonic()
+        seconds) however it blocks, then calls :meth:`dma_finish`. None: nothing to move."""
+        if size <= 0:
+            return None
         root = buf.root
         start_off = buf.offset + offset
+        with _holding_gil(hold_gil), _LOCK:
+            if root.freed:
+                raise CardError(errno.ENOENT, "failed to sync bo")
+            now = time.monotonic()
+            _advance(now)
+            chan = "h2c" if to_device else "c2h"
+            begin = max(now, self.channel_free[chan])
+            if to_device and any(c.state == "running" for cu in self.cus for c in cu.queue):
+                self.counts["dma_to_device_during_kernel"] += 1
+            end = begin + size / pcie_rate()
+            self.channel_free[chan] = end
+            # the card side moves the bytes while the transfer is modelled (inline: now)
+            dev = self.dev
+            key = dev.key()
+            dev.start(key, "dma", root.bid, to_device, start_off, size)
+        return Transfer(root, dev, key, chan, to_device, begin, end, size)
+
+    def dma_ready(self, xfer: Transfer) -> bool:
+        """Whether the card side has done ``xfer``'s copy (so :meth:`dma_finish` will not block)."""
+        return xfer.dev.ready(xfer.key)
+
+    def dma_finish(self, xfer: Transfer, hold_gil: bool) -> None:
+        """The second half of :meth:`dma`, once ``xfer.end`` has passed: take the card side's
+        answer (blocking while it is late) and count the transfer."""
         with _holding_gil(hold_gil):
-            with _LOCK:
-                if root.freed:
-                    raise CardError(errno.ENOENT, "failed to sync bo")
-                now = time.monotonic()
-                _advance(now)
-                chan = "h2c" if to_device else "c2h"
-                begin = max(now, self.channel_free[chan])
-                if to_device and any(c.state == "running" for cu in self.cus for c in cu.queue):
-                    self.counts["dma_to_device_during_kernel"] += 1
-                end = begin + size / pcie_rate()
-                self.channel_free[chan] = end
-                # the card side moves the bytes while the transfer is modelled (inline: now)
-                dev = self.dev
-                key = dev.key()
-                dev.start(key, "dma", root.bid, to_device, start_off, size)
-            if end - time.monotonic() > 5e-6:  # below that a sleep call costs more than the transfer
-                sleep_until(end, hold_gil)
-            dev.result(key, hold_gil)
+            xfer.dev.result(xfer.key, hold_gil)
         with _LOCK:
             _advance(time.monotonic())
-            self.dma_log.append((chan, begin, end, size))
-            key = "to_device" if to_device else "from_device"
-            self.counts[f"bytes_{key}"] += size
-            if root.userptr:
-                self.counts[f"bytes_{key}_userptr"] += size
-            self.counts[f"dma_s_{key}"] += end - begin
+            self.dma_log.append((xfer.chan, xfer.begin, xfer.end, xfer.size))
+            key = "to_device" if xfer.to_device else "from_device"
+            self.counts[f"bytes_{key}"] += xfer.size
+            if xfer.root.userptr:
+                self.counts[f"bytes_{key}_userptr"] += xfer.size
+            self.counts[f"dma_s_{key}"] += xfer.end - xfer.begin
             self._mark_dirty()
 
     # ------------------------------------------------------------------ commands
@@ -1801,6 +1836,7 @@ __all__ = [
     "SimBuffer",
     "SimCard",
     "SimulationError",
+    "Transfer",
     "arm_rendezvous",
     "bdf_of",
     "card_count",

@@ -8,6 +8,11 @@ fpgaserve starts it
 * puts ``tests/fpga_sim/bin`` first on ``PATH``, so ``xbutil`` is the simulated one;
 * with ``FPGASERVE_SIM_API=pynq``, instead registers the PYNQ 3.0.1 plug-in
   (``fpga_sim.pynq_device``) and leaves pyxrt off the path (a host with PYNQ and no pyxrt);
+* with ``FPGASERVE_SIM_API=xrt-c``, also builds the simulated ``libxrt_coreutil.so.2``
+  (``fpga_sim.xrt_c``, with the machine's ``cc``, cached by source hash under
+  ``$XDG_CACHE_HOME/fpgaserve`` or the temp folder) and sets ``XILINX_XRT`` to it: XRT's C API
+  over the same simulated cards, with the test-only pyxrt still importable (a real XRT host has
+  both);
 
 then runs the unmodified ``fpgaserve.server.cli.main``. Environment: see fpga_sim/card.py
 (``FPGASERVE_SIM_CARDS``, ``FPGASERVE_SIM_CONTROL_DIR``, ``FPGASERVE_SIM_PLATFORM``,
@@ -21,6 +26,7 @@ import os
 import sys
 
 ENV_API = "FPGASERVE_SIM_API"
+_API_NAMES = {"pynq": "PYNQ", "xrt": "pyxrt", "xrt-c": "XRT's C API (simulated libxrt_coreutil) and pyxrt"}
 
 
 def _prepend(var: str, path: str) -> None:
@@ -41,13 +47,21 @@ def _bootstrap() -> str:
     api = os.environ.get(ENV_API, "xrt").strip().lower() or "xrt"
     if api == "pynq":
         import fpga_sim.pynq_device  # noqa: F401  (registers the simulated cards with PYNQ)
-    elif api in ("xrt", "pyxrt"):
+    elif api in ("xrt", "pyxrt", "xrt-c"):
         sys.path.insert(0, xrt_python)
         _prepend("PYTHONPATH", tests_dir)
         _prepend("PYTHONPATH", xrt_python)
-        api = "xrt"
+        if api == "xrt-c":
+            from fpga_sim.xrt_c import BuildUnavailable, build_xrt_root, default_xrt_root
+
+            try:
+                os.environ["XILINX_XRT"] = str(build_xrt_root(default_xrt_root()))
+            except BuildUnavailable as e:
+                raise SystemExit(f"{ENV_API}=xrt-c: {e}") from None
+        else:
+            api = "xrt"
     else:
-        raise SystemExit(f"{ENV_API} must be 'xrt' (the test-only pyxrt) or 'pynq', got {api!r}")
+        raise SystemExit(f"{ENV_API} must be 'xrt' (the test-only pyxrt), 'xrt-c' or 'pynq', got {api!r}")
     return api
 
 
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     api = _bootstrap()
     sys.stderr.write(
         f"fpgaserve test entry point: {os.environ.get('FPGASERVE_SIM_CARDS', '1')} SIMULATED Alveo card(s) "
-        f"(tests/fpga_sim) through {'PYNQ' if api == 'pynq' else 'pyxrt'}, not hardware\n"
+        f"(tests/fpga_sim) through {_API_NAMES[api]}, not hardware\n"
     )
     from fpgaserve.server.cli import main as fpgaserve_main
 

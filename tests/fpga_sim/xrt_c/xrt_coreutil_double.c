@@ -1,0 +1,844 @@
+/*
+ * A test double of XRT's libxrt_coreutil.so.2 (its C API: xrt/xrt_device.h, xrt_bo.h,
+ * xrt_kernel.h, unchanged from XRT 2.8 to master) over fpgaserve's simulated cards.
+ *
+ * The rules (loads, contexts, banks, ERT states, hangs, the modelled timeline) stay in Python:
+ * fpga_sim.card.SimCard, reached through fpga_sim.xrt_c_bridge, which registers a table of ctypes
+ * callbacks here (fpgasim_register) the first time the library is used. Every callback returns
+ * at once; the blocking is done here, without the GIL, as real XRT blocks in ioctl/poll: a sync
+ * sleeps until the transfer's modelled end, a wait until the next modelled event of its CU (or
+ * the caller's timeout). Through ctypes.CDLL no Python thread is held up; through ctypes.PyDLL
+ * the caller keeps the GIL while this sleeps, as pyxrt's bindings do.
+ *
+ * Handles are pointers to objects this library made, kept in a registry: anything else (a random
+ * pointer, a closed handle, a handle of another kind) is refused with EINVAL and never
+ * dereferenced. Objects are reference counted: a bo or kernel keeps its device's object, a run its
+ * kernel (and with it the CU context, as XRT's shared pointers do), a run the bos set as its
+ * arguments.
+ *
+ * Written for fpgaserve's tests; no XRT source is used.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define API __attribute__((visibility("default")))
+
+typedef unsigned char xuid_t[16];
+
+enum ert_cmd_state {
+    ERT_CMD_STATE_NEW = 1,
+    ERT_CMD_STATE_QUEUED = 2,
+    ERT_CMD_STATE_RUNNING = 3,
+    ERT_CMD_STATE_COMPLETED = 4,
+    ERT_CMD_STATE_ERROR = 5,
+    ERT_CMD_STATE_ABORT = 6,
+    ERT_CMD_STATE_SUBMITTED = 7,
+    ERT_CMD_STATE_TIMEOUT = 8,
+};
+
+/* ------------------------------------------------------------------ the bridge (Python side) */
+#define MAX_ARGS 64
+#define MAX_CUS 64
+
+enum arg_kind { ARG_INT = 0, ARG_FLOAT = 1, ARG_DOUBLE = 2, ARG_GLOBAL = 3 };
+
+/* What the bridge's kernel_open fills in: the kernel's arguments as the xclbin lists them, and
+ * for each of the kernel's CUs (in its order) the memory groups (bit g: GROUP_TOPOLOGY index g)
+ * each argument is connected to. Mirrored by fpga_sim.xrt_c_bridge.KernelInfo. */
+struct kernel_info {
+    int32_t nargs;
+    int32_t ncus;
+    uint32_t payload_size;
+    int32_t reserved;
+    int32_t offset[MAX_ARGS];
+    int32_t size[MAX_ARGS];
+    int32_t kind[MAX_ARGS];
+    uint64_t conn[MAX_CUS][MAX_ARGS];
+};
+
+/* Every callback returns at once: ids > 0, 0, or -errno. Mirrored by xrt_c_bridge.Table. */
+struct bridge {
+    int64_t (*dev_open)(int32_t index, const char *bdf);
+    int32_t (*dev_close)(int64_t dev);
+    int32_t (*dev_load)(int64_t dev, const char *path);
+    int32_t (*dev_uuid)(int64_t dev, unsigned char *out);
+    int64_t (*bo_alloc)(int64_t dev, uint64_t size, uint64_t flags, uint32_t grp, uint64_t userptr,
+                        uint64_t *out);
+    int32_t (*bo_free)(int64_t bo);
+    int64_t (*sync_begin)(int64_t bo, int32_t dir, uint64_t size, uint64_t offset, double *end);
+    int32_t (*sync_finish)(int64_t xfer);
+    int64_t (*kernel_open)(int64_t dev, const unsigned char *uuid, const char *name, int32_t exclusive,
+                           struct kernel_info *out);
+    int32_t (*kernel_group)(int64_t kernel, int32_t argno);
+    int32_t (*kernel_close)(int64_t kernel);
+    int64_t (*bo_clone)(int64_t kernel, int32_t argno, int64_t bo, uint64_t *out);
+    int64_t (*run_start)(int64_t kernel, int64_t previous, const unsigned char *payload, uint32_t size,
+                         uint64_t cus);
+    int32_t (*run_poll)(int64_t cmd, double *wake);
+    int32_t (*run_forget)(int64_t cmd);
+};
+
+static struct bridge B;
+static int bridge_ready; /* set (under the GIL) by fpgasim_register */
+
+/* Not an XRT symbol: how fpga_sim.xrt_c_bridge hands its callbacks in. */
+API int fpgasim_register(const struct bridge *table, size_t size)
+{
+    if (table == NULL || size != sizeof(struct bridge))
+        return -EINVAL;
+    memcpy(&B, table, sizeof B);
+    __atomic_store_n(&bridge_ready, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The few CPython entry points needed to import the bridge, found in the process. */
+typedef int (*gil_ensure_fn)(void);
+typedef void (*gil_release_fn)(int);
+typedef void *(*import_fn)(const char *);
+typedef void *(*call_method_fn)(void *, const char *, const char *, ...);
+typedef void (*decref_fn)(void *);
+typedef void (*err_print_fn)(void);
+
+static int bridge_up(void)
+{
+    if (__atomic_load_n(&bridge_ready, __ATOMIC_ACQUIRE))
+        return 1;
+    gil_ensure_fn ensure = (gil_ensure_fn)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+    gil_release_fn release = (gil_release_fn)dlsym(RTLD_DEFAULT, "PyGILState_Release");
+    import_fn import = (import_fn)dlsym(RTLD_DEFAULT, "PyImport_ImportModule");
+    call_method_fn call = (call_method_fn)dlsym(RTLD_DEFAULT, "PyObject_CallMethod");
+    decref_fn decref = (decref_fn)dlsym(RTLD_DEFAULT, "Py_DecRef");
+    err_print_fn err_print = (err_print_fn)dlsym(RTLD_DEFAULT, "PyErr_Print");
+    if (!ensure || !release || !import || !call || !decref || !err_print) {
+        fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: no Python interpreter in this process "
+                        "(the double drives fpga_sim's simulated cards through it)\n");
+        return 0;
+    }
+    Dl_info self;
+    if (!dladdr((void *)&fpgasim_register, &self) || self.dli_fname == NULL)
+        return 0;
+    /* the GIL serializes first uses: the flag is set under it, by the bridge's attach() */
+    int gil = ensure();
+    if (!__atomic_load_n(&bridge_ready, __ATOMIC_ACQUIRE)) {
+        void *module = import("fpga_sim.xrt_c_bridge");
+        if (module == NULL) {
+            err_print();
+            fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: cannot import fpga_sim.xrt_c_bridge "
+                            "(tests/ must be on sys.path)\n");
+        } else {
+            void *result = call(module, "attach", "s", self.dli_fname);
+            if (result == NULL)
+                err_print();
+            else
+                decref(result);
+            decref(module);
+        }
+    }
+    release(gil);
+    return __atomic_load_n(&bridge_ready, __ATOMIC_ACQUIRE);
+}
+
+/* ------------------------------------------------------------------ time */
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleep until CLOCK_MONOTONIC (Python's time.monotonic()) reaches t. */
+static void sleep_until(double t)
+{
+    if (!isfinite(t))
+        t = monotonic_s() + 1.0;
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (ts.tv_nsec < 0)
+        ts.tv_nsec = 0;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* ------------------------------------------------------------------ handles */
+enum kind { K_DEVICE = 0x44657631, K_BO = 0x426f3031, K_KERNEL = 0x4b726e31, K_RUN = 0x52756e31 };
+
+struct hdr {
+    uint32_t kind;
+    int refs;
+    int registered;
+    struct hdr *next; /* registry chain */
+};
+
+struct device {
+    struct hdr h;
+    int64_t id;
+};
+
+struct bo {
+    struct hdr h;
+    struct device *dev;
+    int64_t id;
+    uint64_t size;
+    uint64_t address;
+    unsigned char *host; /* NULL: device only */
+    uint32_t grp;
+};
+
+struct kernel {
+    struct hdr h;
+    struct device *dev;
+    int64_t id;
+    struct kernel_info info;
+};
+
+struct run {
+    struct hdr h;
+    struct kernel *k;
+    unsigned char *payload;
+    uint64_t cus; /* the kernel's CUs (bit i: its i-th) this run may start on */
+    struct bo *args[MAX_ARGS];
+    int64_t cmd;
+};
+
+#define BUCKETS 4096
+static struct hdr *registry[BUCKETS];
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t bucket(const void *p)
+{
+    return (size_t)((((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull) >> 52) % BUCKETS;
+}
+
+static void reg_add(struct hdr *h)
+{
+    pthread_mutex_lock(&registry_lock);
+    size_t b = bucket(h);
+    h->next = registry[b];
+    registry[b] = h;
+    h->registered = 1;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* Drop h from the registry; 1 if it was there (the caller owns that reference now). */
+static int reg_del_locked(struct hdr *h)
+{
+    struct hdr **at = &registry[bucket(h)];
+    for (; *at != NULL; at = &(*at)->next) {
+        if (*at == h) {
+            *at = h->next;
+            h->next = NULL;
+            h->registered = 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The live object of that kind at p, with a reference taken; NULL otherwise. p itself is only
+ * compared, never read, until it is found in the registry. */
+static void *acquire(const void *p, uint32_t kind)
+{
+    struct hdr *found = NULL;
+    if (p == NULL)
+        return NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (struct hdr *h = registry[bucket(p)]; h != NULL; h = h->next) {
+        if ((const void *)h == p) {
+            if (h->kind == kind) {
+                h->refs++;
+                found = h;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+/* A closing call: take the object out of the registry (later uses are refused). */
+static void *unregister(const void *p, uint32_t kind)
+{
+    struct hdr *found = NULL;
+    if (p == NULL)
+        return NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (struct hdr *h = registry[bucket(p)]; h != NULL; h = h->next) {
+        if ((const void *)h == p) {
+            if (h->kind == kind && reg_del_locked(h))
+                found = h;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+static void take(struct hdr *h)
+{
+    pthread_mutex_lock(&registry_lock);
+    h->refs++;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void destroy(struct hdr *h);
+
+static void drop(void *p)
+{
+    struct hdr *h = p;
+    if (h == NULL)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    int last = --h->refs == 0;
+    pthread_mutex_unlock(&registry_lock);
+    if (last) {
+        int saved = errno; /* the caller's error survives the teardown */
+        destroy(h);        /* outside the lock: it calls into Python */
+        errno = saved;
+    }
+}
+
+static void destroy(struct hdr *h)
+{
+    switch (h->kind) {
+    case K_DEVICE:
+        break; /* the card handle was closed by xrtDeviceClose */
+    case K_BO: {
+        struct bo *b = (struct bo *)h;
+        B.bo_free(b->id);
+        drop(b->dev);
+        break;
+    }
+    case K_KERNEL: {
+        struct kernel *k = (struct kernel *)h;
+        B.kernel_close(k->id); /* the CU context: the driver's teardown */
+        drop(k->dev);
+        break;
+    }
+    case K_RUN: {
+        struct run *r = (struct run *)h;
+        if (r->cmd)
+            B.run_forget(r->cmd);
+        for (int i = 0; i < MAX_ARGS; i++)
+            drop(r->args[i]);
+        free(r->payload);
+        drop(r->k);
+        break;
+    }
+    }
+    h->kind = 0;
+    free(h);
+}
+
+static void *make(size_t size, uint32_t kind)
+{
+    struct hdr *h = calloc(1, size);
+    if (h == NULL)
+        return NULL;
+    h->kind = kind;
+    h->refs = 1; /* the handle's own reference, dropped by its close */
+    return h;
+}
+
+/* ------------------------------------------------------------------ errors */
+static int fail(int err)
+{
+    errno = err;
+    return -1;
+}
+
+static void *fail_null(int err)
+{
+    errno = err;
+    return NULL;
+}
+
+/* A bridge result: >= 0 as it is, -errno -> errno. */
+static int check(int64_t rc)
+{
+    if (rc < 0) {
+        errno = (int)-rc;
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ xrt_device.h */
+static void *device_open(int index, const char *bdf)
+{
+    if (!bridge_up())
+        return fail_null(ENOSYS);
+    int64_t id = B.dev_open(index, bdf);
+    if (id <= 0)
+        return fail_null(id < 0 ? (int)-id : EINVAL);
+    struct device *d = make(sizeof *d, K_DEVICE);
+    if (d == NULL) {
+        B.dev_close(id);
+        return fail_null(ENOMEM);
+    }
+    d->id = id;
+    reg_add(&d->h);
+    return d;
+}
+
+API void *xrtDeviceOpen(unsigned int index)
+{
+    if (index > 0x7fffffffu)
+        return fail_null(ENODEV);
+    return device_open((int)index, NULL);
+}
+
+API void *xrtDeviceOpenByBDF(const char *bdf)
+{
+    if (bdf == NULL)
+        return fail_null(EINVAL);
+    return device_open(-1, bdf);
+}
+
+API int xrtDeviceClose(void *dhdl)
+{
+    struct device *d = unregister(dhdl, K_DEVICE);
+    if (d == NULL)
+        return fail(EINVAL);
+    /* as the process's exit would: contexts closed, buffers freed (objects still held by kernels,
+     * bos and runs stay until they are closed, and fail on the card from now on) */
+    int64_t rc = B.dev_close(d->id);
+    drop(d);
+    return check(rc);
+}
+
+API int xrtDeviceLoadXclbinFile(void *dhdl, const char *path)
+{
+    if (path == NULL)
+        return fail(EINVAL);
+    struct device *d = acquire(dhdl, K_DEVICE);
+    if (d == NULL)
+        return fail(EINVAL);
+    int64_t rc = B.dev_load(d->id, path);
+    drop(d);
+    return check(rc);
+}
+
+API int xrtDeviceGetXclbinUUID(void *dhdl, xuid_t out)
+{
+    if (out == NULL)
+        return fail(EINVAL);
+    struct device *d = acquire(dhdl, K_DEVICE);
+    if (d == NULL)
+        return fail(EINVAL);
+    int64_t rc = B.dev_uuid(d->id, out);
+    drop(d);
+    return check(rc);
+}
+
+/* ------------------------------------------------------------------ xrt_bo.h */
+static void *bo_alloc(void *dhdl, void *userptr, size_t size, uint64_t flags, uint32_t grp)
+{
+    struct device *d = acquire(dhdl, K_DEVICE);
+    if (d == NULL)
+        return fail_null(EINVAL);
+    struct bo *b = make(sizeof *b, K_BO);
+    if (b == NULL) {
+        drop(d);
+        return fail_null(ENOMEM);
+    }
+    uint64_t out[2] = {0, 0};
+    int64_t id = B.bo_alloc(d->id, size, flags, grp, (uint64_t)(uintptr_t)userptr, out);
+    if (id <= 0) {
+        free(b);
+        drop(d);
+        return fail_null(id < 0 ? (int)-id : EINVAL);
+    }
+    b->dev = d; /* keeps the reference taken above */
+    b->id = id;
+    b->size = size;
+    b->host = (unsigned char *)(uintptr_t)out[0];
+    b->address = out[1];
+    b->grp = grp & 0xffff;
+    reg_add(&b->h);
+    return b;
+}
+
+API void *xrtBOAlloc(void *dhdl, size_t size, uint64_t flags, uint32_t grp)
+{
+    return bo_alloc(dhdl, NULL, size, flags, grp);
+}
+
+API void *xrtBOAllocUserPtr(void *dhdl, void *userptr, size_t size, uint64_t flags, uint32_t grp)
+{
+    if (userptr == NULL)
+        return fail_null(EINVAL);
+    return bo_alloc(dhdl, userptr, size, flags, grp);
+}
+
+API int xrtBOFree(void *bhdl)
+{
+    struct bo *b = unregister(bhdl, K_BO);
+    if (b == NULL)
+        return fail(EINVAL);
+    drop(b); /* freed on the card once no run holds it as an argument */
+    return 0;
+}
+
+API void *xrtBOMap(void *bhdl)
+{
+    struct bo *b = acquire(bhdl, K_BO);
+    if (b == NULL)
+        return fail_null(EINVAL);
+    void *host = b->host;
+    drop(b);
+    return host != NULL ? host : fail_null(EINVAL); /* device-only: no host buffer */
+}
+
+API size_t xrtBOSize(void *bhdl)
+{
+    struct bo *b = acquire(bhdl, K_BO);
+    if (b == NULL) {
+        errno = EINVAL;
+        return SIZE_MAX;
+    }
+    size_t size = b->size;
+    drop(b);
+    return size;
+}
+
+API uint64_t xrtBOAddress(void *bhdl)
+{
+    struct bo *b = acquire(bhdl, K_BO);
+    if (b == NULL) {
+        errno = EINVAL;
+        return UINT64_MAX;
+    }
+    uint64_t address = b->address;
+    drop(b);
+    return address;
+}
+
+static int bo_copy(void *bhdl, void *dst, const void *src, size_t size, size_t offset, int writing)
+{
+    if ((writing ? src : dst) == NULL && size)
+        return fail(EINVAL);
+    struct bo *b = acquire(bhdl, K_BO);
+    if (b == NULL)
+        return fail(EINVAL);
+    int rc = 0;
+    if (b->host == NULL || offset > b->size || size > b->size - offset)
+        rc = fail(EINVAL); /* no host buffer; "attempting to write/read past buffer size" */
+    else if (writing)
+        memcpy(b->host + offset, src, size);
+    else
+        memcpy(dst, b->host + offset, size);
+    drop(b);
+    return rc;
+}
+
+API int xrtBOWrite(void *bhdl, const void *src, size_t size, size_t seek)
+{
+    return bo_copy(bhdl, NULL, src, size, seek, 1);
+}
+
+API int xrtBORead(void *bhdl, void *dst, size_t size, size_t skip)
+{
+    return bo_copy(bhdl, dst, NULL, size, skip, 0);
+}
+
+API int xrtBOSync(void *bhdl, int dir, size_t size, size_t offset)
+{
+    struct bo *b = acquire(bhdl, K_BO);
+    if (b == NULL)
+        return fail(EINVAL);
+    double end = 0.0;
+    int64_t xfer = B.sync_begin(b->id, dir, size, offset, &end);
+    int rc = 0;
+    if (xfer < 0) {
+        rc = check(xfer);
+    } else if (xfer > 0) {
+        /* the modelled transfer, without the GIL; then the card side's answer (in process mode
+         * it can come later than the model: poll for it in short sleeps) */
+        if (end > monotonic_s())
+            sleep_until(end);
+        int32_t state;
+        while ((state = B.sync_finish(xfer)) == 1)
+            sleep_until(monotonic_s() + 0.0005);
+        rc = check(state);
+    }
+    drop(b);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ xrt_kernel.h */
+static void *kernel_open(void *dhdl, const unsigned char *uuid, const char *name, int exclusive)
+{
+    if (uuid == NULL || name == NULL)
+        return fail_null(EINVAL);
+    struct device *d = acquire(dhdl, K_DEVICE);
+    if (d == NULL)
+        return fail_null(EINVAL);
+    struct kernel *k = make(sizeof *k, K_KERNEL);
+    if (k == NULL) {
+        drop(d);
+        return fail_null(ENOMEM);
+    }
+    int64_t id = B.kernel_open(d->id, uuid, name, exclusive, &k->info);
+    if (id <= 0) {
+        free(k);
+        drop(d);
+        return fail_null(id < 0 ? (int)-id : EINVAL);
+    }
+    k->dev = d;
+    k->id = id;
+    reg_add(&k->h);
+    return k;
+}
+
+API void *xrtPLKernelOpen(void *dhdl, const xuid_t xclbin_id, const char *name)
+{
+    return kernel_open(dhdl, xclbin_id, name, 0);
+}
+
+API void *xrtPLKernelOpenExclusive(void *dhdl, const xuid_t xclbin_id, const char *name)
+{
+    return kernel_open(dhdl, xclbin_id, name, 1);
+}
+
+API int xrtKernelArgGroupId(void *khdl, int argno)
+{
+    struct kernel *k = acquire(khdl, K_KERNEL);
+    if (k == NULL)
+        return fail(EINVAL);
+    int32_t rc = B.kernel_group(k->id, argno);
+    drop(k);
+    return rc < 0 ? fail(-rc) : rc;
+}
+
+API int xrtKernelClose(void *khdl)
+{
+    struct kernel *k = unregister(khdl, K_KERNEL);
+    if (k == NULL)
+        return fail(EINVAL);
+    drop(k); /* its CU context closes once its runs are closed too */
+    return 0;
+}
+
+API void *xrtRunOpen(void *khdl)
+{
+    struct kernel *k = acquire(khdl, K_KERNEL);
+    if (k == NULL)
+        return fail_null(EINVAL);
+    struct run *r = make(sizeof *r, K_RUN);
+    unsigned char *payload = calloc(1, k->info.payload_size ? k->info.payload_size : 1);
+    if (r == NULL || payload == NULL) {
+        free(r);
+        free(payload);
+        drop(k);
+        return fail_null(ENOMEM);
+    }
+    r->k = k;
+    r->payload = payload;
+    r->cus = k->info.ncus >= 64 ? ~0ull : ((1ull << k->info.ncus) - 1);
+    reg_add(&r->h);
+    return r;
+}
+
+/* run_impl::validate_bo_at_index: keep the CUs whose argument is connected to the bo's group;
+ * with none left, XRT runs on a copy of the buffer in a connected bank (the bridge makes it). */
+static struct bo *connected_bo(struct run *r, int index, struct bo *b)
+{
+    const struct kernel_info *ki = &r->k->info;
+    if (b->grp >= 64)
+        return b; /* not modelled: groups past 64 are taken as connected */
+    uint64_t keep = 0;
+    for (int cu = 0; cu < ki->ncus && cu < MAX_CUS; cu++)
+        if ((r->cus >> cu & 1) && (ki->conn[cu][index] >> b->grp & 1))
+            keep |= 1ull << cu;
+    if (keep) {
+        r->cus = keep;
+        return b;
+    }
+    struct bo *clone = make(sizeof *clone, K_BO);
+    if (clone == NULL)
+        return NULL;
+    uint64_t out[2] = {0, 0};
+    int64_t id = B.bo_clone(r->k->id, index, b->id, out);
+    if (id <= 0) {
+        free(clone);
+        errno = id < 0 ? (int)-id : EINVAL;
+        return NULL;
+    }
+    take(&b->dev->h);
+    clone->dev = b->dev;
+    clone->id = id;
+    clone->size = b->size;
+    clone->address = out[1];
+    clone->grp = (uint32_t)out[0];
+    return clone; /* not registered (no user handle): only this run holds it */
+}
+
+API int xrtRunSetArg(void *rhdl, int index, ...)
+{
+    struct run *r = acquire(rhdl, K_RUN);
+    if (r == NULL)
+        return fail(EINVAL);
+    const struct kernel_info *ki = &r->k->info;
+    if (index < 0 || index >= ki->nargs) {
+        drop(r);
+        return fail(EINVAL); /* XRT: std::out_of_range from the argument vector */
+    }
+    unsigned char *at = r->payload + ki->offset[index];
+    size_t room = (size_t)ki->size[index];
+    int rc = 0;
+    va_list ap;
+    va_start(ap, index);
+    switch (ki->kind[index]) {
+    case ARG_GLOBAL: {
+        void *handle = va_arg(ap, void *);
+        struct bo *b = acquire(handle, K_BO);
+        if (b == NULL) {
+            rc = fail(EINVAL);
+            break;
+        }
+        struct bo *used = connected_bo(r, index, b);
+        if (used == NULL) {
+            rc = -1;
+            drop(b);
+            break;
+        }
+        if (used != b)
+            drop(b);
+        uint64_t address = used->address;
+        memcpy(at, &address, room < 8 ? room : 8);
+        struct bo *old = r->args[index];
+        r->args[index] = used; /* XRT binds the bo to the run: kept until replaced or closed */
+        drop(old);
+        break;
+    }
+    case ARG_FLOAT: {
+        float value = (float)va_arg(ap, double); /* promoted through ... */
+        memcpy(at, &value, room < 4 ? room : 4);
+        break;
+    }
+    case ARG_DOUBLE: {
+        double value = va_arg(ap, double);
+        memcpy(at, &value, room < 8 ? room : 8);
+        break;
+    }
+    default:
+        if (room > 4) {
+            uint64_t value = va_arg(ap, uint64_t);
+            memcpy(at, &value, room < 8 ? room : 8);
+        } else {
+            uint32_t value = (uint32_t)va_arg(ap, int);
+            memcpy(at, &value, room);
+        }
+        break;
+    }
+    va_end(ap);
+    drop(r);
+    return rc;
+}
+
+API int xrtRunStart(void *rhdl)
+{
+    struct run *r = acquire(rhdl, K_RUN);
+    if (r == NULL)
+        return fail(EINVAL);
+    int64_t cmd = B.run_start(r->k->id, r->cmd, r->payload, r->k->info.payload_size, r->cus);
+    int rc = check(cmd);
+    if (rc == 0)
+        r->cmd = cmd; /* the bridge forgot the previous command */
+    drop(r);
+    return rc;
+}
+
+/* Wait for the run's command: until done, or timeout_s passes (<= 0: no limit). */
+static int run_wait(void *rhdl, double timeout_s)
+{
+    struct run *r = acquire(rhdl, K_RUN);
+    if (r == NULL) {
+        errno = EINVAL;
+        return ERT_CMD_STATE_ABORT;
+    }
+    int64_t cmd = r->cmd;
+    int state = ERT_CMD_STATE_NEW;
+    double deadline = timeout_s > 0 ? monotonic_s() + timeout_s : INFINITY;
+    while (cmd) {
+        double wake = INFINITY;
+        int32_t rc = B.run_poll(cmd, &wake);
+        if (rc < 0) {
+            errno = -rc;
+            state = ERT_CMD_STATE_ABORT;
+            break;
+        }
+        if (rc != ERT_CMD_STATE_NEW) {
+            state = rc;
+            break;
+        }
+        double now = monotonic_s();
+        if (now >= deadline) {
+            state = ERT_CMD_STATE_TIMEOUT;
+            break;
+        }
+        double target = wake < deadline ? wake : deadline;
+        if (!isfinite(target))
+            target = now + 1.0;
+        if (target > now)
+            sleep_until(target); /* without the GIL */
+    }
+    drop(r);
+    return state;
+}
+
+API int xrtRunWait(void *rhdl)
+{
+    return run_wait(rhdl, 0.0);
+}
+
+API int xrtRunWaitFor(void *rhdl, unsigned int timeout_ms)
+{
+    return run_wait(rhdl, timeout_ms ? timeout_ms / 1000.0 : 0.0);
+}
+
+API int xrtRunState(void *rhdl)
+{
+    struct run *r = acquire(rhdl, K_RUN);
+    if (r == NULL) {
+        errno = EINVAL;
+        return ERT_CMD_STATE_ABORT;
+    }
+    int state = ERT_CMD_STATE_NEW;
+    if (r->cmd) {
+        double wake;
+        int32_t rc = B.run_poll(r->cmd, &wake);
+        if (rc < 0) {
+            errno = -rc;
+            state = ERT_CMD_STATE_ABORT;
+        } else {
+            state = rc;
+        }
+    }
+    drop(r);
+    return state;
+}
+
+API int xrtRunClose(void *rhdl)
+{
+    struct run *r = unregister(rhdl, K_RUN);
+    if (r == NULL)
+        return fail(EINVAL);
+    drop(r);
+    return 0;
+}
