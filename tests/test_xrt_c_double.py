@@ -256,7 +256,7 @@ def test_the_library_exports_xrts_c_api_and_an_xrt_install_layout(xrt_root, lib)
         text = subprocess.run([nm, "-D", "--defined-only", str(xrt_root / "lib" / LIBRARY)], capture_output=True,
                               text=True, check=True).stdout  # fmt: skip
         exported = {line.split()[-1] for line in text.splitlines() if " T " in line}
-        assert exported == {*XRT_API, "fpgasim_register"}
+        assert exported == {*XRT_API, "fpgasim_register", "fpgasim_blocking_counts"}
     # cached by source hash: a second build does not recompile
     before = (xrt_root / "lib" / LIBRARY).stat().st_mtime_ns
     assert build_xrt_root(xrt_root) == xrt_root
@@ -532,9 +532,15 @@ def test_blocking_calls_release_the_gil_through_cdll_and_not_through_pydll(lib, 
     d, _uid, k = _open(lib, projects["jet"], "krnl_rtl")
     size = 200_000
     b = lib.xrtBOAlloc(d, size, 0, 0)
+    counts = (ctypes.c_uint64 * 2)()
     for api, progresses in ((lib, True), (gil_lib, False)):
+        lib.fpgasim_blocking_counts(counts)
+        calls0, held0 = counts[0], counts[1]
         t0, t1, ticks = _progress_while(lambda api=api: api.xrtBOSync(b, TO_DEVICE, size, 0))
         assert t1 - t0 >= 0.19
+        # the library's own count of blocking stretches entered holding the GIL agrees
+        lib.fpgasim_blocking_counts(counts)
+        assert counts[0] > calls0 and (counts[1] > held0) == (not progresses)
         if progresses:
             assert _ran_in_the_middle(t0, t1, ticks), "the thread did not run while xrtBOSync slept (CDLL)"
         else:

@@ -261,6 +261,10 @@ def meter_class(cls) -> None:
             setattr(cls, name, metered(attr))
 
 
+#: set by fpga_sim.xrt_c_bridge when the C double of libxrt_coreutil is loaded: its counts of
+#: blocking stretches, and of those entered holding the GIL
+BLOCKING_COUNTS = None
+
 _CALLER = threading.local()
 
 
@@ -1522,6 +1526,8 @@ class SimCard:
                 "device_side": self._dev.describe() if self._dev is not None else {"mode": self.device_mode},
                 # the simulated runtime's CPU in the process writing these stats (see metered)
                 "stand_in": {"pid": os.getpid(), "cpu_s": stand_in_cpu_s()},
+                # the C double's blocking stretches in this process (all its cards), when it is loaded
+                "xrt_c": BLOCKING_COUNTS() if BLOCKING_COUNTS is not None else {},
                 **_CONCURRENCY.snapshot(),
             }
 

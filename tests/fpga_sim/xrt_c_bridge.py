@@ -463,3 +463,13 @@ def attach(path: str) -> None:
     if rc != 0:
         raise RuntimeError(f"{path}: fpgasim_register refused the callback table ({rc})")
     _ATTACHED[path] = lib
+    lib.fpgasim_blocking_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    lib.fpgasim_blocking_counts.restype = None
+    _card.BLOCKING_COUNTS = functools.partial(_blocking_counts, lib)
+
+
+def _blocking_counts(lib) -> dict:
+    """The library's blocking stretches so far, and those entered holding the GIL."""
+    out = (ctypes.c_uint64 * 2)()
+    lib.fpgasim_blocking_counts(out)
+    return {"blocking_calls": int(out[0]), "blocking_calls_holding_gil": int(out[1])}

@@ -6,6 +6,6 @@ can be ``XILINX_XRT``; the library drives ``fpga_sim.card`` through ``fpga_sim.x
 (see both for how). :class:`BuildUnavailable` says why it cannot be built (no ``cc``).
 """
 
-from .build import LIBRARY, SOURCE, BuildUnavailable, build_xrt_root, default_xrt_root, source_hash
+from .build import LIBRARY, SOURCE, BuildFailed, BuildUnavailable, build_xrt_root, default_xrt_root, source_hash
 
-__all__ = ["LIBRARY", "SOURCE", "BuildUnavailable", "build_xrt_root", "default_xrt_root", "source_hash"]
+__all__ = ["LIBRARY", "SOURCE", "BuildFailed", "BuildUnavailable", "build_xrt_root", "default_xrt_root", "source_hash"]

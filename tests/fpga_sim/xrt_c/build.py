@@ -18,6 +18,10 @@ FLAGS = ["-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-fvisibility=hidden", "
 HASH_FILE = ".fpgaserve-source-hash"
 
 
+class BuildFailed(RuntimeError):
+    """The double's source did not compile: never a reason to skip."""
+
+
 class BuildUnavailable(RuntimeError):
     """The double cannot be built here (no C compiler, or it failed): tests skip with this text."""
 
@@ -49,7 +53,8 @@ def default_xrt_root() -> Path:
 def build_xrt_root(dest: str | os.PathLike) -> Path:
     """Compile the double into ``dest/lib/libxrt_coreutil.so.2`` (unless the same source built
     it there already) and write ``dest/version.json``; returns ``dest``, usable as XILINX_XRT.
-    Raises :class:`BuildUnavailable` without a compiler or when the compile fails."""
+    Raises :class:`BuildUnavailable` without a compiler (the machine cannot: tests skip) and
+    :class:`BuildFailed` when the source does not compile (a fault of ours: tests fail)."""
     dest = Path(dest)
     lib = dest / "lib" / LIBRARY
     stamp = dest / "lib" / HASH_FILE
@@ -67,7 +72,7 @@ def build_xrt_root(dest: str | os.PathLike) -> Path:
         raise BuildUnavailable(f"cannot run {cc}: {e}") from None
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise BuildUnavailable(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")
+        raise BuildFailed(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")
     os.replace(tmp, lib)  # a new inode: a process that has the old one loaded keeps it
     stamp.write_text(digest + "\n")
     _write_version(dest)

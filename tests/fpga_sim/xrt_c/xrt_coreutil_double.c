@@ -101,6 +101,28 @@ API int fpgasim_register(const struct bridge *table, size_t size)
     return 0;
 }
 
+/* ------------------------------------------------------------------ blocking, and the GIL */
+/* Every blocking stretch of the library is counted, and those entered while the calling
+ * thread holds the GIL (PyGILState_Check: a caller through ctypes.PyDLL, or a binding that
+ * does not release it) apart: a benchmark reads both to say whether the host's card calls
+ * left the interpreter free, as a measurement, not an assumption. */
+typedef int (*gil_check_fn)(void);
+static gil_check_fn gil_check;
+static uint64_t blocking_calls, blocking_calls_holding_gil;
+
+API void fpgasim_blocking_counts(uint64_t out[2])
+{
+    out[0] = __atomic_load_n(&blocking_calls, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&blocking_calls_holding_gil, __ATOMIC_RELAXED);
+}
+
+static void count_blocking(void)
+{
+    __atomic_add_fetch(&blocking_calls, 1, __ATOMIC_RELAXED);
+    if (gil_check != NULL && gil_check())
+        __atomic_add_fetch(&blocking_calls_holding_gil, 1, __ATOMIC_RELAXED);
+}
+
 /* The few CPython entry points needed to import the bridge, found in the process. */
 typedef int (*gil_ensure_fn)(void);
 typedef void (*gil_release_fn)(int);
@@ -119,6 +141,7 @@ static int bridge_up(void)
     call_method_fn call = (call_method_fn)dlsym(RTLD_DEFAULT, "PyObject_CallMethod");
     decref_fn decref = (decref_fn)dlsym(RTLD_DEFAULT, "Py_DecRef");
     err_print_fn err_print = (err_print_fn)dlsym(RTLD_DEFAULT, "PyErr_Print");
+    gil_check = (gil_check_fn)dlsym(RTLD_DEFAULT, "PyGILState_Check");
     if (!ensure || !release || !import || !call || !decref || !err_print) {
         fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: no Python interpreter in this process "
                         "(the double drives fpga_sim's simulated cards through it)\n");
@@ -159,6 +182,7 @@ static double monotonic_s(void)
 /* Sleep until CLOCK_MONOTONIC (Python's time.monotonic()) reaches t. */
 static void sleep_until(double t)
 {
+    count_blocking();
     if (!isfinite(t))
         t = monotonic_s() + 1.0;
     struct timespec ts;
