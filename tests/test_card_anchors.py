@@ -21,6 +21,14 @@ constant against what it finds:
   roles (input buffer, output buffer, input element count, output element count).
 
 Skipped, saying why, when hls4ml is not installed or its templates are not where 1.x keeps them.
+
+The second half holds ``card/axlf.py`` to a reader that is not ours: PYNQ 3.0.1's
+``pynq.pl_server.xclbin_parser.XclBin``, run in the card venv (``tests/tools.py`` builds it
+from PyPI once and reuses it; skipped, saying why, only where it cannot be built) on xclbins of
+every kernel ABI, with several compute units, flat and 2RP shells, DDR and HBM banks, bank
+groups, and without group sections. Compute units, base addresses, VLNVs, control protocols,
+arguments (name, id, offset, size, host size, type), memories and each argument's banks, clocks
+and the uuid must agree.
 """
 
 from __future__ import annotations
@@ -28,8 +36,12 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -299,3 +311,129 @@ def test_the_ctrl_bits_are_the_templates(templates):
         bit["ap_ready"],
         bit["auto_restart"],
     ) == (simcard.AP_START, simcard.AP_DONE, simcard.AP_IDLE, simcard.AP_READY, simcard.AUTO_RESTART)
+
+
+# ------------------------------------------------------------------------------ PYNQ's XclBin
+# Each xclbin the writer can lay out differently: (name, kernel ABI, write_xclbin arguments).
+PYNQ_CASES = [
+    ("krnl_rtl", "krnl_rtl", {}),
+    ("krnl_rtl_two_banks", "krnl_rtl", {"cus": ["krnl_rtl_1", "krnl_rtl_2"], "cu_banks": ["DDR[0]", "DDR[1]"]}),
+    ("krnl_rtl_flat_shell", "krnl_rtl", {"cus": 2, "platform": "xilinx_u250_xdma_201830_2"}),
+    ("krnl_rtl_u50_hbm", "krnl_rtl", {"cus": 2, "platform": "xilinx_u50_gen3x16_xdma_5_202210_1"}),
+    ("krnl_rtl_no_groups", "krnl_rtl", {"group_sections": False}),
+    ("kernel_wrapper", "kernel_wrapper", {"cus": 2}),
+    (
+        "kernel_wrapper_hbm_groups",
+        "kernel_wrapper",
+        {"cus": 2, "platform": "xilinx_u55c_gen3x16_xdma_3_202210_1", "cu_banks": ["HBM[0:3]", "HBM[4:7]"]},
+    ),
+    ("kernel_wrapper_legacy", "kernel_wrapper", {"cus": 1, "legacy": True}),
+    ("faast", "faast", {"platform": "xilinx_u250_xdma_201830_2"}),
+]
+# Runs under the card venv's interpreter: PYNQ's parse of each file, as JSON.
+PYNQ_SCRIPT = """
+import json, sys
+import pynq
+from pynq.pl_server.xclbin_parser import XclBin
+out = {"version": pynq.__version__, "files": {}}
+for path in sys.argv[1:]:
+    x = XclBin(path)
+    out["files"][path] = {"ip_dict": x.ip_dict, "mem_dict": x.mem_dict, "clock_dict": x.clock_dict}
+print(json.dumps(out))
+"""
+
+
+def _pynq_python() -> str:
+    if importlib.util.find_spec("pynq") is not None:  # this module running in the card venv
+        return sys.executable
+    from tools import card_venv_python
+
+    return card_venv_python()  # skips, saying why, when the venv cannot be built
+
+
+@pytest.fixture(scope="module")
+def pynq_parsed(tmp_path_factory) -> tuple[str, dict[str, tuple[Path, dict]]]:
+    """(pynq version, {case: (xclbin, PYNQ's dicts)}): every case written, then parsed by PYNQ
+    in one run of the card venv's interpreter."""
+    python = _pynq_python()
+    from fpga_sim.projects import faast_project, kernel_wrapper_project
+    from fpga_sim.xclbin import write_xclbin
+
+    root = tmp_path_factory.mktemp("pynq_xclbins")
+    projects = {
+        "krnl_rtl": Path(shutil.copytree(JET, root / "rtl")),
+        "kernel_wrapper": kernel_wrapper_project(JET, root / "kw", num_kernel=2),
+        "faast": faast_project(root / "faast"),
+    }
+    paths = {}
+    for name, abi_name, kw in PYNQ_CASES:
+        path = root / f"{name}.xclbin"
+        write_xclbin(path, kernel_abi=abi_name, project=projects[abi_name], **kw)
+        paths[name] = path
+    proc = subprocess.run(
+        [python, "-c", PYNQ_SCRIPT, *map(str, paths.values())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parsed = json.loads(proc.stdout)
+    return parsed["version"], {name: (path, parsed["files"][str(path)]) for name, path in paths.items()}
+
+
+@pytest.mark.parametrize("case", [name for name, _, _ in PYNQ_CASES])
+def test_pynq_reads_our_xclbins_as_our_reader_does(pynq_parsed, case):
+    from fpgaserve.backends.hls4ml.card.axlf import read_xclbin
+
+    version, files = pynq_parsed
+    path, theirs = files[case]
+    ours = read_xclbin(path)
+    where = f"{case} (pynq {version})"
+
+    # PYNQ reads MEM_TOPOLOGY (never the group sections): our plain banks
+    mem = theirs["mem_dict"]
+    assert {t: (m["idx"], m["type"], bool(m["used"]), m["size"], m["base_address"]) for t, m in mem.items()} == {
+        b.tag: (b.index, b.type, b.used, b.size, b.base) for b in ours.banks
+    }, where
+    assert {c["name"]: c["frequency"] for c in theirs["clock_dict"].values()} == ours.clocks, where
+
+    cus = {cu.name: cu for cu in ours.compute_units}
+    assert sorted(theirs["ip_dict"]) == sorted(cus), where
+    assert len(ours.kernels) == 1 and all(cu.kernel in ours.kernels for cu in cus.values()), where
+    for name, ip in theirs["ip_dict"].items():
+        cu = cus[name]
+        kernel = ours.kernels[cu.kernel]
+        what = f"{where}: {name}"
+        # the XML's addrRemap (PYNQ) and IP_LAYOUT (ours) must place and name the CU alike
+        assert (ip["cu_name"], ip["index"], ip["phys_addr"]) == (f"{cu.kernel}:{cu.name}", cu.index, cu.base), what
+        assert ip["xclbin_uuid"] == ours.uuid, what
+        assert ip["type"] == kernel.vlnv, what
+        assert ip["hw_control_protocol"] == kernel.control_protocol == cu.control_protocol, what
+        assert ip["addr_range"] == max(p.range for p in kernel.ports if p.mode == "slave"), what
+        regs = {k: r for k, r in ip["registers"].items() if k != "CTRL"}
+        assert ("AP_CONTINUE" in ip["registers"]["CTRL"]["fields"]) == (kernel.control_protocol == "ap_ctrl_chain")
+        assert sorted(
+            ((r["id"], k, r["address_offset"], r["size"] // 8, r["host_size"], r["type"]) for k, r in regs.items()),
+        ) == [(a.id, a.name, a.offset, a.size, a.host_size, a.type) for a in kernel.args], what
+        for arg in kernel.args:
+            reg = regs[arg.name]
+            pynq_banks = reg.get("MBG") or ([reg["memory"]] if "memory" in reg else [])
+            assert arg.is_buffer == bool(pynq_banks), (what, arg.name)
+            assert arg.id is not None
+            assert _as_plain_banks(ours, cu.banks.get(arg.id, ())) == pynq_banks, (what, arg.name)
+
+
+def _as_plain_banks(xclbin, banks) -> list[str]:
+    """Our banks of an argument as MEM_TOPOLOGY tags: a bank group (GROUP_TOPOLOGY, which XRT
+    and our reader prefer) as the banks it spans, in topology order, as PYNQ lists them."""
+    out = []
+    plain = {b.tag: b for b in xclbin.banks}
+    for bank in banks:
+        if bank.tag in plain:
+            out.append(bank.tag)
+            continue
+        inside = [b for b in xclbin.banks if b.type == bank.type and bank.base <= b.base < bank.base + bank.size]
+        assert inside and sum(b.size for b in inside) == bank.size, (bank, inside)
+        out.extend(b.tag for b in inside)
+    return out
