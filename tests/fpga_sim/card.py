@@ -146,6 +146,9 @@ BO_ALIGN = 4096
 ACTIVITY_WINDOW_S = 1.0
 MAX_FAULTS = 20
 FIRST_BUS = 0x65
+# CTRL register bits (offset 0) of an ap_ctrl_hs kernel: krnl_rtl_control_s_axi.v's
+# "Address Info" (tests/test_card_anchors.py reads them from the installed hls4ml)
+AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = 0x1, 0x2, 0x4, 0x8, 0x80
 
 INF = math.inf
 
@@ -1448,8 +1451,8 @@ class SimCard:
             out = bytearray(cu.regs[offset : offset + length])
             if offset <= 0 < offset + length:
                 busy = bool(cu.queue)
-                ctrl = (0x1 if busy else 0) | (0x2 if cu.done_latched else 0) | (0 if busy else 0x4)
-                ctrl |= 0x80 if cu.auto_restart else 0
+                ctrl = (AP_START if busy else 0) | (AP_DONE if cu.done_latched else 0) | (0 if busy else AP_IDLE)
+                ctrl |= AUTO_RESTART if cu.auto_restart else 0
                 at = -offset
                 out[at : at + 4] = ctrl.to_bytes(4, "little")[: max(0, min(4, length - at))]
                 cu.done_latched = False
@@ -1467,9 +1470,9 @@ class SimCard:
                 word_offset = offset + k
                 word = int.from_bytes(data[k : k + 4], "little")
                 if word_offset == 0:
-                    cu.auto_restart = bool(word & 0x80)
+                    cu.auto_restart = bool(word & AUTO_RESTART)
                     _advance(time.monotonic())
-                    if word & 0x1 and not cu.queue:
+                    if word & AP_START and not cu.queue:
                         cu.done_latched = False
                         self.submit([cu.index], bytes(cu.regs), need_context=False)
                 else:

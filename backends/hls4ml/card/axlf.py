@@ -27,7 +27,10 @@ when v++ wrote them (2020.2 on) and from MEM_TOPOLOGY/CONNECTIVITY otherwise.
 
 An xclbin may come from anywhere the model repository does, so every count, offset and size
 is checked against the file before it is used, and sizes are bounded; a malformed file raises
-:class:`XclbinError` naming the file and what is wrong.
+:class:`XclbinError` naming the file and what is wrong. The header's ``m_length`` must be the
+file's size, as xclbinutil writes it (a signature appended by ``--sign`` is counted in it, and
+xclbinutil refuses any other size): a file cut anywhere, or with bytes added, is refused even
+where the cut spares every section this module reads, since the card would be programmed with it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import BinaryIO
 
 from ...base import BackendError
 
-MAGIC = b"xclbin2"  # XRT compares 7 bytes; the 8th is a NUL
+MAGIC = b"xclbin2\0"  # the drivers (xocl, zocl) compare all 8 bytes, the NUL included
 HEADER_OFFSET = 304
 HEADER_SIZE = 152
 SECTIONS_OFFSET = HEADER_OFFSET + HEADER_SIZE
@@ -258,9 +261,11 @@ class Xclbin:
 
 # ------------------------------------------------------------------------------------- reading
 def read_uuid(path: str | os.PathLike) -> str:
-    """Only the xclbin UUID (cheap: reads the header)."""
+    """Only the xclbin UUID (cheap: reads the header and checks the section table, no payload)."""
+    where = str(path)
     with _open(path) as f:
-        head = _read_header(f, str(path))
+        head = _read_header(f, where)
+        _read_section_table(f, where, head["sections"], head["file_size"])
     return head["uuid"]
 
 
@@ -326,18 +331,30 @@ def _cstr(raw: bytes) -> str:
 
 def _read_header(f: BinaryIO, where: str) -> dict:
     head = f.read(SECTIONS_OFFSET)
-    if len(head) < SECTIONS_OFFSET or not head.startswith(MAGIC):
-        raise XclbinError(f"{where} is not an xclbin (no 'xclbin2' magic at the start)")
+    if not head.startswith(MAGIC) and not (head and MAGIC.startswith(head)):
+        raise XclbinError(f"{where} is not an xclbin (it does not start with the magic 'xclbin2\\0')")
+    if len(head) < SECTIONS_OFFSET:
+        raise XclbinError(
+            f"{where} is cut short: {len(head)} bytes, less than the {SECTIONS_OFFSET}-byte xclbin header"
+        )
     f.seek(0, os.SEEK_END)
     file_size = f.tell()
     h = HEADER_OFFSET
+    (signature,) = struct.unpack_from("<i", head, len(MAGIC))
     (length,) = struct.unpack_from("<Q", head, h)
     patch, major, minor, mode = struct.unpack_from("<HBBH", head, h + 24)
     (sections,) = struct.unpack_from("<I", head, h + 144)
+    if signature < -1 or signature > file_size:
+        raise XclbinError(f"{where}: the signature length {signature} is damaged (-1: unsigned)")
     if sections > MAX_SECTIONS:
         raise XclbinError(f"{where}: the header declares {sections} sections (XRT accepts at most {MAX_SECTIONS})")
     if length > file_size:
         raise XclbinError(f"{where} is cut short: the header says {length} bytes, the file has {file_size}")
+    if length < file_size:
+        raise XclbinError(
+            f"{where}: the header says {length} bytes, the file has {file_size} (xclbinutil writes the file's "
+            "size there, a signature included: the header is damaged or bytes were added)"
+        )
     interface = head[h + 32 : h + 48]
     return {
         "file_size": file_size,
@@ -356,12 +373,18 @@ def _read_section_table(f: BinaryIO, where: str, count: int, file_size: int) -> 
     if len(raw) != count * SECTION_HEADER_SIZE:
         raise XclbinError(f"{where}: the section table ({count} sections) is cut short")
     table = []
+    table_end = SECTIONS_OFFSET + count * SECTION_HEADER_SIZE
     for i in range(count):
         kind, name, offset, size = struct.unpack_from("<I16s4xQQ", raw, i * SECTION_HEADER_SIZE)
         if offset + size > file_size:
             raise XclbinError(
                 f"{where}: section {i} ({SECTION_NAMES.get(kind, kind)}) lies beyond the end of the file "
                 f"(offset {offset}, size {size}, file {file_size} bytes)"
+            )
+        if size and offset < table_end:
+            raise XclbinError(
+                f"{where}: section {i} ({SECTION_NAMES.get(kind, kind)}) overlaps the header or the section table "
+                f"(offset {offset}; the table ends at {table_end})"
             )
         table.append((kind, _cstr(name), offset, size))
     return table
