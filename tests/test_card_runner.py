@@ -1,10 +1,14 @@
-"""fpgaserve's card path in-process, on the simulated cards through the simulated ``pyxrt``.
+"""fpgaserve's card path in-process, on the simulated cards through XRT's C API.
 
 The runner (``backends/hls4ml/card/runner.py``), the cards and their recovery (``cards.py``)
-and the XRT API (``runtime/xrt.py``) run unmodified; ``import pyxrt`` finds the test-only
-module of ``tests/fpga_sim/xrt_python``. With ``FPGASERVE_TEST_CARD_API=pynq`` the same tests
-drive the legacy PYNQ 3.0.1 API (``runtime/pynq.py``) over the simulator's PYNQ device
-plug-in instead (``tests/test_card_pynq.py`` runs them so, in the card venv). The simulated
+and the default API (``runtime/xrt_c.py``) run unmodified over the C double of
+``libxrt_coreutil.so.2`` (``tests/fpga_sim/xrt_c``, compiled with ``cc``, found through
+``XILINX_XRT``); ``import pyxrt`` finds the test-only module of ``tests/fpga_sim/xrt_python``,
+which gives the card's identity and sensors as on an XRT host. ``FPGASERVE_TEST_CARD_API``
+chooses another API for the same tests: ``xrt`` (``runtime/xrt.py`` over that ``pyxrt``;
+``tests/test_card_pyxrt.py`` runs them so) or ``pynq``, the legacy PYNQ 3.0.1 API
+(``runtime/pynq.py``) over the simulator's PYNQ device plug-in (``tests/test_card_pynq.py``
+runs them so, in the card venv). The simulated
 card behaves as XRT 2.17 does on an Alveo card
 (``tests/fpga_sim/card.py``: ERT completion, same-UUID loads skipped, hung compute units stay
 hung until ``xbutil reset``, which refuses while the card is open). Every result is compared
@@ -38,12 +42,14 @@ SIM_ENV = (
     "FPGASERVE_SIM_KERNEL_DELAY_MS",
     "FPGASERVE_SIM_PLATFORM",
     "PATH",
+    "XILINX_XRT",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the simulated kernels run the C-simulation (g++)")
-#: the card API under test: xrt (pyxrt, the default) or pynq (legacy; needs pynq 3.0.1)
-API = os.environ.get("FPGASERVE_TEST_CARD_API", "xrt")
-xrt_only = pytest.mark.skipif(API != "xrt", reason="drives pyxrt directly")
+#: the card API under test: xrt-c (XRT's C API, the default), xrt (pyxrt) or pynq (legacy; needs pynq 3.0.1)
+API = os.environ.get("FPGASERVE_TEST_CARD_API", "xrt-c")
+#: tests that also use pyxrt directly (it is importable with either XRT API)
+xrt_only = pytest.mark.skipif(API == "pynq", reason="drives pyxrt directly")
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +62,15 @@ def sim(tmp_path_factory):
     os.environ.pop("FPGASERVE_SIM_KERNEL_DELAY_MS", None)
     os.environ.pop("FPGASERVE_SIM_PLATFORM", None)
     os.environ["PATH"] = f"{SIM / 'bin'}{os.pathsep}{saved['PATH']}"
+    if API == "xrt-c":
+        from fpga_sim.xrt_c import BuildUnavailable, build_xrt_root
+
+        try:
+            os.environ["XILINX_XRT"] = str(build_xrt_root(tmp_path_factory.mktemp("xrt")))
+        except BuildUnavailable as e:
+            pytest.skip(f"the C double of libxrt_coreutil cannot be built: {e}")
     sys.path.insert(0, str(SIM / "xrt_python"))
-    if API == "xrt":
+    if API in ("xrt", "xrt-c"):
         import pyxrt
 
         assert getattr(pyxrt, "SIMULATED", False)
@@ -303,7 +316,7 @@ def pool_xrt_2_20(sim):
     from fpgaserve.backends.hls4ml.card.cards import CardPool
     from fpgaserve.backends.hls4ml.card.runtime import open_api
 
-    if API != "xrt":
+    if API == "pynq":
         pytest.skip("drives pyxrt directly")
     saved = sys.modules.pop("pyxrt")
     os.environ["FPGASERVE_SIM_XRT_VERSION"] = "2.20.197"
@@ -422,7 +435,7 @@ def test_what_is_not_the_cards_format_or_not_on_a_page_is_encoded(sim, pool_xrt_
         os.close(fd)
 
 
-@xrt_only
+@pytest.mark.skipif(API != "xrt", reason="pyxrt 2.17's binding, not the C API's xrtBOAllocUserPtr")
 def test_xrt_2_17_has_no_buffers_over_user_memory(sim, pool, versions):
     folder = versions["kernel_wrapper_hw_quant"]
     (runner,) = _runners(pool, folder, 1, max_batch=4096)
@@ -437,6 +450,34 @@ def test_xrt_2_17_has_no_buffers_over_user_memory(sim, pool, versions):
         assert _user_bytes(sim) == u0 and card.snapshot().dma_to_device_direct == 0
     finally:
         runner.close()
+        close()
+
+
+@pytest.mark.skipif(API != "xrt-c", reason="XRT's C API: xrtBOAllocUserPtr")
+def test_the_c_api_syncs_request_memory_in_place_in_any_bank(sim, pool, versions):
+    """xrtBOAllocUserPtr takes a memory group, so unlike pyxrt.ext.bo (group 0 only) a CU whose
+    input is in DDR[1] also reads a page-aligned request tensor where it lies; bit for bit what
+    the C-simulation gives, and the wrapped buffer is freed with its call."""
+    folder = versions["kernel_wrapper_hw_quant"]
+    runners = _runners(pool, folder, 2, max_batch=4096)
+    x = _inputs(2000, 16, seed=11)
+    view, close = _in_arena(x)
+    try:
+        want = _reference(folder, x)
+        card = pool.card(0)
+        u0, d0 = _user_bytes(sim), card.snapshot().dma_to_device_direct
+        for i, runner in enumerate(runners):
+            cu = card.compute_unit("kernel_wrapper", runner.home.cu)
+            assert card.device.user_memory(cu.handle, runner.abi.input_arg) is None
+            assert np.array_equal(runner.predict(view), want)
+            assert _user_bytes(sim) - u0 == (i + 1) * x.nbytes
+        assert card.snapshot().dma_to_device_direct - d0 == 2 * x.nbytes
+        assert _stats(sim, 0)["buffers"] == 4  # each runner's two; the wrapped ones are gone
+        # not on a page: the encoding path, the same bits
+        assert np.array_equal(runners[0].predict(np.array(view)[1:]), want[1:])
+        assert _user_bytes(sim) - u0 == 2 * x.nbytes
+    finally:
+        _close(runners)
         close()
 
 

@@ -174,3 +174,45 @@ def test_a_host_without_pyxrt_says_how_to_get_it(repo, tmp_path):
     )
     assert out.returncode != 0
     assert "pyxrt" in out.stdout and "source /opt/xilinx/xrt/setup.sh" in out.stdout, out.stdout
+
+
+def test_a_healthy_host_passes_through_xrts_c_api(repo, tmp_path):
+    """With XRT's C API loadable (the C double of libxrt_coreutil under XILINX_XRT) doctor names
+    it, drives every compute unit through it, and has no GIL warning; through pyxrt alone it warns."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    rc, report, table = _doctor(repo, tmp_path, FPGASERVE_SIM_API="xrt-c", **env)
+    assert rc == 0 and report["ok"], table
+    assert _row(report, "runtime", "card API")["detail"].startswith("xrt-c: 2.17.319 ("), table
+    assert not [r for r in report["rows"] if r["check"] == "GIL"], table
+    assert _row(report, "card 0", "identity")["detail"].startswith(
+        "0000:65:00.1 shell xilinx_u250_gen3x16_xdma_shell_4_1"
+    )
+    for cu in ("krnl_rtl_1", "krnl_rtl_2"):
+        assert _row(report, "model facile", f"one batch on {cu}")["status"] == "ok", table
+    rc, report, table = _doctor(repo, tmp_path, FPGASERVE_SIM_API="xrt", **env)
+    assert rc == 0 and _row(report, "runtime", "card API")["detail"].startswith("xrt: "), table
+    gil = _row(report, "runtime", "GIL")
+    assert gil["status"] == "warn" and "libxrt_coreutil.so.2" in gil["detail"], gil
+
+
+def test_a_host_without_xrts_c_library_says_how_to_get_it(repo, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FPGASERVE_SIM_") and k != "XILINX_XRT"}
+    env["XILINX_XRT"] = str(tmp_path / "no-xrt")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fpgaserve.server.cli",
+            "doctor",
+            "--card-api",
+            "xrt-c",
+            "--model-repository",
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode != 0
+    assert "libxrt_coreutil.so.2" in out.stdout and "source /opt/xilinx/xrt/setup.sh" in out.stdout, out.stdout

@@ -70,7 +70,7 @@ from . import (
 log = logging.getLogger("fpgaserve.hls4ml.card.xrt_c")
 
 LIBRARY = "libxrt_coreutil.so.2"
-MAX_PROBE = 64  # the C API has no device count: open indices until one fails
+MAX_PROBE = 64  # without pyxrt's count: open indices until one fails
 #: the longest single blocking wait; a deadline further away is waited for in several slices
 WAIT_SLICE_MS = 1000
 
@@ -184,13 +184,24 @@ class XrtCApi(CardApi):
         with self._lock:
             if self._devices is None:
                 found: list[CardDevice] = []
-                for index in range(MAX_PROBE):
+                for index in range(self._count()):
                     handle = self.lib.xrtDeviceOpen(index)
                     if not handle:
                         break
                     found.append(XrtCDevice(self, index, handle))
                 self._devices = found
             return list(self._devices)
+
+    def _count(self) -> int:
+        """How many cards to open: pyxrt's count where it has one (the C API has none, and
+        XRT logs an error for each index it cannot open), else open indices until one fails."""
+        enumerate_devices = getattr(self.pyxrt, "enumerate_devices", None)
+        if enumerate_devices is not None:
+            try:
+                return int(enumerate_devices())
+            except RuntimeError as e:
+                log.debug("pyxrt.enumerate_devices failed: %s", e)
+        return MAX_PROBE
 
     def version(self) -> str:
         root = os.environ.get("XILINX_XRT")
@@ -404,8 +415,13 @@ class XrtCComputeUnit(ComputeUnitHandle):
                 raise DeviceError(f"card {self.device.index}: starting {self.name}: " + _failure("xrtRunOpen"))
             with self._lock:
                 self._runs.add(run)
+        # a run keeps the buffers set as its arguments (XRT's run holds them): one that carried a
+        # buffer over request memory is closed after its call, so those pages are not held
+        reusable = True
         try:
             for spec, index, value in zip(self.kernel.args, self._arg_ids, args):
+                if isinstance(value, XrtCBuffer) and value.user:
+                    reusable = False
                 if isinstance(value, XrtCBuffer):
                     code = lib.xrtRunSetArg(run, index, _vp(value.require()))
                 else:
@@ -421,7 +437,7 @@ class XrtCComputeUnit(ComputeUnitHandle):
         except DeviceError:
             self._close_run(run)
             raise
-        return XrtCRun(self, run)
+        return XrtCRun(self, run, reusable)
 
     def _recycle(self, run: int) -> None:
         with self._lock:
@@ -450,11 +466,12 @@ class XrtCComputeUnit(ComputeUnitHandle):
 
 
 class XrtCRun(RunHandle):
-    __slots__ = ("_cu", "_run", "_state")
+    __slots__ = ("_cu", "_reusable", "_run", "_state")
 
-    def __init__(self, cu: XrtCComputeUnit, run: int):
+    def __init__(self, cu: XrtCComputeUnit, run: int, reusable: bool = True):
         self._cu = cu
         self._run: int | None = run
+        self._reusable = reusable
         self._state = RunState.RUNNING
 
     def poll(self) -> RunState:
@@ -486,8 +503,8 @@ class XrtCRun(RunHandle):
         run, self._run = self._run, None
         if run is None:
             return
-        if self._state is RunState.RUNNING:
-            self._cu._close_run(run)  # a hung call: its run is never reused
+        if self._state is RunState.RUNNING or not self._reusable:
+            self._cu._close_run(run)  # a hung call's run is never reused
         else:
             self._cu._recycle(run)
 
@@ -497,6 +514,7 @@ class XrtCBuffer(DeviceBuffer):
         self._lib = lib
         self._bo: int | None = bo
         self.nbytes = nbytes
+        self.user = keep is not None  # over the caller's memory (xrtBOAllocUserPtr)
         if keep is not None:
             self.host = keep.reshape(-1).view(np.uint8)
         else:
