@@ -323,3 +323,30 @@ def test_float32_codec_rounds_to_nearest():
     back = np.empty(3)
     c.decode(out, back)
     assert back.tolist() == [float(np.float32(0.1)), 1.0, -3.5]
+
+
+@pytest.mark.parametrize(
+    "codec",
+    [
+        Word32Codec.for_precision("ap_fixed<30,6>"),  # more bits than float32's mantissa: rounds
+        Word32Codec.for_precision("ap_ufixed<24,2>"),
+        NativeCodec.for_type("ap_fixed<40,12>"),
+        NativeCodec.for_type("ap_fixed<16,6>"),
+        Float32Codec(),
+    ],
+    ids=lambda c: c.describe(),
+)
+def test_decode_into_float32_rounds_once(codec):
+    """The card runner decodes straight into a float32 output (FP32 models): each value is
+    exact in float64, so that is bit for bit the float64 decode converted with astype."""
+    rng = np.random.default_rng(7)
+    if isinstance(codec, Float32Codec):
+        elements = rng.standard_normal((257, 3)).astype(np.float32)
+    else:
+        dtype = codec.dtype if isinstance(codec, NativeCodec) else np.dtype(np.int32)
+        info = np.iinfo(dtype)
+        elements = rng.integers(info.min, info.max, size=(257, 3), endpoint=True, dtype=dtype)
+    wide = codec.decode(elements, np.empty(elements.shape, np.float64))
+    narrow = codec.decode(elements, np.empty(elements.shape, np.float32))
+    assert narrow.dtype == np.float32
+    assert np.array_equal(narrow.view(np.uint32), wide.astype(np.float32).view(np.uint32))

@@ -307,8 +307,9 @@ class Hls4mlBackend(Backend):
         if rows == 0:  # nothing to compute (a card cannot transfer 0 bytes): 0 rows out, as Triton answers
             return {self.output_name: np.zeros(shape, self.output_dtype)}
         x = x.reshape(rows, self.project.input.size)
-        # the numpy emulator writes its result in the output's dtype (no float64 array to convert)
-        kwargs = {"dtype": self.output_dtype} if self.mode == "numpy" else {}
+        # the numpy emulator and the card write their result in the output's dtype (no float64
+        # array to convert)
+        kwargs = {"dtype": self.output_dtype} if self.mode in ("numpy", "hardware") else {}
         if self.emulated_device is None:
             y = self._runner.predict(x, **kwargs)
         else:

@@ -33,8 +33,8 @@ more) is wrapped in place for the call: the card syncs from the request's own pa
 kernel gets that buffer, and it is freed after the call (``dma_to_device_direct`` counts
 those bytes). Anything else (an unaligned or non-float32 array, a fixed-point ABI, XRT <
 2.20, the driver refusing the pages) takes the encoding pass. Outputs always go through the output buffer: the result is
-decoded from the card's float32 or fixed point into the float64 array the backend returns, a
-format change either way.
+decoded from the card's float32 or fixed point once, straight into the array the backend
+returns, in the model's output dtype (float32 for FP32: no float64 array to fill and convert).
 """
 
 from __future__ import annotations
@@ -189,8 +189,10 @@ class CardRunner:
         self.home.card.release()
 
     # ------------------------------------------------------------------ running
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Run ``x`` (rows, N_IN) on the card; returns float64 (rows, N_OUT)."""
+    def predict(self, x: np.ndarray, dtype: np.dtype | type = np.float64) -> np.ndarray:
+        """Run ``x`` (rows, N_IN) on the card; returns (rows, N_OUT) in ``dtype`` (float64 by
+        default; the backend asks for its output's dtype, so the card's results are decoded once,
+        straight into the array it returns, with no float64 array to allocate and convert)."""
         if self._closed:
             raise BackendError(f"{self!r} is closed")
         x = np.asarray(x)
@@ -199,7 +201,7 @@ class CardRunner:
         if x.ndim != 2 or x.shape[1] != self.n_in:
             raise BackendError(f"{self!r}: input shape {x.shape}, expected (batch, {self.n_in})")
         rows = x.shape[0]
-        out = np.empty((rows, self.n_out), dtype=np.float64)
+        out = np.empty((rows, self.n_out), dtype=dtype)
         for start in range(0, rows, self.call_capacity):
             stop = min(rows, start + self.call_capacity)
             self._call(x[start:stop], out[start:stop])

@@ -172,7 +172,8 @@ class KernelAbi(ABC):
         return False
 
     def decode(self, buffer: np.ndarray, rows: int, out: np.ndarray) -> None:
-        """Read ``rows`` results from the output ``buffer`` (uint8 host view) into ``out`` (rows, n_out) float64."""
+        """Read ``rows`` results from the output ``buffer`` (uint8 host view) into ``out`` (rows, n_out), float64 or
+        float32 (the values are exact in float64, so a float32 ``out`` rounds each once)."""
         elements = buffer[: self.output_bytes(rows)].view(self.out_codec.dtype).reshape(rows, self.io.n_out)
         self.out_codec.decode(elements, out)
 
