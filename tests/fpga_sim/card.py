@@ -49,6 +49,14 @@ Where the card's work runs (``FPGASERVE_SIM_DEVICE``, read when a card object is
     bad_state, bank checks, 0xA5 memory, state files) applies unchanged: the card process never
     decides anything, it only moves and computes bytes. A computation that fails there makes the
     command hang at its modelled completion (inline: at its start), with the same fault text.
+    ``timing`` is for throughput runs: a card model that costs the host what the hardware costs
+    it. Device memory aliases the buffers' host memory (a user-pointer buffer's: the caller's
+    pages), so a sync moves no bytes and only its modelled time passes; kernel calls are timed
+    as in the other modes but compute nothing (no C-simulation is built, outputs are not
+    written; ``stats["device_side"]`` says ``"computed": false`` and counts
+    ``uncomputed_calls``). Every rule here applies unchanged, except what aliasing cannot show
+    (separate host and device copies, 0xA5 in host-backed buffers). Results are checked in
+    exactness runs, with ``inline`` or ``process``.
 
 Commands (XRT's KDS + ERT)
     A start is queued on one CU (chosen among the allowed ones: the one free soonest) and runs
@@ -647,7 +655,8 @@ class SimCard:
         self.shell = shell
         self.store = _Store(index)
         #: where the card's work (device memory, DMA copies, kernel computation) runs: this
-        #: process ("inline") or a card process of its own ("process"); see device_side.py
+        #: process ("inline"), a card process of its own ("process"), or nowhere ("timing":
+        #: only its modelled time passes); see device_side.py
         self.device_mode = device_mode()
         self._dev = None
         self._bids = itertools.count(1)
@@ -828,8 +837,8 @@ class SimCard:
             )
 
     def _build_models(self, xb: Xclbin) -> None:
-        """The card side builds each kernel's model (its C-simulation); this side keeps that one
-        (inline) or one that only plans and times calls (process mode)."""
+        """The card side builds each kernel's model (its C-simulation; timing mode: none); this
+        side keeps that one (inline, timing) or one that only plans and times calls (process mode)."""
         for name, kernel in xb.kernels.items():
             key = (xb.uuid, name)
             if key in self.models:
@@ -839,7 +848,7 @@ class SimCard:
             model: KernelModel | SimulationError
             if why is not None:
                 model = SimulationError(why)
-            elif dev.mode == "inline":
+            elif dev.local_models:
                 model = dev.side.models[key]
             else:
                 from .kernels import load_model  # numpy and fpgaserve: only where kernels run
@@ -1265,7 +1274,7 @@ class SimCard:
         cmd.dev_key, cmd.dev_pending = dev.key(), True
         reads = [self._locate(a.address, a.nbytes) for a in call.reads]
         dev.start(cmd.dev_key, "compute", cmd.dev_key, (self.xclbin.uuid, cu.kernel), call, reads)
-        if dev.mode == "inline":
+        if dev.immediate:
             error = self._computed(cmd)
             if error is not None:
                 self._hang(cu, cmd, f"simulator error: {error}")
