@@ -1031,8 +1031,10 @@ def test_the_card_process_does_the_card_s_work(sim_process, projects, monkeypatc
     pid = side["pid"]
     assert Path(f"/proc/{pid}/status").read_text().count(f"PPid:\t{os.getpid()}") == 1
     kept = pyxrt.bo(d, 4096, pyxrt.bo.normal, k.group_id(0))
-    maps = Path(f"/proc/{pid}/maps").read_text()
-    assert "memfd:fpga-sim-card0-host" in maps  # the buffers' host memory, mapped by both
+    deadline = time.monotonic() + 10  # the allocation is posted: the card process maps it when it reads it
+    while "memfd:fpga-sim-card0-host" not in Path(f"/proc/{pid}/maps").read_text():
+        assert time.monotonic() < deadline  # the buffers' host memory, mapped by both
+        time.sleep(0.01)
     assert "memfd:fpga-sim-card0-host" in Path("/proc/self/maps").read_text()
     model = d._simcard.stats["models"]["krnl_rtl"]
     assert (model["memo_hits"], model["memo_misses"]) == (0, 1)  # the card process's memo, reported here

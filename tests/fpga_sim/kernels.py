@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .environ import getenv
 from .errors import SimulationError
 from .xclbin import XmlKernel
 
@@ -294,7 +295,7 @@ class Timing:
 
 
 def _env_number(name: str) -> float:
-    text = os.environ.get(name)
+    text = getenv(name)
     if not text:
         return 0.0
     try:
