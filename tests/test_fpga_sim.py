@@ -155,6 +155,12 @@ def sim_process(tmp_path, monkeypatch):
     yield from _simulated_cards(tmp_path, monkeypatch, "process")
 
 
+@pytest.fixture
+def sim_timing(tmp_path, monkeypatch):
+    """``sim`` with FPGASERVE_SIM_DEVICE=timing: the card's time without its work."""
+    yield from _simulated_cards(tmp_path, monkeypatch, "timing")
+
+
 def csim(folder: Path):
     from fpgaserve.backends.hls4ml.csim import CsimLibrary
     from fpgaserve.backends.hls4ml.project import Hls4mlProject
@@ -1025,8 +1031,10 @@ def test_the_card_process_does_the_card_s_work(sim_process, projects, monkeypatc
     pid = side["pid"]
     assert Path(f"/proc/{pid}/status").read_text().count(f"PPid:\t{os.getpid()}") == 1
     kept = pyxrt.bo(d, 4096, pyxrt.bo.normal, k.group_id(0))
-    maps = Path(f"/proc/{pid}/maps").read_text()
-    assert "memfd:fpga-sim-card0-host" in maps  # the buffers' host memory, mapped by both
+    deadline = time.monotonic() + 10  # the allocation is posted: the card process maps it when it reads it
+    while "memfd:fpga-sim-card0-host" not in Path(f"/proc/{pid}/maps").read_text():
+        assert time.monotonic() < deadline  # the buffers' host memory, mapped by both
+        time.sleep(0.01)
     assert "memfd:fpga-sim-card0-host" in Path("/proc/self/maps").read_text()
     model = d._simcard.stats["models"]["krnl_rtl"]
     assert (model["memo_hits"], model["memo_misses"]) == (0, 1)  # the card process's memo, reported here
@@ -1129,6 +1137,95 @@ def test_ext_bo_syncs_straight_from_user_memory(sim, projects, capfd):
         x.ext.bo(d, 4096, x.ext.bo.read)
     del arg, ub
     gc.collect()
+
+
+# ------------------------------------------------------------------------------ timing only
+def test_timing_mode_passes_modelled_time_and_moves_no_bytes(sim_timing, projects, monkeypatch):
+    """FPGASERVE_SIM_DEVICE=timing: device memory is the host memory (a user-pointer buffer's:
+    the caller's pages), a sync blocks for its modelled time and copies nothing, a kernel call
+    takes its modelled time, computes nothing and writes nothing, and the stats say so."""
+    import mmap
+
+    monkeypatch.setenv(simcard.ENV_PCIE_GBPS, "0.05")  # 50 MB/s: 1 MiB takes ~21 ms
+    x = pyxrt220
+    to_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE
+    d = x.device(0)
+    uid = d.load_xclbin(str(projects["jet_tagger"] / "model.xclbin"))
+    k = x.kernel(d, uid, "krnl_rtl:{krnl_rtl_1}")
+    card = d._simcard
+    assert card.device_mode == "timing" and card.stats["models"]["krnl_rtl"]["n_in"] == 16
+    big = x.bo(d, 1 << 20, x.bo.normal, k.group_id(0))
+    big.map()[:4] = b"abcd"
+    assert card.read_device(big._buf, 0, 4) == b"abcd"  # no sync yet: device memory is the host's
+    t0 = time.monotonic()
+    big.sync(to_device)
+    waited = time.monotonic() - t0
+    chan, begin, end, size = card.dma_log[-1]
+    assert (chan, size) == ("h2c", 1 << 20) and close(end - begin, (1 << 20) / 0.05e9) and waited >= end - begin - 1e-3
+    # a user-pointer buffer aliases the caller's pages: what the host writes, the card reads
+    memory = mmap.mmap(-1, 4096)
+    user = np.frombuffer(memory, dtype="<f4")
+    ub = x.ext.bo(d, _capsule(user.ctypes.data), 4096)
+    user[:16] = np.arange(16, dtype="<f4")
+    assert card.read_device(ub._buf, 0, 64) == user[:16].tobytes()
+    ub.sync(to_device, 64, 0)
+    out = x.bo(d, 5 * 4, x.bo.normal, k.group_id(1))
+    out.map()[:] = b"\x11" * 20
+    out.sync(to_device)
+    r = k(ub, out, 16, 5)
+    assert r.wait(5000) == x.ert_cmd_state.ERT_CMD_STATE_COMPLETED
+    out.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
+    assert bytes(out.map()) == b"\x11" * 20  # computed nothing, wrote nothing
+    cmd = r._cmd
+    assert close(cmd.end_t - cmd.start_t, card.model_for(cmd.cu).timing.seconds(1, card.xclbin.data_clock_mhz))
+    dev_only = x.bo(d, 64, x.bo.device_only, k.group_id(0))
+    assert card.read_device(dev_only._buf, 0, 64) == b"\xa5" * 64  # memory of its own: not written yet
+    stats = card.stats
+    assert stats["device_side"] == {"mode": "timing", "computed": False, "uncomputed_calls": 1}
+    assert stats["kernel_completions"] == 1 and stats["bytes_to_device_userptr"] == 64
+    assert stats["bytes_to_device"] == (1 << 20) + 64 + 20 and stats["bytes_from_device"] == 20
+    del r, ub
+    gc.collect()
+
+
+def test_timing_mode_keeps_the_card_s_rules(sim_timing, projects, capfd):
+    """Hang requests, bank checks, loads and bad_state are card.py's, whatever the card side."""
+    path = str(projects["jet_tagger"] / "model.xclbin")
+    d, uid, k = open_kernel(projects["jet_tagger"], "krnl_rtl:{krnl_rtl_1}")
+    k2 = pyxrt.kernel(d, uid, "krnl_rtl:{krnl_rtl_2}")
+    card = d._simcard
+    bi = pyxrt.bo(d, 64 * 4, pyxrt.bo.normal, k.group_id(0))
+    bo = pyxrt.bo(d, 20 * 4, pyxrt.bo.normal, k.group_id(0))
+    assert k(bi, bo, 64, 20).wait(1000) == COMPLETED
+    # a hang request: the next start on that CU hangs
+    (sim_timing / "hang-card0-krnl_rtl_2").touch()
+    b2 = pyxrt.bo(d, 64 * 4, pyxrt.bo.normal, k2.group_id(0))
+    r = k2(b2, b2, 64, 20)
+    assert r.wait(20) == TIMEOUT and not (sim_timing / "hang-card0-krnl_rtl_2").exists()
+    assert card.stats["hung"] == ["krnl_rtl_2"] and "hang requested" in card.stats["faults"][-1]
+    # a buffer in a bank the CU's port is not connected to (register writes: no XRT to copy it)
+    far = pyxrt.bo(d, 64 * 4, pyxrt.bo.normal, k2.group_id(0))  # DDR[1]
+    model = card.model_for(card.cus[0])
+    regs = bytearray(0x40)
+    for name, value in (("fifo_in", far.address()), ("fifo_out", bo.address()), ("length_r_in", 64),
+                        ("length_r_out", 20)):  # fmt: skip
+        a = model._args[name]
+        regs[a.offset : a.offset + a.size] = value.to_bytes(a.size, "little")
+    cmd = card.submit([0], bytes(regs))
+    assert not card.wait(cmd, 0.02, hold_gil=True) and cmd.state == "hung"
+    assert "but the CU's" in card.stats["faults"][-1] and "is connected to" in card.stats["faults"][-1]
+    del cmd
+    # a different xclbin is refused while kernels exist; closing with hung commands: bad_state
+    capfd.readouterr()
+    with pytest.raises(RuntimeError, match=r"^failed to load xclbin: Device or resource busy$"):
+        d.load_xclbin(str(projects["facile"] / "model.xclbin"))
+    assert sorted(card.stats["hung"]) == ["krnl_rtl_1", "krnl_rtl_2"] and not card.state()["bad_state"]
+    del r, k, k2
+    gc.collect()
+    assert card.state()["bad_state"]
+    with pytest.raises(RuntimeError, match=r"^failed to load xclbin: Resource deadlock avoided$"):
+        d.load_xclbin(path)
+    assert card.stats["device_side"]["uncomputed_calls"] == 1  # hung calls were never started on the card
 
 
 # ------------------------------------------------------------------------------ telemetry

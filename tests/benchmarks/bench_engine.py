@@ -8,6 +8,7 @@ transport and codec: each request is the ``WireRequest`` a codec would collect, 
     python tests/benchmarks/bench_engine.py --model simple            # one: simple, batch 1, 2 frontends x c32
     python tests/benchmarks/bench_engine.py --model facile --batch 16000 --concurrency 4
     python tests/benchmarks/bench_engine.py --card                    # FACILE events on the simulated card
+    python tests/benchmarks/bench_engine.py --card --sim-device timing  # ... on a card model that only keeps time
     python tests/benchmarks/bench_engine.py --profile /tmp/engine.txt  # + py-spy (GIL samples) of the engine
 
 Without ``--model``/``--card`` it measures, one after another in this process (issue 19's
@@ -37,7 +38,13 @@ project, ``--kernel-ii`` to override the cycles per row). The card's own work (D
 the kernel's C-simulation) runs in a card process (``FPGASERVE_SIM_DEVICE=process``, see
 tests/fpga_sim/device_side.py), whose CPU is printed apart and is not the engine's. The block
 adds events/s against the card's PCIe limit (bytes in and out per event at the PCIe rate) and
-its compute limit, and the card's own accounting.
+its compute limit, the card's own accounting, and the card model's own CPU per event (its
+stand-in calls in the engine, of which the part spent blocking for modelled DMA and kernel
+time, plus the card process's CPU) against the event's PCIe time. ``--sim-device timing``
+(FPGASERVE_SIM_DEVICE=timing) models the card without doing its work: device memory aliases
+host memory, syncs move no bytes, kernel calls compute nothing, so the simulator costs the
+host about what a card does and the server can be fed at PCIe rate; answers are then checked
+for shape only (their values are not computed), and exactness is for the other two modes.
 """
 
 from __future__ import annotations
@@ -220,7 +227,9 @@ def _card_repository(repo: Path, cus: int, abi: str) -> Path:
     return version
 
 
-def _card_report(opts, requests: int, wall: float, card_cpu: float, before: dict, after: dict) -> list[str]:
+def _card_report(
+    opts, requests: int, wall: float, card_cpu: float, stand_in: tuple[float, float], before: dict, after: dict
+) -> list[str]:
     rows = opts.batch
     event_bytes = rows * (47 + 1) * 4
     pcie_limit = opts.pcie_gbps * 1e9 / event_bytes
@@ -258,6 +267,23 @@ def _card_report(opts, requests: int, wall: float, card_cpu: float, before: dict
             f"card process (pid {side['pid']}, the card's DMA copies and C-simulation, not the engine's CPU): "
             f"{card_cpu / max(requests, 1) * 1e6:,.1f} µs per event; the host waited {late:.3f} s beyond the model for it"
         )
+    elif side.get("mode") == "timing":
+        calls = side.get("uncomputed_calls", 0) - before["device_side"].get("uncomputed_calls", 0)
+        lines.append(
+            f"card side: timing only (computed {str(side.get('computed')).lower()}): {calls:,} kernel calls timed and not "
+            "computed, no bytes copied (device memory is host memory)"
+        )
+    # the card model's own CPU per event: its stand-in calls in the engine (blocking included:
+    # a sleep costs the system a context switch each way) and the card process, if any
+    n = max(requests, 1)
+    cpu, blocked = stand_in
+    model_us = (cpu + card_cpu) / n * 1e6
+    pcie_us = event_bytes / (opts.pcie_gbps * 1e9) * 1e6
+    lines.append(
+        f"card model's own CPU per event: {model_us:,.1f} µs (stand-in calls in the engine {cpu / n * 1e6:,.1f}, of "
+        f"which blocking for modelled time {blocked / n * 1e6:,.1f}; card side {card_cpu / n * 1e6:,.1f}); the event's "
+        f"PCIe time {pcie_us:,.1f} µs: ratio {model_us / pcie_us:.3f}"
+    )
     return lines
 
 
@@ -283,6 +309,8 @@ async def _engine(opts) -> tuple[float, bool]:
     if opts.card:
         _card_environment(work, opts)
         exact = str(_card_repository(repo, opts.card_cus, opts.card_abi))
+        if opts.sim_device == "timing":
+            exact = None  # the card computes nothing: answers are checked for their shape only
     else:
         source = BUNDLED_REPO if opts.model == "facile" else CONFORMANCE_REPO
         shutil.copytree(source / opts.model, repo / opts.model)
@@ -317,6 +345,7 @@ async def _engine(opts) -> tuple[float, bool]:
     card_pid = _card_pid(card0) if card0 else 0
     ccpu0 = _cpu_of(card_pid) if card_pid else 0.0
     stand_in0 = simcard.stand_in_cpu_s() if opts.card else 0.0
+    blocked0 = simcard.blocked_cpu_s() if opts.card else 0.0
     busy0, cpu0, t0 = _system_busy(), _cpu_self(), time.monotonic()
     go.set()
     profiler = None
@@ -346,6 +375,7 @@ async def _engine(opts) -> tuple[float, bool]:
     # the simulated runtime's own CPU in this process (its pyxrt calls, finalizers, stats
     # thread): the simulator's, not the server's, and printed apart
     stand_in_cpu = simcard.stand_in_cpu_s() - stand_in0 if opts.card else 0.0
+    blocked_cpu = simcard.blocked_cpu_s() - blocked0 if opts.card else 0.0
     engine_cpu -= stand_in_cpu
     card_cpu = (_cpu_of(card_pid) - ccpu0) if card_pid else 0.0
     busy = _system_busy() - busy0
@@ -367,7 +397,8 @@ async def _engine(opts) -> tuple[float, bool]:
         f"{what}: model {opts.model} batch {opts.batch}, {opts.frontends} frontends x concurrency {opts.concurrency}, "
         f"{opts.seconds:g} s, fpga-mode {opts.fpga_mode}"
     )
-    print(f"requests answered: {requests:,} ({bad} wrong{', warm-up included' if not all(warm) else ''})")
+    checked = "" if not opts.card or opts.sim_device != "timing" else "; shape only: a timing card computes no values"
+    print(f"requests answered: {requests:,} ({bad} wrong{', warm-up included' if not all(warm) else ''}{checked})")
     print(f"throughput: {requests / wall:,.0f} requests/s" + (f", {rows / wall:,.0f} rows/s" if opts.batch > 1 else ""))
     print(
         f"engine CPU per request: {us:,.1f} µs ({engine_cpu / wall:.2f} cores; includes the model's execution"
@@ -382,7 +413,7 @@ async def _engine(opts) -> tuple[float, bool]:
     print(f"frontend CPU per request (RemoteDataPlane only, no gRPC): {frontend_cpu / max(requests, 1) * 1e6:,.1f} µs")
     print(f"other processes meanwhile: {other / wall:.2f} cores (of {os.cpu_count()})")
     if card0 is not None and card1 is not None:
-        for line in _card_report(opts, requests, wall, card_cpu, card0, card1):
+        for line in _card_report(opts, requests, wall, card_cpu, (stand_in_cpu, blocked_cpu), card0, card1):
             print(line)
         telemetry = _card_telemetry()
         if telemetry:
@@ -459,9 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--sim-device",
-        choices=("process", "inline"),
+        choices=("process", "inline", "timing"),
         default="process",
-        help="where the simulated card's work runs: its own process (default) or the engine's (charged to it)",
+        help="where the simulated card's work runs: its own process (default), the engine's (charged to it), or "
+        "nowhere (timing: DMA and kernel time modelled, nothing copied or computed; answers checked for shape only)",
     )
     ap.add_argument("--profile", help="write py-spy raw GIL samples of the engine here")
     opts = ap.parse_args(argv)

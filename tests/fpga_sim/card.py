@@ -51,6 +51,14 @@ Where the card's work runs (``FPGASERVE_SIM_DEVICE``, read when a card object is
     bad_state, bank checks, 0xA5 memory, state files) applies unchanged: the card process never
     decides anything, it only moves and computes bytes. A computation that fails there makes the
     command hang at its modelled completion (inline: at its start), with the same fault text.
+    ``timing`` is for throughput runs: a card model that costs the host what the hardware costs
+    it. Device memory aliases the buffers' host memory (a user-pointer buffer's: the caller's
+    pages), so a sync moves no bytes and only its modelled time passes; kernel calls are timed
+    as in the other modes but compute nothing (no C-simulation is built, outputs are not
+    written; ``stats["device_side"]`` says ``"computed": false`` and counts
+    ``uncomputed_calls``). Every rule here applies unchanged, except what aliasing cannot show
+    (separate host and device copies, 0xA5 in host-backed buffers). Results are checked in
+    exactness runs, with ``inline`` or ``process``.
 
 Commands (XRT's KDS + ERT)
     A start is queued on one CU (chosen among the allowed ones: the one free soonest) and runs
@@ -107,6 +115,7 @@ import logging
 import math
 import mmap
 import os
+import struct
 import sys
 import threading
 import time
@@ -117,6 +126,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .device_side import ENV_DEVICE, device_mode, make_device
+from .environ import getenv, getenv_raw
 from .errors import SimulationError
 from .xclbin import DEFAULT_PLATFORM, ShellInfo, Xclbin, shell_info
 
@@ -164,9 +174,18 @@ class CardError(RuntimeError):
         self.logs = logs or []
 
 
+#: [(the variable's raw value, its Path)]: hot calls ask often, the variable seldom changes
+_CONTROL_PATH: list[tuple[object, Path | None]] = [(None, None)]
+
+
 def control_dir() -> Path | None:
-    folder = os.environ.get(ENV_CONTROL_DIR)
-    return Path(folder) if folder else None
+    raw = getenv_raw(ENV_CONTROL_DIR)
+    if not raw:
+        return None
+    cached = _CONTROL_PATH[0]
+    if cached[0] != raw:
+        cached = _CONTROL_PATH[0] = (raw, Path(getenv(ENV_CONTROL_DIR) or "."))
+    return cached[1]
 
 
 def card_count() -> int:
@@ -177,16 +196,23 @@ def card_count() -> int:
         raise SimulationError(f"{ENV_CARDS} must be an integer, got {text!r}") from None
 
 
+_PCIE_RATE: list[tuple[str | None, float]] = [(None, DEFAULT_PCIE_GBPS * 1e9)]  # [(the variable, its rate)]
+
+
 def pcie_rate() -> float:
-    text = os.environ.get(ENV_PCIE_GBPS)
+    text = getenv(ENV_PCIE_GBPS)
     if not text:
         return DEFAULT_PCIE_GBPS * 1e9
+    cached = _PCIE_RATE[0]
+    if cached[0] == text:
+        return cached[1]
     try:
         value = float(text)
     except ValueError:
         raise SimulationError(f"{ENV_PCIE_GBPS} must be a number (GB/s), got {text!r}") from None
     if value <= 0:
         raise SimulationError(f"{ENV_PCIE_GBPS} must be positive, got {text!r}")
+    _PCIE_RATE[0] = (text, value * 1e9)
     return value * 1e9
 
 
@@ -195,6 +221,7 @@ def sensors_readable() -> bool:
 
 
 # ---------------------------------------------------------------------------------- sleeping
+_METER_LOCK = threading.Lock()
 try:
     # ctypes.PyDLL keeps the GIL across the call: usleep through it blocks every Python thread,
     # as pyxrt's bo.sync and run.wait do (pybind11 bindings without gil_scoped_release)
@@ -205,25 +232,52 @@ except (OSError, AttributeError):  # pragma: no cover - every Linux libc has usl
     _usleep = None
 
 
+#: waits shorter than this spin instead of sleeping: a sleep and its wake-up cost a context switch
+#: each way (tens of microseconds of CPU in a VM) and wake up 50+ µs late (timer slack)
+SPIN_BELOW_S = 30e-6
+#: CPU seconds this process spent in ``sleep_until`` (the system's cost of blocking for modelled
+#: time, which a blocking sync or wait on a real card pays too; part of the stand-in CPU)
+_WAIT_CPU_S = [0.0]
+
+
+def blocked_cpu_s() -> float:
+    """CPU seconds spent so far blocking (or spinning) for modelled time, every thread."""
+    return _WAIT_CPU_S[0]
+
+
 def sleep_until(deadline: float, hold_gil: bool) -> None:
-    """Block until ``time.monotonic() >= deadline``, holding the GIL or not.
+    """Block until ``time.monotonic() >= deadline``, holding the GIL or not (the last
+    ``SPIN_BELOW_S`` spin: holding the GIL, or yielding it between looks at the clock).
 
     With the GIL held each stretch is one C call; between stretches the interpreter could switch
     threads (a real pyxrt call holds the GIL throughout), which only matters for waits that loop.
     """
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        if hold_gil and _usleep is not None:
-            _usleep(min(int(left * 1e6) + 1, 1_000_000_000))
-        else:
-            time.sleep(left)
+    t0 = time.thread_time()
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if left < SPIN_BELOW_S:
+                if hold_gil:
+                    while time.monotonic() < deadline:
+                        pass
+                else:
+                    while time.monotonic() < deadline:
+                        time.sleep(0)  # lets other threads take the GIL
+                return
+            if hold_gil and _usleep is not None:
+                _usleep(min(int(left * 1e6) + 1, 1_000_000_000))
+            else:
+                time.sleep(left)
+    finally:
+        spent = time.thread_time() - t0
+        with _METER_LOCK:
+            _WAIT_CPU_S[0] += spent
 
 
 # ---------------------------------------------------------------------------------- stand-in CPU
 _METER = threading.local()
-_METER_LOCK = threading.Lock()
 #: CPU seconds this process spent inside the simulated card's host APIs (pyxrt's and PYNQ's
 #: stand-ins, buffer finalizers, the stats thread): the simulator's own cost, which a
 #: benchmark subtracts to report the server's (a real runtime's calls cost CPU too, but not
@@ -271,16 +325,21 @@ BLOCKING_COUNTS = None
 _CALLER = threading.local()
 
 
-@contextlib.contextmanager
-def _holding_gil(hold: bool):
+class _holding_gil:  # a class: less per use than a contextlib generator
     """Within a host API call: whether its waits for the card side hold the GIL (pyxrt) or
     not (PYNQ); waits outside any call hold it, as most of pyxrt's calls do."""
-    before = getattr(_CALLER, "hold_gil", True)
-    _CALLER.hold_gil = hold
-    try:
-        yield
-    finally:
-        _CALLER.hold_gil = before
+
+    __slots__ = ("before", "hold")
+
+    def __init__(self, hold: bool):
+        self.hold = hold
+
+    def __enter__(self) -> None:
+        self.before = getattr(_CALLER, "hold_gil", True)
+        _CALLER.hold_gil = self.hold
+
+    def __exit__(self, *exc) -> None:
+        _CALLER.hold_gil = self.before
 
 
 def _holds_gil() -> bool:
@@ -390,12 +449,90 @@ def _alive(pid: int, start: str) -> bool:
     return now is not None and start in ("?", now)
 
 
+class _ProcmapQuery(ctypes.Structure):
+    """``struct procmap_query`` (linux/fs.h, Linux >= 6.11): one VMA of /proc/<pid>/maps by ioctl."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("query_flags", ctypes.c_uint64),
+        ("query_addr", ctypes.c_uint64),
+        ("vma_start", ctypes.c_uint64),
+        ("vma_end", ctypes.c_uint64),
+        ("vma_flags", ctypes.c_uint64),
+        ("vma_page_size", ctypes.c_uint64),
+        ("vma_offset", ctypes.c_uint64),
+        ("inode", ctypes.c_uint64),
+        ("dev_major", ctypes.c_uint32),
+        ("dev_minor", ctypes.c_uint32),
+        ("vma_name_size", ctypes.c_uint32),
+        ("build_id_size", ctypes.c_uint32),
+        ("vma_name_addr", ctypes.c_uint64),
+        ("build_id_addr", ctypes.c_uint64),
+    ]
+
+
+_PROCMAP_QUERY = 0xC0000000 | (ctypes.sizeof(_ProcmapQuery) << 16) | (ord("f") << 8) | 17  # _IOWR('f', 17, ...)
+_VMA_WRITABLE = 0x2
+_MAPS = threading.local()  # per thread: (fork generation, /proc/self/maps fd, query, its pointer) or False
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))  # /proc/self was the parent's
+try:
+    _ioctl = ctypes.PyDLL(None, use_errno=True).ioctl  # PyDLL: the GIL stays held, as in the driver call
+    _ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+    _ioctl.restype = ctypes.c_int
+except (OSError, AttributeError):  # pragma: no cover
+    _ioctl = None
+
+
+def _maps_query():
+    """This thread's PROCMAP_QUERY state for this process, or None where the kernel has no such
+    ioctl (then /proc/self/maps is parsed)."""
+    q = getattr(_MAPS, "q", None)
+    if q is not None and (q is False or q[0] == _FORKS[0]):
+        return q or None
+    if q:
+        os.close(q[1])  # opened before a fork
+    q = False
+    if _ioctl is not None:
+        try:
+            fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            query = _ProcmapQuery(size=ctypes.sizeof(_ProcmapQuery))  # query_flags 0: the covering VMA, or ENOENT
+            q = (_FORKS[0], fd, query, ctypes.byref(query))
+            if _vma(q, id(q)) is None and ctypes.get_errno() in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
+                os.close(fd)
+                q = False
+    _MAPS.q = q
+    return q or None
+
+
+def _vma(q, address: int) -> tuple[int, int, int] | None:
+    """(start, end, flags) of the VMA covering ``address``, None if none does (errno says why)."""
+    _gen, fd, query, ref = q
+    query.query_addr = address
+    if _ioctl(fd, _PROCMAP_QUERY, ref) != 0:
+        return None
+    return query.vma_start, query.vma_end, query.vma_flags
+
+
 def _user_pages_writable(address: int, size: int) -> bool:
     """Whether every page of [address, address + size) is mapped writable in this process
-    (what pinning them for the device's writes needs), from /proc/self/maps."""
+    (what pinning them for the device's writes needs): PROCMAP_QUERY on /proc/self/maps, one
+    ioctl per VMA (a few microseconds, where parsing the text of every mapping takes
+    milliseconds in a large process), or the text where the kernel lacks that ioctl."""
     start = address - address % BO_ALIGN
     end = address + max(size, 1)
     covered = start
+    q = _maps_query()
+    if q is not None:
+        while covered < end:
+            vma = _vma(q, covered)
+            if vma is None or not vma[2] & _VMA_WRITABLE:  # a hole, or read-only
+                return False
+            covered = vma[1]
+        return True
     try:
         lines = Path("/proc/self/maps").read_text().splitlines()
     except OSError:
@@ -411,6 +548,97 @@ def _user_pages_writable(address: int, size: int) -> bool:
         if covered >= end:
             return True
     return False
+
+
+# ---------------------------------------------------------------------------------- control requests
+_IN_NONBLOCK_CLOEXEC = 0o4000 | 0o2000000
+# IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+_IN_MASK = 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x01000000
+_IN_SELF = 0x400 | 0x800 | 0x4000 | 0x8000  # the folder itself went, the queue overflowed, the watch ended
+_IN_EVENT = struct.Struct("iIII")
+try:
+    _INOTIFY = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held (a start never releases it)
+    _INOTIFY.inotify_init1.argtypes = [ctypes.c_int]
+    _INOTIFY.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    _INOTIFY.read.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    _INOTIFY.read.restype = ctypes.c_ssize_t
+except (OSError, AttributeError):  # pragma: no cover
+    _INOTIFY = None
+
+
+class _RequestWatch:
+    """The request files of the control folder (``hang-card*``, ``rendezvous``), listed again
+    only after inotify reported one of them created, removed or renamed there (by any process),
+    instead of a directory read at every start: the event is queued by the system call that
+    made the file, before it returns, so a start after a request sees it as before. Without
+    inotify (or a watch on the folder) every call lists the folder. Used under _LOCK."""
+
+    def __init__(self):
+        self.folder: Path | None = None
+        self.fd = -1
+        self.generation = -1
+        self.names: set[str] = set()
+        self.stale = True
+        self.buf = ctypes.create_string_buffer(64 * 1024)
+
+    def requests(self, folder: Path) -> set[str]:
+        if folder is not self.folder or self.generation != _FORKS[0]:  # control_dir(): one Path per value
+            self._watch(folder)
+        elif self.fd >= 0:
+            self._drain()
+        if self.stale or self.fd < 0:
+            try:
+                self.names = {n for n in os.listdir(folder) if n.startswith(("hang-card", RENDEZVOUS_FILE))}
+            except FileNotFoundError:
+                self.names = set()
+                self._close()  # the folder is not there (yet): no watch, list it next time
+                self.folder = None
+                return set()
+            self.stale = False
+        return self.names  # the callers only read it
+
+    def _watch(self, folder: Path) -> None:
+        self._close()  # another folder, or a fork (an inherited inotify instance is the parent's too)
+        self.folder, self.generation, self.stale, self.fd = folder, _FORKS[0], True, -1
+        if _INOTIFY is None:
+            return
+        fd = _INOTIFY.inotify_init1(_IN_NONBLOCK_CLOEXEC)
+        if fd < 0:
+            return
+        if _INOTIFY.inotify_add_watch(fd, os.fsencode(folder), _IN_MASK) < 0:
+            os.close(fd)
+            return
+        self.fd = fd  # watching from before the listing that follows: nothing falls between
+
+    def _drain(self) -> None:
+        while True:
+            n = _INOTIFY.read(self.fd, self.buf, len(self.buf))
+            if n <= 0:
+                if n < 0 and ctypes.get_errno() == errno.EINTR:
+                    continue
+                if n < 0 and ctypes.get_errno() != errno.EAGAIN:
+                    self._close()
+                return
+            raw, at = self.buf.raw[:n], 0
+            while at < n:
+                _wd, mask, _cookie, length = _IN_EVENT.unpack_from(raw, at)
+                name = raw[at + 16 : at + 16 + length].rstrip(b"\0")
+                at += 16 + length
+                if mask & _IN_SELF or name.startswith((b"hang-card", RENDEZVOUS_FILE.encode())):
+                    self.stale = True
+                if mask & (0x400 | 0x800 | 0x8000):  # the folder is gone or moved: watch it afresh
+                    self._close()
+                    self.folder = None
+                    return
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+        self.stale = True
+
+
+_REQUESTS = _RequestWatch()
 
 
 # ---------------------------------------------------------------------------------- persistent state
@@ -439,12 +667,20 @@ class _Store:
         self._cache: tuple[object, dict] | None = None
         self._cache_t = 0.0
         self._cache_path: Path | None = None
+        self._paths_of: tuple[Path, Path, Path] | None = None
 
     def _paths(self) -> tuple[Path, Path] | None:
         folder = control_dir()
         if folder is None:
             return None
-        return folder / f"state-card{self.index}.json", folder / f"state-card{self.index}.lock"
+        paths = self._paths_of
+        if paths is None or paths[0] is not folder:  # control_dir() gives the same Path while the folder stays
+            paths = self._paths_of = (
+                folder,
+                folder / f"state-card{self.index}.json",
+                folder / f"state-card{self.index}.lock",
+            )
+        return paths[1], paths[2]
 
     @contextlib.contextmanager
     def edit(self):
@@ -480,7 +716,7 @@ class _Store:
             return _MEMORY_STATE.setdefault(self.index, _fresh_state(self.index))
         path = paths[0]
         now = time.monotonic()
-        if self._cache is not None and now - self._cache_t < SNAPSHOT_TTL_S and self._cache_path == path:
+        if self._cache is not None and now - self._cache_t < SNAPSHOT_TTL_S and self._cache_path is path:
             return self._cache[1]
         self._cache_t, self._cache_path = now, path
         try:
@@ -650,6 +886,13 @@ class Context:
 
 
 # ---------------------------------------------------------------------------------- the card
+#: SimCard.counts keys a sync adds to, by direction (to_device)
+_DMA_COUNTS = {
+    True: ("bytes_to_device", "bytes_to_device_userptr", "dma_s_to_device"),
+    False: ("bytes_from_device", "bytes_from_device_userptr", "dma_s_from_device"),
+}
+
+
 class SimCard:
     """One simulated card as seen from this process (see the module docstring)."""
 
@@ -671,7 +914,8 @@ class SimCard:
         self.shell = shell
         self.store = _Store(index)
         #: where the card's work (device memory, DMA copies, kernel computation) runs: this
-        #: process ("inline") or a card process of its own ("process"); see device_side.py
+        #: process ("inline"), a card process of its own ("process"), or nowhere ("timing":
+        #: only its modelled time passes); see device_side.py
         self.device_mode = device_mode()
         self._dev = None
         self._bids = itertools.count(1)
@@ -764,6 +1008,7 @@ class SimCard:
         """After a device reset: nothing of the old xclbin is left on the card."""
         self.xclbin = None
         self.cus = []
+        _changed()
 
     def _close_handle(self, handle: CardHandle) -> None:
         with _LOCK:
@@ -843,6 +1088,7 @@ class SimCard:
         """This process's view of the loaded xclbin: its CUs with empty queues."""
         self.xclbin = xb
         self.cus = []
+        _changed()
         for cu in xb.cus:
             kernel = xb.kernels.get(cu.kernel)
             span = kernel.register_span if kernel else 0x10000
@@ -852,8 +1098,8 @@ class SimCard:
             )
 
     def _build_models(self, xb: Xclbin) -> None:
-        """The card side builds each kernel's model (its C-simulation); this side keeps that one
-        (inline) or one that only plans and times calls (process mode)."""
+        """The card side builds each kernel's model (its C-simulation; timing mode: none); this
+        side keeps that one (inline, timing) or one that only plans and times calls (process mode)."""
         for name, kernel in xb.kernels.items():
             key = (xb.uuid, name)
             if key in self.models:
@@ -863,7 +1109,7 @@ class SimCard:
             model: KernelModel | SimulationError
             if why is not None:
                 model = SimulationError(why)
-            elif dev.mode == "inline":
+            elif dev.local_models:
                 model = dev.side.models[key]
             else:
                 from .kernels import load_model  # numpy and fpgaserve: only where kernels run
@@ -1070,7 +1316,7 @@ class SimCard:
             self.dev.post("copy", src.bid, src.offset, dst.bid, dst.offset, min(src.size, dst.size))
 
     def free(self, buf: SimBuffer) -> None:
-        metered(_run_or_defer)(self._free_locked, buf)
+        _metered_run_or_defer(self._free_locked, buf)
 
     def _free_locked(self, buf: SimBuffer) -> None:
         with _LOCK:
@@ -1144,11 +1390,12 @@ class SimCard:
         with _LOCK:
             _advance(time.monotonic())
             self.dma_log.append((xfer.chan, xfer.begin, xfer.end, xfer.size))
-            key = "to_device" if xfer.to_device else "from_device"
-            self.counts[f"bytes_{key}"] += xfer.size
+            moved, moved_userptr, seconds = _DMA_COUNTS[xfer.to_device]
+            counts = self.counts
+            counts[moved] += xfer.size
             if xfer.root.userptr:
-                self.counts[f"bytes_{key}_userptr"] += xfer.size
-            self.counts[f"dma_s_{key}"] += xfer.end - xfer.begin
+                counts[moved_userptr] += xfer.size
+            counts[seconds] += xfer.end - xfer.begin
             self._mark_dirty()
 
     # ------------------------------------------------------------------ commands
@@ -1175,6 +1422,7 @@ class SimCard:
             est = model.timing.seconds(call.rows, clock)
             cu = min(cus, key=lambda c: (self._free_at(c, now), c.index))
             cmd = Command(self, cu, bytes(regs), now, os.getpid(), est, via_kds=need_context)
+            cmd.call = call  # what _start would plan from the same registers
             if callback is not None:
                 cmd.callbacks.append(callback)
             requests = self._control_requests()
@@ -1184,6 +1432,7 @@ class SimCard:
             if any(c is not self and any(x.hung for x in c.cus) for c in list(_CARDS.values())):
                 self.counts["starts_while_another_card_hung"] += 1
             cu.queue.append(cmd)
+            _changed()
             cu.commands += 1
             self.counts["kernel_starts"] += 1
             _advance(now)
@@ -1242,15 +1491,13 @@ class SimCard:
 
     @staticmethod
     def _control_requests() -> set[str]:
-        """Request files in the control folder (one directory read: each file system call lets
-        other threads take the GIL, which a real start never does)."""
+        """Request files in the control folder (one directory read, and only when one may have
+        come or gone, see _RequestWatch: each file system call lets other threads take the GIL,
+        which a real start never does)."""
         folder = control_dir()
         if folder is None:
             return set()
-        try:
-            return {n for n in os.listdir(folder) if n.startswith(("hang-card", RENDEZVOUS_FILE))}
-        except FileNotFoundError:
-            return set()
+        return _REQUESTS.requests(folder)
 
     def _consume_hang_request(self, cu: CuState, requests: set[str]) -> str | None:
         folder = control_dir()
@@ -1294,7 +1541,7 @@ class SimCard:
             self._hang(cu, cmd, reason)
             return
         model = self.model_for(cu)
-        call = model.plan(cmd.regs)
+        call = cmd.call if cmd.call is not None else model.plan(cmd.regs)
         cmd.call = call
         fault = call.fault or self._check(cu, call)
         if fault:
@@ -1307,7 +1554,7 @@ class SimCard:
         cmd.dev_key, cmd.dev_pending = dev.key(), True
         reads = [self._locate(a.address, a.nbytes) for a in call.reads]
         dev.start(cmd.dev_key, "compute", cmd.dev_key, (self.xclbin.uuid, cu.kernel), call, reads)
-        if dev.mode == "inline":
+        if dev.immediate:
             error = self._computed(cmd)
             if error is not None:
                 self._hang(cu, cmd, f"simulator error: {error}")
@@ -1369,6 +1616,7 @@ class SimCard:
             self.dev.post("drop", key)
 
     def _hang(self, cu: CuState, cmd: Command, reason: str) -> None:
+        _changed()
         self._forget_computation(cmd)
         cmd.state = "hung"
         cmd.end_t = INF
@@ -1391,6 +1639,7 @@ class SimCard:
         self._mark_dirty(now=True)
 
     def _complete(self, cu: CuState, cmd: Command, t: float) -> None:
+        _changed()
         if cmd.dev_key:
             key = cmd.dev_key
             error = self._computed(cmd) if cmd.dev_pending else None
@@ -1425,6 +1674,7 @@ class SimCard:
         self._mark_dirty()
 
     def _abort(self, cu: CuState, cmd: Command) -> None:
+        _changed()
         self._forget_computation(cmd)
         if cmd.state in ("running", "held"):
             _CONCURRENCY.executing -= 1
@@ -1540,10 +1790,11 @@ class SimCard:
         GIL, which real pyxrt calls never do, so it stays out of the hot calls (sync, start, wait)."""
         if control_dir() is None:
             return
-        self._dirty = True
         if now:
+            self._dirty = True
             self.flush_stats()
-        else:
+        elif not self._dirty:  # already dirty: the flusher was kicked then, and has not written it yet
+            self._dirty = True
             _Flusher.kick()
 
     def flush_stats(self) -> None:
@@ -1676,10 +1927,24 @@ def _run_or_defer(fn, *args) -> None:
         fn(*args)
 
 
+#: no start, completion or rendezvous timeout of any card is due before this time (monotonic):
+#: set by each full scan, -inf (unknown) after any change that could bring one earlier (a command
+#: queued, completed, aborted or hung; CUs replaced), so most calls skip the scan
+_DUE = [-INF]
+
+
+def _changed() -> None:
+    """The timeline changed: the next ``_advance`` scans every CU."""
+    _DUE[0] = -INF
+
+
+_metered_run_or_defer = metered(_run_or_defer)  # buffer finalizers: the stand-in's CPU
+
+
 def _advance(now: float) -> None:
     """Process every start/completion up to ``now`` on all cards, in time order (under _LOCK;
     a call made while an event is being processed, e.g. by a stats write, does nothing)."""
-    if getattr(_ADVANCING, "active", False):
+    if now < _DUE[0] or getattr(_ADVANCING, "active", False):
         return
     _ADVANCING.active = True
     try:
@@ -1694,15 +1959,20 @@ def _advance(now: float) -> None:
 def _advance_events(now: float) -> None:
     while True:
         best = None
+        soonest = INF
         for card in list(_CARDS.values()):
             for cu in card.cus:
                 if not cu.queue:
                     continue
                 cmd = cu.queue[0]
                 t = _next_event(cu, cmd)
-                if t <= now and (best is None or t < best[0]):
-                    best = (t, card, cu, cmd)
+                if t <= now:
+                    if best is None or t < best[0]:
+                        best = (t, card, cu, cmd)
+                elif t < soonest:
+                    soonest = t
         if best is None:
+            _DUE[0] = soonest  # a scan that found nothing to do: nothing is due before the next event
             return
         t, card, cu, cmd = best
         if cmd.start_t is None:
@@ -1723,6 +1993,7 @@ def _advance_events(now: float) -> None:
 
 
 def _release_held(t: float) -> None:
+    _changed()
     for card in _CARDS.values():
         for cu in card.cus:
             for cmd in cu.queue:
@@ -1761,6 +2032,7 @@ def forget_cards() -> None:
         _CARDS.clear()
         _MEMORY_STATE.clear()
         _CONCURRENCY.__init__()
+        _changed()
 
 
 def reset_card(index: int, caller_pid: int | None = None) -> None:

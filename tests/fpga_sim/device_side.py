@@ -26,7 +26,24 @@ device memory when a sync is modelled, computes a kernel call from the device me
     process is slower than the model (that extra wait is counted in the card's statistics,
     ``device_process.late_s``).
 
-Both run the same :class:`CardSide`, so results are bit-identical whichever is chosen.
+``timing``
+    :class:`TimingDevice`: in the calling process, and it does *none* of the card's work -- a
+    card model that costs the host what the hardware costs it, for throughput runs. Device
+    memory *is* the buffer's host memory (a buffer's own host copy, or, for a user-pointer
+    buffer, the caller's pages, as a DMA engine reads pinned pages): a sync moves no bytes, only
+    its modelled time passes; a kernel call is timed by ``kernels.Timing`` exactly as in the
+    other modes but computes nothing and writes no outputs (the output buffers keep what they
+    held), and no C-simulation is built. The card's statistics say so
+    (``device_side: {"mode": "timing", "computed": false, "uncomputed_calls": N}``). What
+    aliasing cannot show is not modelled: host and device copies are one (a sync is needed on
+    hardware and a missing one goes unnoticed here), and a new host-backed buffer's device
+    memory reads as its host memory, not 0xA5 (device-only buffers still read 0xA5). Every rule
+    of ``card.py`` (ERT states, loads, resets, hangs, bad_state, bank checks, rendezvous, state
+    files) applies unchanged. Results are checked in exactness runs, with ``inline`` or
+    ``process``.
+
+``inline`` and ``process`` run the same :class:`CardSide`, so results are bit-identical whichever
+is chosen.
 """
 
 from __future__ import annotations
@@ -49,7 +66,7 @@ from pathlib import Path
 from .errors import SimulationError
 
 ENV_DEVICE = "FPGASERVE_SIM_DEVICE"
-MODES = ("inline", "process")
+MODES = ("inline", "process", "timing")
 PAGE = mmap.PAGESIZE
 UNINITIALISED = 0xA5
 MAX_MESSAGE = 1 << 20
@@ -57,7 +74,7 @@ START_TIMEOUT_S = 120.0
 
 
 def device_mode() -> str:
-    """``inline`` or ``process`` (``FPGASERVE_SIM_DEVICE``, read when a card object is made)."""
+    """``inline``, ``process`` or ``timing`` (``FPGASERVE_SIM_DEVICE``, read when a card object is made)."""
     text = (os.environ.get(ENV_DEVICE) or "inline").strip().lower()
     if text not in MODES:
         raise SimulationError(f"{ENV_DEVICE} must be one of {', '.join(MODES)}, got {text!r}")
@@ -154,8 +171,8 @@ class _Buffer:
 
     __slots__ = ("dev", "host", "host_map", "userptr")
 
-    def __init__(self, size: int, host, userptr: tuple[int, int] | None):
-        self.dev = DeviceMemory(size)
+    def __init__(self, size: int, host, userptr: tuple[int, int] | None, dev=None):
+        self.dev = DeviceMemory(size) if dev is None else dev
         self.host_map = host if isinstance(host, mmap.mmap) else None
         self.host = memoryview(host)[:size] if host is not None else None
         self.userptr = userptr  # (pid, address)
@@ -287,6 +304,11 @@ class InlineDevice:
 
     mode = "inline"
     pid = 0
+    #: a request's answer is in when ``start`` returns (card.py takes a computation's result at
+    #: the call's start, not at its modelled completion)
+    immediate = True
+    #: the kernel models the card side built are this process's (``side.models``)
+    local_models = True
 
     def __init__(self, index: int):
         self.index = index
@@ -339,6 +361,90 @@ class InlineDevice:
             self.side.free(bid)
 
 
+# ---------------------------------------------------------------------------------- timing only
+class _AliasedMemory:
+    """Device memory that is host memory (``timing``): a buffer's own host copy, or the caller's
+    pages of a user-pointer buffer (a memoryview at their address, no copy)."""
+
+    __slots__ = ("size", "view")
+
+    def __init__(self, size: int, view: memoryview):
+        self.size = size
+        self.view = view
+
+    def read(self, start: int, nbytes: int) -> memoryview:
+        return self.view[start : start + nbytes]
+
+    def prepare_write(self, start: int, nbytes: int) -> None:
+        pass
+
+    def write(self, start: int, data) -> None:
+        n = len(data) if not isinstance(data, memoryview) else data.nbytes
+        self.view[start : start + n] = data
+
+    def close(self) -> None:
+        self.view.release()
+
+
+class TimingSide(CardSide):
+    """The card side of ``timing`` (module docstring): device memory aliases host memory, a
+    sync moves nothing, a kernel call computes nothing and writes nothing; the calls it was
+    asked to compute are counted in ``uncomputed``."""
+
+    def __init__(self):
+        super().__init__()
+        self.uncomputed = 0
+
+    def alloc(self, bid: int, size: int, host) -> None:
+        if isinstance(host, tuple):  # ("userptr", pid, address): the caller's pages, where they are
+            pages = (ctypes.c_char * size).from_address(int(host[2]))
+            view = memoryview(pages).cast("B")
+            self.buffers[bid] = _Buffer(size, None, (int(host[1]), int(host[2])), _AliasedMemory(size, view))
+        elif host is not None:
+            self.buffers[bid] = _Buffer(size, host, None, _AliasedMemory(size, memoryview(host)[:size]))
+        else:  # device-only: memory of its own, 0xA5 until written (a device-to-device copy)
+            self.buffers[bid] = _Buffer(size, None, None)
+
+    def dma(self, bid: int, to_device: bool, start: int, nbytes: int) -> None:
+        """Nothing to move: device memory is the host memory."""
+
+    def load_model(self, key: tuple[str, str], kernel, path: str | None) -> str | None:
+        """A model that plans and times calls, without the C-simulation."""
+        if key in self.models:
+            return None
+        from .kernels import load_model
+
+        try:
+            self.models[key] = load_model(kernel, path, compute=False)
+        except SimulationError as e:
+            return str(e)
+        except Exception as e:
+            return f"simulated card cannot model kernel {kernel.name} of {path}: {e}"
+        return None
+
+    def compute(self, key: int, model_key: tuple[str, str], call, reads: list[tuple[int, int, int]]):
+        if model_key not in self.models:
+            return f"no model of kernel {model_key[1]} was built", 0, 0
+        self.uncomputed += 1
+        return None, 0, 0
+
+    def commit(self, key: int, targets: list[tuple[int, int] | None]) -> None:
+        """The call completed: it computed nothing, so nothing lands in device memory."""
+
+
+class TimingDevice(InlineDevice):
+    """``timing``: the card side in this process, doing none of the card's work (module docstring)."""
+
+    mode = "timing"
+
+    def __init__(self, index: int):
+        super().__init__(index)
+        self.side = TimingSide()
+
+    def describe(self) -> dict:
+        return {"mode": "timing", "computed": False, "uncomputed_calls": self.side.uncomputed}
+
+
 # poll(2) through PyDLL keeps the GIL while it blocks (pyxrt's sync and wait never release it)
 class _PollFd(ctypes.Structure):
     _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
@@ -363,6 +469,8 @@ class ProcessDevice:
     """The card side in a card process of its own (see the module docstring)."""
 
     mode = "process"
+    immediate = False
+    local_models = False
 
     def __init__(self, index: int):
         self.index = index
@@ -539,7 +647,10 @@ def _allow_ptrace(pid: int) -> None:
 
 
 def make_device(index: int):
-    return ProcessDevice(index) if device_mode() == "process" else InlineDevice(index)
+    mode = device_mode()
+    if mode == "process":
+        return ProcessDevice(index)
+    return TimingDevice(index) if mode == "timing" else InlineDevice(index)
 
 
 # ---------------------------------------------------------------------------------- card process

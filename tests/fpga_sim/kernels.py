@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .environ import getenv, getenv_raw
 from .errors import SimulationError
 from .xclbin import XmlKernel
 
@@ -288,13 +289,23 @@ class Timing:
         }
 
     def seconds(self, rows: int, clock_mhz: float) -> float:
-        e = self.effective(clock_mhz)
-        cycles = e["latency"] + e["ii_eff"] * max(rows - 1, 0) if rows > 0 else 1
-        return cycles / (e["clock_mhz"] * 1e6) + e["delay_ms"] / 1000.0
+        # every start asks twice: what ``effective`` makes of the same overrides is kept
+        key = (clock_mhz, *[getenv_raw(name) for name in _OVERRIDES])
+        made = self.__dict__.get("_seconds_of")
+        if made is None or made[0] != key:
+            e = self.effective(clock_mhz)
+            made = (key, e["latency"], e["ii_eff"], e["clock_mhz"] * 1e6, e["delay_ms"] / 1000.0)
+            object.__setattr__(self, "_seconds_of", made)  # not a field: equality and hash are the fields'
+        _key, latency, ii_eff, hz, delay_s = made
+        cycles = latency + ii_eff * max(rows - 1, 0) if rows > 0 else 1
+        return cycles / hz + delay_s
+
+
+_OVERRIDES = (ENV_KERNEL_II, ENV_KERNEL_LATENCY, ENV_KERNEL_CLOCK_MHZ, ENV_KERNEL_DELAY_MS)
 
 
 def _env_number(name: str) -> float:
-    text = os.environ.get(name)
+    text = getenv(name)
     if not text:
         return 0.0
     try:

@@ -807,6 +807,7 @@ class _KernelImpl:
         if meta is None:
             raise RuntimeError(f"No such kernel '{kname}': Invalid argument")
         self.meta = meta
+        self._connections: dict[int, dict[int, set[int]]] = {}
         cus = [cu for cu in xb.cus if cu.kernel == kname]
         if inst:
             wanted = {x.strip() for x in inst.strip("{}").split(",") if x.strip()}
@@ -822,8 +823,13 @@ class _KernelImpl:
         weakref.finalize(self, self.ctx.close, True)
 
     def connections(self, cu_index: int) -> dict[int, set[int]]:
-        cu = self.xclbin.cus[cu_index]
-        return {arg: set(mems) for arg, mems in cu.arg_mems.items()}
+        """Argument index -> the memory banks it is connected to on CU ``cu_index`` (the
+        xclbin's metadata: made once per CU, not to be changed by callers)."""
+        made = self._connections.get(cu_index)
+        if made is None:
+            cu = self.xclbin.cus[cu_index]
+            made = self._connections[cu_index] = {arg: set(mems) for arg, mems in cu.arg_mems.items()}
+        return made
 
     def payload_size(self) -> int:
         return max([0x10] + [a.offset + a.size for a in self.meta.args])
