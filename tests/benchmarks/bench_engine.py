@@ -29,8 +29,9 @@ INPUT0-INPUT1), FACILE in onnx mode for its shape and finiteness, FACILE on the 
 bit against the numpy ap_fixed emulation of the same inputs. The engine runs in the main
 process; the frontends are ``multiprocessing`` spawns.
 
-The card (``--card``): ``tests/fpga_sim`` behind its test-only ``pyxrt``, as
-``tests/fpga_sim/serve.py`` runs it, in this process: an xclbin written like
+The card (``--card``): ``tests/fpga_sim`` behind the C double of XRT's ``libxrt_coreutil.so.2``
+(``--card-api xrt-c``, the default, as ``card-api auto`` drives a real host; ``--card-api xrt``:
+its test-only ``pyxrt``), as ``tests/fpga_sim/serve.py`` runs it, in this process: an xclbin written like
 ``bench_card.py`` writes it (a temporary copy of ``bitstreams/facile/1``, ``--card-cus``
 krnl_rtl compute units, all on DDR[0]; the model gets two instances per compute unit) and the
 simulator's timing model (DMA at ``--pcie-gbps``, FPGASERVE_SIM_PCIE_GBPS; kernel calls from the
@@ -185,6 +186,13 @@ def _card_environment(work: Path, opts) -> None:
     if xrt_python not in sys.path:
         sys.path.insert(0, xrt_python)
     os.environ["PATH"] = f"{SIM / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    if opts.card_api == "xrt-c":
+        # XRT's C API: the double of libxrt_coreutil.so.2 found through XILINX_XRT, as on a host
+        from fpga_sim.xrt_c import build_xrt_root, default_xrt_root
+
+        os.environ["XILINX_XRT"] = str(build_xrt_root(default_xrt_root()))
+    else:
+        os.environ.pop("XILINX_XRT", None)
     control = work / "card-control"
     control.mkdir(exist_ok=True)
     os.environ.update(
@@ -314,7 +322,10 @@ async def _engine(opts) -> tuple[float, bool]:
     else:
         source = BUNDLED_REPO if opts.model == "facile" else CONFORMANCE_REPO
         shutil.copytree(source / opts.model, repo / opts.model)
-    repository = ModelRepository([str(repo)], backend_config={"hls4ml": {"fpga-mode": opts.fpga_mode}})
+    repository = ModelRepository(
+        [str(repo)],
+        backend_config={"hls4ml": {"fpga-mode": opts.fpga_mode, **({"card-api": opts.card_api} if opts.card else {})}},
+    )
     shm = SystemSharedMemoryManager()
     dataplane = DataPlane(repository, shm, LogSettings(0, "", "default"))
     await repository.start()
@@ -478,6 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         default="kernel_wrapper",
         help="the card's kernel: kernel_wrapper with HW_Quant on XRT 2.20's binding (float32 rows DMAed from the "
         "request's memory; default) or krnl_rtl (32-bit words the host encodes)",
+    )
+    ap.add_argument(
+        "--card-api",
+        choices=("xrt-c", "xrt"),
+        default="xrt-c",
+        help="how the engine drives the card: XRT's C API (its test double of libxrt_coreutil.so.2, compiled with "
+        "cc; default) or XRT's pyxrt (the test-only module)",
     )
     ap.add_argument(
         "--xrt-version",
