@@ -2,8 +2,9 @@
 
 The server is the unmodified fpgaserve CLI started through ``tests/fpga_sim/serve.py``, which
 puts the simulator's ``pyxrt`` first on the import path (``tests/fpga_sim/xrt_python``) and its
-``xbutil`` first on PATH, so fpgaserve's default card API (``runtime/xrt.py``) drives simulated
-cards that behave as XRT does on an Alveo card (``tests/fpga_sim/card.py``). The models are the
+``xbutil`` first on PATH, so fpgaserve's card API (``runtime/xrt.py`` over pyxrt; the ABI server:
+``runtime/xrt_c.py`` over the C double of ``libxrt_coreutil.so.2``, ``FPGASERVE_SIM_API=xrt-c``)
+drives simulated cards that behave as XRT does on an Alveo card (``tests/fpga_sim/card.py``). The models are the
 bundled FACILE and jet tagger projects, copied into a temporary repository with an xclbin
 written next to each (``fpga_sim.xclbin``) and ``card.json`` recorded as ``fpgaserve pack
 --xclbin`` records it, so ``--fpga-mode hardware`` and ``auto`` find a card and a bitstream. A
@@ -154,12 +155,21 @@ def repo(tmp_path_factory):
 
 
 def _serve(
-    repo_path: Path, tmp_path_factory, label: str, mode: str, cards: int, *load: str, extra: tuple[str, ...] = ()
+    repo_path: Path,
+    tmp_path_factory,
+    label: str,
+    mode: str,
+    cards: int,
+    *load: str,
+    extra: tuple[str, ...] = (),
+    api: str = "xrt",
 ) -> ServerProcess:
+    """``api``: how serve.py presents the cards: ``xrt`` (the test-only pyxrt alone: card-api
+    auto takes it) or ``xrt-c`` (also the C double of libxrt_coreutil: auto takes XRT's C API)."""
     control = tmp_path_factory.mktemp(f"{label}-control")
     log = tmp_path_factory.mktemp(label) / "fpgaserve.log"
     env = {k: v for k, v in os.environ.items() if k not in SIM_ENV}
-    env.update(FPGASERVE_SIM_CARDS=str(cards), FPGASERVE_SIM_CONTROL_DIR=str(control))
+    env.update(FPGASERVE_SIM_CARDS=str(cards), FPGASERVE_SIM_CONTROL_DIR=str(control), FPGASERVE_SIM_API=api)
     args = ["--fpga-mode", mode, "--model-control-mode", "explicit", *extra]
     for name in load:
         args += ["--load-model", name]
@@ -689,7 +699,8 @@ def abi_server(tmp_path_factory, csim_cache):
         _abi_model(repo, name, v, n_in, n_out, count, max_batch)
         with (repo / name / "config.pbtxt").open("a") as f:
             f.write(f'parameters {{ key: "cards" value: {{ string_value: "{card}" }} }}\n')
-    proc = _serve(repo, tmp_path_factory, "abis", "hardware", len(specs), *specs)
+    # every ABI through XRT's C API, the default on a real host (the hw server runs pyxrt)
+    proc = _serve(repo, tmp_path_factory, "abis", "hardware", len(specs), *specs, api="xrt-c")
     proc.specs = specs
     yield proc
     assert proc.stop() == 0, proc.log()
@@ -715,6 +726,10 @@ def test_every_kernel_abi_serves_bit_exact_results(abi_server, model):
     after = _stats_after(abi_server, card, before, len(sets))
     assert after["kernel_completions"] - before["kernel_completions"] == len(sets)
     assert after["hung"] == [] and not after["faults"], after["faults"]
+    # through XRT's C API, and none of its blocking calls (syncs, waits) held the GIL
+    assert "through card-api xrt-c" in abi_server.log_path.read_text()
+    assert after["xrt_c"]["blocking_calls"] > before["xrt_c"]["blocking_calls"], after["xrt_c"]
+    assert after["xrt_c"]["blocking_calls_holding_gil"] == 0, after["xrt_c"]
 
 
 def test_instances_are_spread_over_every_compute_unit(abi_server):

@@ -469,7 +469,7 @@ def attach(path: str) -> None:
 
 
 def _blocking_counts(lib) -> dict:
-    """The library's blocking stretches so far, and those entered holding the GIL."""
+    """The library's calls that can block so far (syncs, waits), and those entered holding the GIL."""
     out = (ctypes.c_uint64 * 2)()
     lib.fpgasim_blocking_counts(out)
     return {"blocking_calls": int(out[0]), "blocking_calls_holding_gil": int(out[1])}

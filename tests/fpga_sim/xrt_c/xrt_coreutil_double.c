@@ -102,8 +102,8 @@ API int fpgasim_register(const struct bridge *table, size_t size)
 }
 
 /* ------------------------------------------------------------------ blocking, and the GIL */
-/* Every blocking stretch of the library is counted, and those entered while the calling
- * thread holds the GIL (PyGILState_Check: a caller through ctypes.PyDLL, or a binding that
+/* Every call of the library that can block (xrtBOSync, xrtRunWait, xrtRunWaitFor) is counted,
+ * and those entered while the calling thread holds the GIL (PyGILState_Check: a caller through ctypes.PyDLL, or a binding that
  * does not release it) apart: a benchmark reads both to say whether the host's card calls
  * left the interpreter free, as a measurement, not an assumption. */
 typedef int (*gil_check_fn)(void);
@@ -182,7 +182,6 @@ static double monotonic_s(void)
 /* Sleep until CLOCK_MONOTONIC (Python's time.monotonic()) reaches t. */
 static void sleep_until(double t)
 {
-    count_blocking();
     if (!isfinite(t))
         t = monotonic_s() + 1.0;
     struct timespec ts;
@@ -582,6 +581,7 @@ API int xrtBORead(void *bhdl, void *dst, size_t size, size_t skip)
 
 API int xrtBOSync(void *bhdl, int dir, size_t size, size_t offset)
 {
+    count_blocking();
     struct bo *b = acquire(bhdl, K_BO);
     if (b == NULL)
         return fail(EINVAL);
@@ -828,11 +828,13 @@ static int run_wait(void *rhdl, double timeout_s)
 
 API int xrtRunWait(void *rhdl)
 {
+    count_blocking();
     return run_wait(rhdl, 0.0);
 }
 
 API int xrtRunWaitFor(void *rhdl, unsigned int timeout_ms)
 {
+    count_blocking();
     return run_wait(rhdl, timeout_ms ? timeout_ms / 1000.0 : 0.0);
 }
 
