@@ -177,3 +177,20 @@ def test_load_and_unload_go_to_the_models_engine(server):
         # cards of both engine processes: refused before loading, with the reason
         with pytest.raises(InferenceServerException, match="cards of engine processes 0, 1"):
             client.load_model("straddling")
+
+
+def test_an_engine_process_that_dies_stops_the_server(tmp_path_factory, csim_cache):
+    root = tmp_path_factory.mktemp("engines_die_repo")
+    _model(root, "jet_tagger", "jet_tagger", {"cards": "1"})
+    control = tmp_path_factory.mktemp("engines-die-control")
+    env = {k: v for k, v in os.environ.items() if k not in SIM_ENV}
+    env.update(FPGASERVE_SIM_CARDS="2", FPGASERVE_SIM_CONTROL_DIR=str(control))
+    args = ["--fpga-mode", "hardware", "--engine-processes", "2", "--frontend-processes", "1"]
+    log = tmp_path_factory.mktemp("engines-die") / "fpgaserve.log"
+    proc = ServerProcess([root], *args, log_path=log, env=env, entry=[SERVE]).start(timeout=240)
+    try:
+        os.kill(_engine_pids(proc)[1], 9)
+        assert proc.wait(timeout=60) == 1, proc.log()
+        assert "engine process 1" in proc.log() and "the server stops" in proc.log()
+    finally:
+        proc.stop()
