@@ -32,9 +32,40 @@ from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager
 
 if TYPE_CHECKING:
+    from .ipc.engines import EngineGroup
     from .ipc.supervisor import FrontendSupervisor
 
 log = logging.getLogger("fpgaserve")
+
+
+def make_repository(options: ServerOptions, latency, engine: int = 0) -> ModelRepository:
+    """The model repository of engine process ``engine`` (of ``--engine-processes``)."""
+    owns = None
+    if options.engine_processes > 1:
+        from .engine.placement import PlacementError, engine_of_model
+
+        count, config_name = options.engine_processes, options.model_config_name
+
+        def owns(name: str, path) -> bool:
+            try:
+                return engine_of_model(path, count, config_name) == engine
+            except PlacementError:  # listed by engine 0, whose load of it fails saying why
+                return engine == 0
+
+    return ModelRepository(
+        options.model_repositories,
+        control_mode=options.model_control_mode,
+        startup_models=options.load_models,
+        poll_secs=options.repository_poll_secs,
+        strict_readiness=options.strict_readiness,
+        backend_config=options.backend_config,
+        unload_timeout_secs=options.model_unload_timeout_secs,
+        allow_code_upload=options.allow_model_code_upload,
+        auto_complete_config=options.auto_complete_config,
+        latency=latency,
+        model_config_name=options.model_config_name,
+        owns=owns,
+    )
 
 
 class InferenceServer:
@@ -62,19 +93,14 @@ class InferenceServer:
             tracer = Tracer(parse_trace_config(options.trace_config))
         except (MetricsConfigError, TraceConfigError) as e:
             raise StartupError(str(e)) from None
-        self.repository = ModelRepository(
-            options.model_repositories,
-            control_mode=options.model_control_mode,
-            startup_models=options.load_models,
-            poll_secs=options.repository_poll_secs,
-            strict_readiness=options.strict_readiness,
-            backend_config=options.backend_config,
-            unload_timeout_secs=options.model_unload_timeout_secs,
-            allow_code_upload=options.allow_model_code_upload,
-            auto_complete_config=options.auto_complete_config,
-            latency=latency,
-            model_config_name=options.model_config_name,
-        )
+        # --engine-processes N > 1: this process is engine 0, serving the models placed on it
+        # and coordinating the others (server/ipc/engines.py)
+        self.engine_options = options
+        if options.engine_processes > 1:
+            from .ipc.engines import engine_options
+
+            self.engine_options = engine_options(options, 0, options.engine_processes)
+        self.repository = make_repository(self.engine_options, latency, engine=0)
         self.dataplane = DataPlane(
             self.repository, self.shm, self.log_settings, server_id=options.server_id, tracer=tracer
         )
@@ -97,7 +123,16 @@ class InferenceServer:
             cpu_metrics=options.allow_cpu_metrics,
             latency=latency,
         )
-        self.metrics_http = MetricsFrontend(self.metrics.render, header_timeout_s=header_s, idle_timeout_s=idle_s)
+        self.metrics_http = MetricsFrontend(
+            self.metrics.render if options.engine_processes <= 1 else self._render_all_metrics,
+            header_timeout_s=header_s,
+            idle_timeout_s=idle_s,
+        )
+        # --engine-processes N > 1: engines 1..N-1, and their sockets' folder
+        self.engines: EngineGroup | None = None
+        self._engines_dir: str | None = None
+        self.exit_status = 0  # 1 when an engine process died under the server
+        self._stop_requested: asyncio.Event | None = None
         self._grpc: GrpcListener | None = None
         # --frontend-processes N > 1: gRPC is served by N frontend processes fed over IPC
         self.frontends: FrontendSupervisor | None = None
@@ -110,13 +145,18 @@ class InferenceServer:
     async def start(self) -> None:
         o = self.options
         self.dataplane.started = False  # not ready until every listener is up
-        await self.repository.start()
         try:
+            if o.engine_processes > 1:
+                await self._start_engines()  # they load their models while engine 0 loads its own
+            await self.repository.start()
+            if self.engines is not None:
+                await self.engines.connect()
+
             if o.exit_on_error and not self.repository.all_ready():
                 raise StartupError("some models failed to load and --exit-on-error is set")
             serve_http = o.allow_http and o.http_port >= 0
             self._check_ports(serve_http)
-            if o.frontend_processes > 1 and (o.allow_grpc or serve_http):
+            if (o.frontend_processes > 1 or self.engines is not None) and (o.allow_grpc or serve_http):
                 from .ipc.supervisor import FrontendSupervisor
 
                 if o.allow_grpc:
@@ -125,7 +165,7 @@ class InferenceServer:
                     grpc_credentials(o)
 
                 # the frontend processes serve gRPC and HTTP, each sharing its port
-                self.frontends = FrontendSupervisor(o, self.dataplane)
+                self.frontends = FrontendSupervisor(o, self.dataplane, self.engines)
                 grpc_port, http_port = await self.frontends.start()
                 self.grpc_port = grpc_port if grpc_port >= 0 else None
                 self.http_port = http_port if http_port >= 0 else None
@@ -151,7 +191,37 @@ class InferenceServer:
             await self.http.stop()
             await self.metrics_http.stop()
             await self.repository.stop()
+            await self._stop_engines()
             raise
+
+    async def _start_engines(self) -> None:
+        import tempfile
+
+        from .ipc.engines import EngineGroup
+
+        self._engines_dir = tempfile.mkdtemp(prefix="fpgaserve-engines-")  # 0700: only this user connects
+        self.engines = EngineGroup(self.engine_options, self.dataplane, self._engines_dir)
+        self.engines.on_engine_lost = self._engine_lost
+        await self.engines.start()
+
+    def _engine_lost(self, index: int, rc) -> None:
+        """An engine process died: the server stops (exit status 1), as when engine 0 dies."""
+        self.exit_status = 1
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    async def _stop_engines(self) -> None:
+        if self.engines is not None:
+            await self.engines.stop()
+        if self._engines_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._engines_dir, ignore_errors=True)
+
+    async def _render_all_metrics(self) -> bytes:
+        """/metrics of every engine process (--engine-processes N > 1)."""
+        remote = await self.engines.remote_families() if self.engines is not None else []
+        return self.metrics.render(remote)
 
     def _check_ports(self, serve_http: bool) -> None:
         """Every port this server will bind is free, or ``StartupError`` before any listener
@@ -204,6 +274,7 @@ class InferenceServer:
         except asyncio.TimeoutError:
             self.abandoned = True
             log.error("models did not finish within --exit-timeout-secs; exiting without them")
+        await self._stop_engines()
         self.shm.close()
         # the trace file's closing bracket, the last spans to the collector
         await asyncio.get_running_loop().run_in_executor(None, self.dataplane.tracer.close)
@@ -213,7 +284,9 @@ class InferenceServer:
     async def serve_forever(self) -> None:
         await self.start()
         loop = asyncio.get_running_loop()
-        stop_requested = asyncio.Event()
+        stop_requested = self._stop_requested = asyncio.Event()
+        if self.exit_status:  # an engine process died while the server started
+            stop_requested.set()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop_requested.set)
         await stop_requested.wait()

@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if server.abandoned:
         # a backend thread is stuck in execute(); interpreter shutdown would wait for it
         logging.shutdown()
-        os._exit(0)
-    return 0
+        os._exit(server.exit_status)
+    return server.exit_status  # 1 when an engine process (--engine-processes) died
 
 
 if __name__ == "__main__":

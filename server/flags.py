@@ -88,6 +88,17 @@ def process_count(text: str) -> int:
     return n
 
 
+def engine_count(text: str) -> int:
+    """--engine-processes: 1 to 64."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of engine processes, got '{text}'") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"expected 1 to 64 engine processes, got {n}")
+    return n
+
+
 def trace_setting(name: str) -> Callable[[str], str]:
     """The type of a deprecated ``--trace-<x> VALUE`` flag: VALUE as the ``--trace-config``
     setting ``name=VALUE`` it stands for (both append to the same list)."""
@@ -106,6 +117,7 @@ TYPE_NAMES: dict[Any, str] = {
     triton_bool: "bool",
     int_or_bool: "integer or bool",
     process_count: "integer or auto",
+    engine_count: "integer",
     _setting: "string",
 }
 
@@ -749,6 +761,24 @@ class ServerOptions:
             type=process_count,
             default="auto",
             metavar="N|auto",
+            triton=False,
+        )
+    )
+    engine_processes: int = option(
+        Flag(
+            "--engine-processes",
+            PROCESSES,
+            "engine processes the models are partitioned over, as one server (repository control, "
+            "statistics, /metrics and health cover all of them; the frontends route each request to "
+            "its model's engine): card c belongs to engine process c mod N and is opened by it alone; "
+            "a model goes to the engine process of the cards its 'cards' parameter lists, a model without "
+            "one to engine process 0 (its cards only), and a model whose cards belong to several engine "
+            "processes does not load. For hosts with more cards than one engine process feeds at PCIe "
+            "rate (docs/performance.md). N > 1 serves gRPC and HTTP from frontend processes (at least "
+            "one, --frontend-processes). 1 = one engine process for every model and card.",
+            type=engine_count,
+            default="1",
+            metavar="N",
             triton=False,
         )
     )

@@ -294,6 +294,47 @@ _HISTOGRAMS = {
 }
 
 
+# --engine-processes N > 1: families of the host, engine 0's alone (every engine would repeat
+# them), and counts of the whole server, summed over the engines
+_HOST_FAMILIES = ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes")
+_SUMMED_FAMILIES = ("fpgaserve_abandoned_instances",)
+
+
+def merge_families(local: list, remote: list) -> list:
+    """This engine's families with other engine processes' samples added: a family they
+    share gets their samples (other models, other cards), one only they have is added."""
+    by_name = {f.name: f for f in local}
+    merged = list(local)
+    for family in remote:
+        if family.name in _HOST_FAMILIES:
+            continue
+        mine = by_name.get(family.name)
+        if mine is None:
+            by_name[family.name] = family
+            merged.append(family)
+        elif family.name in _SUMMED_FAMILIES:
+            totals = {s.name: s.value for s in family.samples}
+            mine.samples = [s._replace(value=s.value + totals.get(s.name, 0)) for s in mine.samples]
+        else:
+            mine.samples = list(mine.samples) + list(family.samples)
+    return merged
+
+
+class _Merged:
+    """The registry's collector: this process's families, plus the other engine processes'
+    that ``Metrics.render`` was given."""
+
+    def __init__(self, collector: InferenceCollector):
+        self.collector = collector
+        self.remote: list = []
+
+    def collect(self):
+        if not self.remote:
+            yield from self.collector.collect()
+        else:
+            yield from merge_families(list(self.collector.collect()), self.remote)
+
+
 class Metrics:
     """The registry served on --metrics-port.
 
@@ -307,7 +348,8 @@ class Metrics:
     ):
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = InferenceCollector(repository, cpu_metrics=cpu_metrics, latency=latency)
-        self.registry.register(self.collector)
+        self._merged = _Merged(self.collector)
+        self.registry.register(self._merged)
         ProcessCollector(registry=self.registry)
         if gpu_metrics:
             self.add_collector(BackendTelemetry())
@@ -316,7 +358,13 @@ class Metrics:
         """Further families (device telemetry) rendered with the same scrape."""
         self.collector.extra.append(collector)
 
-    def render(self) -> bytes:
+    def render(self, remote: list | tuple = ()) -> bytes:
+        """The exposition text; ``remote``: other engine processes' families to merge in."""
+        self._merged.remote = list(remote)
+        try:
+            text = generate_latest(self.registry)
+        finally:
+            self._merged.remote = []
         # prometheus_client names a counter family "<name>_total" in its HELP/TYPE lines; Triton's
         # nv_* counters have no such suffix (the samples already carry the bare name)
-        return plain_gpu_values(_NV_COUNTER_META.sub(rb"# \1 \2 ", generate_latest(self.registry)))
+        return plain_gpu_values(_NV_COUNTER_META.sub(rb"# \1 \2 ", text))

@@ -54,6 +54,7 @@ SAMPLES = {
     "--model-repository": "/models",
     "--grpc-restricted-protocol": "health:k=v",
     "--http-restricted-api": "health:k=v",
+    "--engine-processes": "2",
 }
 
 

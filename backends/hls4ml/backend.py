@@ -209,7 +209,9 @@ class Hls4mlBackend(Backend):
             for warning in binding.warnings:
                 log.warning("model %s: %s", self.config.get("name"), warning)
         api = open_api(self.backend_config.get("card-api", "auto"))
-        pool = CardPool.instance(api, self.backend_config.get("card-reset", "auto"))
+        pool = CardPool.instance(
+            api, self.backend_config.get("card-reset", "auto"), self.backend_config.get("engine-cards", "")
+        )
         telemetry.device_telemetry().watch_cards(pool)
         timeout = float(
             config_parameter(self.config, "kernel_timeout_secs")
@@ -257,6 +259,7 @@ class Hls4mlBackend(Backend):
         indices = _card_list(spec, pool.count())
         uuid = binding.xclbin.uuid
         if not spec:
+            indices = [i for i in indices if pool.owns(i)]  # (--engine-processes: this process's cards)
             usable = []
             for i in indices:
                 card = pool.card(i)

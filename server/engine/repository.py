@@ -115,6 +115,8 @@ class ModelVersion:
         # identifies this load of the version across processes (a frontend decodes against a
         # snapshot; the engine checks the request still addresses the same load)
         self.uid = next(_VERSION_UIDS)
+        # --engine-processes N > 1, in a frontend's snapshot: the engine process serving it
+        self.engine = 0
         self.scheduler: Scheduler | None = None
         self.load_duration_s = 0.0
         self._labels = labels or {}
@@ -291,6 +293,7 @@ class ModelRepository:
         auto_complete_config: bool = True,
         latency: LatencyConfig | None = None,
         model_config_name: str = "",
+        owns=None,
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{control_mode}'")
@@ -314,9 +317,14 @@ class ModelRepository:
         self._poll_task: asyncio.Task | None = None
         # observers (metrics) called with (event, ModelVersion) on "load" / "unload"
         self.listeners: list = []
+        # --engine-processes N > 1: (name, model folder) -> whether this engine process serves
+        # the model (server/engine/placement.py); the others' models are not listed here
+        self.owns = owns
 
     # ------------------------------------------------------------------ discovery
-    def _scan(self) -> dict[str, Path]:
+    def _scan(self, owned_only: bool = True) -> dict[str, Path]:
+        """The model folders of the repositories (with ``owns``, only this engine process's,
+        unless ``owned_only`` is False: a load routed here by the coordinator)."""
         found: dict[str, Path] = {}
         for repo in self.paths:
             if not repo.is_dir():
@@ -330,6 +338,8 @@ class ModelRepository:
                         )
                         continue
                     found[child.name] = child
+        if owned_only and self.owns is not None:
+            found = {name: path for name, path in found.items() if self.owns(name, path)}
         return found
 
     # ------------------------------------------------------------------ lifecycle
@@ -341,6 +351,9 @@ class ModelRepository:
             names = list(found) if "*" in self.startup_models else self.startup_models
         else:
             names = list(found)
+        if self.owns is not None:  # another engine process loads its own models
+            every = self._scan(owned_only=False)
+            names = [n for n in names if n in found or n not in every]
         for name in names:
             if self.models[name].state:
                 continue  # loaded (or tried) already, as a composing model of an ensemble
@@ -412,7 +425,7 @@ class ModelRepository:
         """Build and swap in the new versions; returns the replaced ones (still to drain).
         ``chain``: the ensembles whose loading loads this model (to refuse a cycle)."""
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(None, self._scan)
+        found = await loop.run_in_executor(None, self._scan, False)
         entry = self.models.get(name)
         if files:
             if config_json is None:
@@ -592,7 +605,7 @@ class ModelRepository:
                 error = failed(circular)
                 error.circular = circular  # type: ignore[attr-defined]
                 raise error
-        found = await asyncio.get_running_loop().run_in_executor(None, self._scan)
+        found = await asyncio.get_running_loop().run_in_executor(None, self._scan, False)
         missing = sorted(d for d in names if d not in found and not (d in self.models and self.models[d].versions))
         if missing:
             raise failed(f"ensemble {name} contains models that are not available or ambiguous: {', '.join(missing)}")

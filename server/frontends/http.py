@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import inspect
 import logging
 import re
 import ssl
@@ -828,7 +829,10 @@ class MetricsFrontend:
             return response
         if request.raw_path.split("?", 1)[0].rstrip("/") != "/metrics":
             return web.Response(status=404, content_type="text/plain")
-        return web.Response(body=self.render(), headers={"Content-Type": _METRICS_TYPE})
+        body = self.render()
+        if inspect.isawaitable(body):  # --engine-processes N > 1: the other engines are asked
+            body = await body
+        return web.Response(body=body, headers={"Content-Type": _METRICS_TYPE})
 
     async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
         return await self.listener.start(address, port, reuse_port)

@@ -17,6 +17,7 @@ import os
 import time
 from collections import namedtuple
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,10 @@ from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, S
 from ..errors import InferenceError, Status, internal, unavailable
 from .arena import ArenaReader, ResponseArena
 from .protocol import FrameChannel
+
+if TYPE_CHECKING:
+    from ..metrics import Metrics
+    from .engines import EngineGroup
 
 log = logging.getLogger("fpgaserve.engine")
 
@@ -49,6 +54,23 @@ _PLAIN_CALLS = frozenset(
     }
 )
 _BROADCAST_TIMEOUT_S = 30.0
+# --engine-processes N > 1: the calls engine 0 answers for every engine (EngineGroup.call)
+_GROUP_CALLS = frozenset(
+    {
+        "live",
+        "ready",
+        "model_ready",
+        "ready_versions",
+        "repository_index",
+        "statistics",
+        "load",
+        "unload",
+        "shm_register",
+        "shm_unregister",
+        "update_log_settings",
+        "trace_settings",
+    }
+)
 
 
 class _Frontend:
@@ -129,6 +151,10 @@ class EngineServer:
         self._acks: dict[int, asyncio.Future] = {}
         self._tokens = itertools.count(1)
         self.on_bound = lambda pid, ports: None  # set by the supervisor: (gRPC port, HTTP port)
+        # --engine-processes N > 1: in engine 0, the other engines (EngineGroup); in every
+        # engine, the Metrics whose families engine 0 merges into /metrics
+        self.engines: EngineGroup | None = None
+        self.metrics: Metrics | None = None
         # repository changes so far, and load/unload calls in progress: a call broadcasts the
         # change itself (awaited, before its client hears back); changes with no call in
         # progress (poll mode) are broadcast from the listener
@@ -189,7 +215,22 @@ class EngineServer:
     async def _call(self, fe: _Frontend, token: int, method: str, args) -> None:
         dp = self.dataplane
         try:
-            if method in _PLAIN_CALLS:
+            if self.engines is not None and method in _GROUP_CALLS:
+                self._control_calls += 1  # (a load of engine 0's broadcasts once, below)
+                try:
+                    value = await self.engines.call(method, tuple(args))
+                finally:
+                    self._control_calls -= 1
+                    if method in ("load", "unload"):
+                        # the model may be another engine's: every frontend drops its snapshots
+                        await self._broadcast("models_changed")
+                if method in ("shm_register", "shm_unregister"):
+                    await self._broadcast("shm", method[4:], tuple(args))
+            elif self.engines is not None and method == "model_snapshot":
+                value = await self.engines.snapshot(*args)
+            elif method == "metric_families" and self.metrics is not None:
+                value = list(self.metrics.collector.collect())
+            elif method in _PLAIN_CALLS:
                 value = await getattr(dp, method)(*args)
             elif method == "model_snapshot":
                 mv = await dp.model(*args)

@@ -1,10 +1,11 @@
 """A frontend process: gRPC and HTTP transports, decoding and validation, fed to the engine over IPC.
 
-    python -m fpgaserve.server.ipc.frontend_process CONFIG SOCKET INDEX GRPC_PORT HTTP_PORT
+    python -m fpgaserve.server.ipc.frontend_process CONFIG SOCKET INDEX GRPC_PORT HTTP_PORT [SOCKETS]
 
 Started by the engine's ``FrontendSupervisor`` (never by hand): CONFIG is the server's
-options as JSON, SOCKET the engine's Unix socket; a port of -1 is not served. Exit status: 0 after a SIGTERM drain, 1 if
-the port cannot be bound, 2 if the engine went away.
+options as JSON, SOCKET the engine's Unix socket (with --engine-processes N > 1, engine 0's, and
+SOCKETS those of engines 1..N-1, joined by os.pathsep); a port of -1 is not served. Exit
+status: 0 after a SIGTERM drain, 1 if the port cannot be bound, 2 if an engine went away.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ from .remote import RemoteDataPlane
 log = logging.getLogger("fpgaserve.frontend")
 
 
-async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
+async def serve(options: ServerOptions, socket_path: str, index: int, engine_sockets: list[str] | None = None) -> int:
     dataplane = RemoteDataPlane(socket_path, options.arena_bytes)
     await dataplane.connect()
+    others = [RemoteDataPlane(path, options.arena_bytes) for path in engine_sockets or ()]
+    for other in others:  # --engine-processes N > 1: engines 1..N-1
+        await other.connect()
+    dataplane.attach_engines(others)
     try:
         restrictions = grpc_restrictions(options.grpc_restricted_protocols)
         http_restricted = http_restrictions(options.http_restricted_apis)
@@ -84,24 +89,29 @@ async def serve(options: ServerOptions, socket_path: str, index: int) -> int:
         logging.shutdown()
         os._exit(2)
 
-    dataplane.on_engine_lost = engine_gone
+    waits = {loop.create_task(stop.wait())}
+    for plane in dataplane.engines:  # any engine process gone: the server is
+        plane.on_engine_lost = engine_gone
+        waits.add(loop.create_task(plane.engine_lost.wait()))
     loop.add_signal_handler(signal.SIGHUP, engine_gone)  # the parent-death signal
-    stop_wait = loop.create_task(stop.wait())
-    lost_wait = loop.create_task(dataplane.engine_lost.wait())
-    await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     if not stop.is_set():
         engine_gone()
-    dataplane.exiting = True  # new requests: UNAVAILABLE; in-flight ones finish
+    for plane in dataplane.engines:
+        plane.exiting = True  # new requests: UNAVAILABLE; in-flight ones finish
     if http is not None:
         await http.stop()
     if listener is not None:
         await listener.stop(grace=options.exit_timeout_secs)
-    await dataplane.close()
+    for plane in dataplane.engines:
+        await plane.close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    config_path, socket_path, index, grpc_port, http_port = sys.argv[1:] if argv is None else argv
+    args = sys.argv[1:] if argv is None else argv
+    config_path, socket_path, index, grpc_port, http_port = args[:5]
+    engine_sockets = args[5].split(os.pathsep) if len(args) > 5 else []  # --engine-processes N > 1
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))
     options.grpc_port = int(grpc_port)
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         log_error=options.log_error,
     )
     try:
-        return asyncio.run(serve(options, socket_path, int(index)))
+        return asyncio.run(serve(options, socket_path, int(index), engine_sockets))
     except KeyboardInterrupt:
         return 0
 

@@ -144,6 +144,20 @@ class RemoteDataPlane(DataPlaneAPI):
         self._generation = 0  # bumped when the engine says the repository changed
         self._channel: FrameChannel | None = None
         self._welcomed: asyncio.Future | None = None
+        # --engine-processes N > 1: the channels to every engine (this one is engine 0's, which
+        # answers the calls); requests go to their model's engine (``attach_engines``)
+        self.engines: list[RemoteDataPlane] = [self]
+        self.on_models_changed: Callable[[], None] | None = None
+
+    def attach_engines(self, others: list[RemoteDataPlane]) -> None:
+        """Engines 1..N-1's channels: their repository changes drop this plane's snapshots too."""
+        self.engines = [self, *others]
+        for other in others:
+            other.on_models_changed = self._models_changed
+
+    def _models_changed(self) -> None:
+        self._snapshots.clear()
+        self._generation += 1
 
     # ------------------------------------------------------------------ channel
     async def connect(self) -> None:
@@ -224,8 +238,9 @@ class RemoteDataPlane(DataPlaneAPI):
         elif kind == "tracing":
             self.tracing_active = message[1]
         elif kind == "models_changed":
-            self._snapshots.clear()
-            self._generation += 1
+            self._models_changed()
+            if self.on_models_changed is not None:
+                self.on_models_changed()
             self.send(("ack", message[1]))
         else:
             log.error("unknown message from the engine: %s", kind)
@@ -301,11 +316,12 @@ class RemoteDataPlane(DataPlaneAPI):
 
     async def _fetch_snapshot(self, name: str, version: str) -> ModelVersion:
         generation = self._generation
-        name_, number, uid, config_bytes, labels, version_dir, model_dir = await self._call(
-            "model_snapshot", name, version
-        )
+        value = await self._call("model_snapshot", name, version)
+        name_, number, uid, config_bytes, labels, version_dir, model_dir = value[:7]
         snapshot = ModelVersion(name_, number, ModelConfig.FromString(config_bytes), version_dir, model_dir, labels)
         snapshot.uid = uid
+        if len(value) > 7:  # --engine-processes N > 1: the engine that serves it
+            snapshot.engine = value[7]
         if generation == self._generation:  # not if the repository changed meanwhile
             self._snapshots[(name, version)] = snapshot
         return snapshot
@@ -323,6 +339,8 @@ class RemoteDataPlane(DataPlaneAPI):
     async def infer(self, request: WireRequest) -> list[EncodedOutput]:
         """See ``DataPlaneAPI.infer``: checked and normalized here, executed by the engine."""
         self.check_accepting()
+        if request.model.engine and len(self.engines) > 1:  # another engine process's model
+            return await self.engines[request.model.engine].infer(request)
         arrays, batch_size = normalize(request, self.shm)
         loop = asyncio.get_running_loop()
         token = next(self._tokens)

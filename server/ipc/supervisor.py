@@ -40,13 +40,17 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 class FrontendSupervisor:
-    def __init__(self, options, dataplane):
+    def __init__(self, options, dataplane, engines=None):
         self.options = options
         self.count = options.frontend_processes
         self.dir = tempfile.mkdtemp(prefix="fpgaserve-ipc-")  # 0700: only this user connects
         self.config_path = os.path.join(self.dir, "frontend.json")
         self.server = EngineServer(dataplane, os.path.join(self.dir, "engine.sock"))
         self.server.on_bound = self._on_bound
+        # --engine-processes N > 1: the frontends also connect to engines 1..N-1, and engine 0
+        # answers their calls for the whole server
+        self.server.engines = engines
+        self.engine_sockets = os.pathsep.join(engines.sockets[1:]) if engines is not None else ""
         self.procs: list[asyncio.subprocess.Process | None] = [None] * self.count
         self._bound: dict[int, asyncio.Future] = {}
         self._watchers: list[asyncio.Task] = []
@@ -71,6 +75,7 @@ class FrontendSupervisor:
             str(index),
             str(ports[0]),
             str(ports[1]),
+            *([self.engine_sockets] if self.engine_sockets else []),
             preexec_fn=_die_with_parent,
         )
         self.procs[index] = proc

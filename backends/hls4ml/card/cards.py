@@ -476,12 +476,16 @@ class CardPool:
     _instance: CardPool | None = None
     _instance_lock = threading.Lock()
 
-    def __init__(self, api: CardApi, reset_policy: str = "auto"):
+    def __init__(self, api: CardApi, reset_policy: str = "auto", engine_cards: str = ""):
         if reset_policy not in RESET_POLICIES:
             raise BackendError(f"card-reset '{reset_policy}' is not one of {', '.join(RESET_POLICIES)}")
         self.api = api
         self.reset_policy = reset_policy
-        self._devices = api.devices()
+        # --engine-processes N > 1: "<engine>/<N>", this process opens only cards c with
+        # c mod N == engine (server/engine/placement.py); "" = every card
+        self.engine_cards = engine_cards
+        self._engine, self._engines = _engine_cards(engine_cards)
+        self._devices = api.devices(self.owns if engine_cards else None)
         self._cards: dict[int, FpgaCard] = {}
         self._lock = threading.Lock()
         log.info(
@@ -493,10 +497,10 @@ class CardPool:
         )
 
     @classmethod
-    def instance(cls, api: CardApi, reset_policy: str = "auto") -> CardPool:
+    def instance(cls, api: CardApi, reset_policy: str = "auto", engine_cards: str = "") -> CardPool:
         with cls._instance_lock:
-            if cls._instance is None or cls._instance.api is not api:
-                cls._instance = cls(api, reset_policy)
+            if cls._instance is None or cls._instance.api is not api or cls._instance.engine_cards != engine_cards:
+                cls._instance = cls(api, reset_policy, engine_cards)
             return cls._instance
 
     @classmethod
@@ -508,9 +512,19 @@ class CardPool:
     def count(self) -> int:
         return len(self._devices)
 
+    def owns(self, index: int) -> bool:
+        """Whether this process may open card ``index`` (all of them but with --engine-processes)."""
+        return index % self._engines == self._engine
+
     def card(self, index: int) -> FpgaCard:
         if not 0 <= index < len(self._devices):
             raise BackendError(f"FPGA card {index} does not exist; this host has {len(self._devices)} card(s)")
+        if not self.owns(index):
+            raise BackendError(
+                f"FPGA card {index} belongs to engine process {index % self._engines} "
+                f"(--engine-processes {self._engines}: card c to engine process c mod {self._engines}); "
+                f"this is engine process {self._engine}"
+            )
         with self._lock:
             card = self._cards.get(index)
             if card is None:
@@ -518,8 +532,22 @@ class CardPool:
             return card
 
     def cards(self) -> list[FpgaCard]:
-        """Every card of the host (telemetry reports idle cards too)."""
-        return [self.card(i) for i in range(len(self._devices))]
+        """Every card of the host this process owns (telemetry reports idle cards too)."""
+        return [self.card(i) for i in range(len(self._devices)) if self.owns(i)]
+
+
+def _engine_cards(setting: str) -> tuple[int, int]:
+    """hls4ml's ``engine-cards`` setting ``<engine>/<N>`` as (engine, N); "" = (0, 1)."""
+    if not setting:
+        return 0, 1
+    engine, _, engines = setting.partition("/")
+    try:
+        e, n = int(engine), int(engines)
+    except ValueError:
+        e, n = -1, 0
+    if not 0 <= e < n:
+        raise BackendError(f"hls4ml engine-cards '{setting}' must be <engine>/<engine processes>, e.g. 1/2")
+    return e, n
 
 
 __all__ = ["RESET_POLICIES", "CardComputeUnit", "CardHealth", "CardPool", "FpgaCard"]

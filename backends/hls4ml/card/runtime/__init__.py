@@ -37,7 +37,9 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -152,6 +154,21 @@ class ComputeUnitHandle(ABC):
         """Release the compute unit's context now (before a reset)."""
 
 
+def unopened_device(index: int) -> CardDevice:
+    """A card that another engine process owns: counted here, never opened."""
+    return cast(CardDevice, UnopenedDevice(index))
+
+
+class UnopenedDevice:
+    """See ``unopened_device``."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.bdf = ""
+        self.shell = ""
+        self.simulated = False
+
+
 class CardDevice(ABC):
     """One physical card, as a runtime presents it."""
 
@@ -239,7 +256,10 @@ class CardApi(ABC):
     simulated: bool = False
 
     @abstractmethod
-    def devices(self) -> list[CardDevice]: ...
+    def devices(self, owned: Callable[[int], bool] | None = None) -> list[CardDevice]:
+        """The host's cards, by index. ``owned``: the cards this process may open
+        (--engine-processes); the others are listed as ``UnopenedDevice`` and never opened
+        (PYNQ opens every card when it lists them: there, ``owned`` cannot prevent it)."""
 
     @abstractmethod
     def version(self) -> str:

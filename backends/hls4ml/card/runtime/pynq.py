@@ -35,6 +35,7 @@ import logging
 import re
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,7 @@ class PynqApi(CardApi):
         self._devices: list[CardDevice] | None = None
         self._lock = threading.Lock()
 
-    def devices(self) -> list[CardDevice]:
+    def devices(self, owned: Callable[[int], bool] | None = None) -> list[CardDevice]:
         with self._lock:
             if self._devices is None:
                 _ensure_event_loop()

@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -54,6 +55,7 @@ from . import (
     SensorReading,
     finite_number,
     shell_mismatch,
+    unopened_device,
 )
 
 log = logging.getLogger("fpgaserve.hls4ml.card.xrt")
@@ -80,10 +82,13 @@ class XrtApi(CardApi):
         self._devices: list[CardDevice] | None = None
         self._lock = threading.Lock()
 
-    def devices(self) -> list[CardDevice]:
+    def devices(self, owned: Callable[[int], bool] | None = None) -> list[CardDevice]:
         with self._lock:
             if self._devices is None:
-                self._devices = [XrtDevice(self, i) for i in range(self._count())]
+                self._devices = [
+                    XrtDevice(self, i) if owned is None or owned(i) else unopened_device(i)
+                    for i in range(self._count())
+                ]
             return list(self._devices)
 
     def _count(self) -> int:

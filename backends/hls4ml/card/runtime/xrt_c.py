@@ -50,6 +50,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -65,6 +66,7 @@ from . import (
     RunState,
     SensorReading,
     shell_mismatch,
+    unopened_device,
 )
 
 log = logging.getLogger("fpgaserve.hls4ml.card.xrt_c")
@@ -180,7 +182,7 @@ class XrtCApi(CardApi):
         self._devices: list[CardDevice] | None = None
         self._lock = threading.Lock()
 
-    def devices(self) -> list[CardDevice]:
+    def devices(self, owned: Callable[[int], bool] | None = None) -> list[CardDevice]:
         with self._lock:
             if self._devices is None:
                 found: list[CardDevice] = []
@@ -188,6 +190,10 @@ class XrtCApi(CardApi):
                     handle = self.lib.xrtDeviceOpen(index)
                     if not handle:
                         break
+                    if owned is not None and not owned(index):  # another engine process's card
+                        self.lib.xrtDeviceClose(handle)
+                        found.append(unopened_device(index))
+                        continue
                     found.append(XrtCDevice(self, index, handle))
                 self._devices = found
             return list(self._devices)

@@ -1,0 +1,98 @@
+"""Engine process ``INDEX`` of ``--engine-processes N``: the models (and cards) placed on it.
+
+    python -m fpgaserve.server.ipc.engine_process CONFIG SOCKET INDEX N
+
+Started by engine 0's ``EngineGroup`` (never by hand): CONFIG is the server's options as JSON,
+SOCKET the Unix socket it serves the frontends (and engine 0) on, once its models are loaded.
+It has no listener of its own. Exit status: 0 after a SIGTERM drain (also what the death of
+engine 0 sends), 1 if a model failed to load under --exit-on-error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+
+from ..app import ServerOptions, make_repository
+from ..dataplane import DataPlane
+from ..engine.latency import parse_metrics_config
+from ..engine.tracing import Tracer, parse_trace_config
+from ..log_settings import LogSettings
+from ..metrics import Metrics
+from ..shared_memory import SystemSharedMemoryManager
+from .engine_server import EngineServer
+from .engines import engine_options
+
+log = logging.getLogger("fpgaserve.engine")
+
+
+async def serve(options: ServerOptions, socket_path: str, index: int, count: int, log_settings: LogSettings) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    options = engine_options(options, index, count)
+    latency = parse_metrics_config(options.metrics_config)  # engine 0 checked them
+    repository = make_repository(options, latency, engine=index)
+    shm = SystemSharedMemoryManager(max_regions=options.max_shm_regions, allow_client_shm=options.allow_client_shm)
+    dataplane = DataPlane(
+        repository,
+        shm,
+        log_settings,
+        server_id=options.server_id,
+        tracer=Tracer(parse_trace_config(options.trace_config)),
+    )
+    server = EngineServer(dataplane, socket_path)
+    # engine 0 serves /metrics with these families merged in (its host families stand for all)
+    server.metrics = Metrics(repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=False, latency=latency)
+    start = loop.create_task(repository.start())
+    stopped = loop.create_task(stop.wait())
+    await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    rc = 0
+    if start.done():
+        start.result()
+        if options.exit_on_error and not repository.all_ready():
+            log.error("engine process %d: some models failed to load and --exit-on-error is set", index)
+            rc = 1
+        else:
+            await server.start()
+            log.info("engine process %d (pid %d) serves its models on %s", index, os.getpid(), socket_path)
+            await stop.wait()
+    else:
+        start.cancel()
+    dataplane.exiting = True
+    await server.stop()
+    try:
+        await asyncio.wait_for(repository.stop(), timeout=options.exit_timeout_secs)
+    except asyncio.TimeoutError:
+        log.error("engine process %d: models did not finish within --exit-timeout-secs", index)
+        logging.shutdown()
+        os._exit(rc)
+    shm.close()
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    config_path, socket_path, index, count = sys.argv[1:] if argv is None else argv
+    with open(config_path) as f:
+        options = ServerOptions(**json.load(f))
+    log_settings = LogSettings(
+        options.log_verbose,
+        options.log_file,
+        options.log_format,
+        log_info=options.log_info,
+        log_warning=options.log_warning,
+        log_error=options.log_error,
+    )
+    try:
+        return asyncio.run(serve(options, socket_path, int(index), int(count), log_settings))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
