@@ -285,9 +285,19 @@ _METER = threading.local()
 _STAND_IN_CPU_S = [0.0]
 
 
+#: more of the stand-in's CPU, metered elsewhere: callables giving seconds so far (the C double
+#: of libxrt_coreutil meters its callbacks into the card model itself, fpga_sim.xrt_c_bridge)
+_STAND_IN_METERS: list = []
+
+
+def add_stand_in_meter(seconds_so_far) -> None:
+    """Count ``seconds_so_far()`` (CPU seconds) as the stand-in's too."""
+    _STAND_IN_METERS.append(seconds_so_far)
+
+
 def stand_in_cpu_s() -> float:
     """CPU seconds spent so far in the simulated runtime, every thread of this process."""
-    return _STAND_IN_CPU_S[0]
+    return _STAND_IN_CPU_S[0] + sum(meter() for meter in _STAND_IN_METERS)
 
 
 def metered(fn):
@@ -1564,6 +1574,7 @@ class SimCard:
         cmd.end_t = cmd.natural_end
         cu.rows += call.rows
         if _CONCURRENCY.began():
+            _GENERATION.value += 1  # a wake time computed before may not poll soon enough now
             cmd.state = "held"
             cmd.hold_deadline = t + _CONCURRENCY.timeout_s
             cmd.end_t = INF
@@ -1933,9 +1944,29 @@ def _run_or_defer(fn, *args) -> None:
 _DUE = [-INF]
 
 
+#: bumped by every change of the timeline that could bring an event earlier than a wake time
+#: computed before it (``_changed``, a command held for a rendezvous): the C double's waits
+#: trust a wake time while the generation it was computed at stays (fpga_sim/xrt_c)
+_GENERATION = ctypes.c_uint64(0)
+
+
+def timeline_generation() -> int:
+    return _GENERATION.value
+
+
+def timeline_generation_address() -> int:
+    return ctypes.addressof(_GENERATION)
+
+
 def _changed() -> None:
     """The timeline changed: the next ``_advance`` scans every CU."""
     _DUE[0] = -INF
+    _GENERATION.value += 1
+
+
+def any_held() -> bool:
+    """Whether a rendezvous holds a command anywhere (under _LOCK)."""
+    return any(c.state == "held" for card in _CARDS.values() for cu in card.cus for c in cu.queue)
 
 
 _metered_run_or_defer = metered(_run_or_defer)  # buffer finalizers: the stand-in's CPU
