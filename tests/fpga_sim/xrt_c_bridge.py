@@ -160,6 +160,7 @@ def forget() -> None:
     with _LOCK:
         for table in (_DEVICES, _BOS, _KERNELS, _TRANSFERS, _COMMANDS, _REGISTERED):
             table.clear()
+    _card._changed()  # a wake time run_start gave is for a command the bridge no longer knows
 
 
 # ---------------------------------------------------------------------------------- callbacks
