@@ -15,22 +15,30 @@ registers :data:`CALLBACKS` (a :class:`Table` of ctypes callbacks) into it with
     the caller's memory (SimCard.alloc_userptr: page-aligned, pages mapped writable).
 ``sync_begin(bo, dir, size, offset, *end) -> transfer``, ``sync_finish(transfer) -> 0 | 1``
     SimCard.dma_begin: ``*end`` is the modelled end (time.monotonic() seconds) the C side sleeps
-    until; 0: nothing to move. ``sync_finish`` returns 1 while a card process has not answered
-    yet (C polls in short sleeps), 0 once the transfer is counted.
-``kernel_open(dev, uuid16, name, exclusive, KernelInfo*) -> kernel``, ``kernel_group(kernel, argno)``,
+    until; 0: nothing to move, or (``*end`` set) a card side that did the copy at once (inline,
+    timing): then dma_finish ran here too and the transfer is counted when it begins, one
+    callback per sync. ``sync_finish`` (process mode) returns 1 while the card process has not
+    answered yet (C polls in short sleeps), 0 once the transfer is counted.
+``kernel_open(dev, uuid16, name, exclusive, KernelInfo*) -> kernel``, ``kernel_group(kernel, argno)``
+(only out of range: KernelInfo carries each argument's group, which C answers itself),
 ``kernel_close(kernel)``, ``bo_clone(kernel, argno, bo, out[2]) -> bo``
     ``"kernel"`` or ``"kernel:{cu,...}"``: an implicit hw_context (the load rules) and CU contexts
     (EBUSY for another's exclusive use); KernelInfo carries each argument's register offset, size
     and how xrtRunSetArg reads it (``ARG_*``), and the memory groups each CU's arguments are
     connected to, so setting arguments stays in C. ``bo_clone``: XRT's copy of a buffer into a
     connected bank when no CU of the run can reach it.
-``run_start(kernel, previous, payload, size, cu_mask) -> cmd``, ``run_poll(cmd, *wake) -> state``,
-``run_forget(cmd)``
-    SimCard.submit of the register image C built; the state (NEW until completion, COMPLETED,
-    ABORT) and the next modelled event of its CU, when C polls again.
+``run_start(kernel, previous, payload, size, cu_mask, *wake, *generation) -> cmd``,
+``run_poll(cmd, *wake) -> state``, ``run_forget(cmds, n)``
+    SimCard.submit of the register image C built, with what a poll would answer at once (the
+    wake time) and the timeline generation it holds for (``card.timeline_generation``): a wait
+    sleeps until then without polling while the generation stays; the state (NEW until
+    completion, COMPLETED, ABORT) and the next modelled event of its CU, when C polls again;
+    the commands of closed runs, in batches of 64 (and at xrtDeviceClose).
 
 Errors print what XRT prints (``[XRT] ERROR: ...``) and come back as ``-errno``. Every callback's
-CPU is charged to the stand-in (:func:`fpga_sim.card.metered`).
+CPU is charged to the stand-in: the C side meters it (CLOCK_THREAD_CPUTIME_ID around the call,
+the ctypes trampoline and taking the GIL included; ``fpgasim_meter``, per callback:
+:func:`metered_callbacks`), and :func:`fpga_sim.card.stand_in_cpu_s` adds it.
 """
 
 from __future__ import annotations
