@@ -256,7 +256,7 @@ def test_the_library_exports_xrts_c_api_and_an_xrt_install_layout(xrt_root, lib)
         text = subprocess.run([nm, "-D", "--defined-only", str(xrt_root / "lib" / LIBRARY)], capture_output=True,
                               text=True, check=True).stdout  # fmt: skip
         exported = {line.split()[-1] for line in text.splitlines() if " T " in line}
-        assert exported == {*XRT_API, "fpgasim_register", "fpgasim_blocking_counts"}
+        assert exported == {*XRT_API, "fpgasim_register", "fpgasim_blocking_counts", "fpgasim_meter"}
     # cached by source hash: a second build does not recompile
     before = (xrt_root / "lib" / LIBRARY).stat().st_mtime_ns
     assert build_xrt_root(xrt_root) == xrt_root
@@ -278,6 +278,55 @@ def test_krnl_rtl_output_is_bit_for_bit_pyxrts(lib, sim_modes, projects):
     assert stats["bytes_from_device"] == 40 * 5 * 4
     assert lib.xrtKernelClose(k) == 0 and lib.xrtDeviceClose(d) == 0
     assert card.state()["holders"] == {}  # closed: this process holds the card no more
+
+
+def test_the_card_models_callbacks_per_call_and_their_metering(lib, sim, projects):
+    """What a call costs the card model: a group id none (fixed by the xclbin, answered in C), a
+    sync one callback (the inline card side copies at once: counted when it begins, C sleeps to
+    the modelled end), a start one and the wait after it one (it sleeps until the wake time the
+    start gave before it asks), a run's close none (its command is forgotten in a later batch).
+    Every callback's CPU is metered in C and counted in stand_in_cpu_s."""
+    d, _uid, k = _open(lib, projects["jet"], "krnl_rtl")
+    rows, n_in, n_out = 8, 16, 5
+    data = np.ascontiguousarray(np.ones((rows, n_in)), dtype="<f4")
+    g = lib.xrtKernelArgGroupId(k, 0)
+    bi, bo = lib.xrtBOAlloc(d, data.nbytes, 0, g), lib.xrtBOAlloc(d, rows * n_out * 4, 0, g)
+    assert lib.xrtBOWrite(bi, data.ctypes.data, data.nbytes, 0) == 0
+    card = simcard.get_card(0)
+
+    def callbacks(call) -> dict[str, int]:
+        before = xrt_c_bridge.metered_callbacks()
+        call()
+        after = xrt_c_bridge.metered_callbacks()
+        return {name: n - before[name][1] for name, (_ns, n) in after.items() if n != before[name][1]}
+
+    assert callbacks(lambda: lib.xrtKernelArgGroupId(k, 0)) == {}
+    assert callbacks(lambda: lib.xrtKernelArgGroupId(k, 9)) == {"kernel_group": 1}  # XRT's range error
+    sent = card.stats["bytes_to_device"]
+    assert callbacks(lambda: lib.xrtBOSync(bi, TO_DEVICE, data.nbytes, 0)) == {"sync_begin": 1}
+    assert card.stats["bytes_to_device"] == sent + data.nbytes and card.dma_log[-1][2] <= time.monotonic()
+    r = lib.xrtRunOpen(k)
+    for i, v in enumerate((V(bi), V(bo), ctypes.c_int(rows * n_in), ctypes.c_int(rows * n_out))):
+        assert lib.xrtRunSetArg(r, i, v) == 0
+    cpu = simcard.stand_in_cpu_s()
+    assert callbacks(lambda: lib.xrtRunStart(r)) == {"run_start": 1}
+    assert callbacks(lambda: lib.xrtRunWaitFor(r, 0)) == {"run_poll": 1}
+    assert simcard.stand_in_cpu_s() > cpu
+    assert card.stats["kernel_completions"] == 1
+    # a change of the timeline after the start (here: a command of another run queued first)
+    # makes the wait ask at once
+    r2 = lib.xrtRunOpen(k)
+    for i, v in enumerate((V(bi), V(bo), ctypes.c_int(rows * n_in), ctypes.c_int(rows * n_out))):
+        assert lib.xrtRunSetArg(r2, i, v) == 0
+    assert lib.xrtRunStart(r) == 0 and lib.xrtRunStart(r2) == 0
+    assert callbacks(lambda: lib.xrtRunWaitFor(r, 0))["run_poll"] >= 1
+    assert lib.xrtRunWaitFor(r2, 0) == COMPLETED
+    assert callbacks(lambda: lib.xrtRunClose(r)) == {}
+    for h in (bi, bo):
+        assert lib.xrtBOFree(h) == 0
+    assert lib.xrtRunClose(r2) == 0
+    assert lib.xrtKernelClose(k) == 0
+    assert callbacks(lambda: lib.xrtDeviceClose(d)) == {"run_forget": 1, "dev_close": 1}  # the batch, then the close
 
 
 def test_a_chosen_cu_its_banks_and_xrts_copy_into_a_connected_bank(lib, sim, projects, capsys):

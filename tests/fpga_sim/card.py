@@ -285,9 +285,19 @@ _METER = threading.local()
 _STAND_IN_CPU_S = [0.0]
 
 
+#: more of the stand-in's CPU, metered elsewhere: callables giving seconds so far (the C double
+#: of libxrt_coreutil meters its callbacks into the card model itself, fpga_sim.xrt_c_bridge)
+_STAND_IN_METERS: list = []
+
+
+def add_stand_in_meter(seconds_so_far) -> None:
+    """Count ``seconds_so_far()`` (CPU seconds) as the stand-in's too."""
+    _STAND_IN_METERS.append(seconds_so_far)
+
+
 def stand_in_cpu_s() -> float:
     """CPU seconds spent so far in the simulated runtime, every thread of this process."""
-    return _STAND_IN_CPU_S[0]
+    return _STAND_IN_CPU_S[0] + sum(meter() for meter in _STAND_IN_METERS)
 
 
 def metered(fn):
@@ -475,7 +485,15 @@ _PROCMAP_QUERY = 0xC0000000 | (ctypes.sizeof(_ProcmapQuery) << 16) | (ord("f") <
 _VMA_WRITABLE = 0x2
 _MAPS = threading.local()  # per thread: (fork generation, /proc/self/maps fd, query, its pointer) or False
 _FORKS = [0]
-os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))  # /proc/self was the parent's
+_PID = [os.getpid()]  # os.getpid() for the hot calls (a system call each time), kept across forks
+
+
+def _forked() -> None:
+    _FORKS[0] += 1  # /proc/self was the parent's
+    _PID[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 try:
     _ioctl = ctypes.PyDLL(None, use_errno=True).ioctl  # PyDLL: the GIL stays held, as in the driver call
     _ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
@@ -952,6 +970,7 @@ class SimCard:
         }
         self._dirty = False
         self._last_flush = 0.0
+        self._submitting: Command | None = None
 
     # ------------------------------------------------------------------ the card side
     @property
@@ -1246,7 +1265,7 @@ class SimCard:
             if not _user_pages_writable(address, size):
                 raise CardError(errno.ENOMEM, what)
             bid = next(self._bids)
-            self.dev.post("alloc", bid, size, ("userptr", os.getpid(), address))
+            self.dev.post("alloc", bid, size, ("userptr", _PID[0], address))
             return self._adopt_buffer(SimBuffer(self, bank, cursor, size, None, bid, handle, userptr=address))
 
     def _place(self, size: int, bank: int, what: str) -> int:
@@ -1420,8 +1439,8 @@ class SimCard:
             call = model.plan(regs)
             clock = self.xclbin.data_clock_mhz
             est = model.timing.seconds(call.rows, clock)
-            cu = min(cus, key=lambda c: (self._free_at(c, now), c.index))
-            cmd = Command(self, cu, bytes(regs), now, os.getpid(), est, via_kds=need_context)
+            cu = cus[0] if len(cus) == 1 else min(cus, key=lambda c: (self._free_at(c, now), c.index))
+            cmd = Command(self, cu, bytes(regs), now, _PID[0], est, via_kds=need_context)
             cmd.call = call  # what _start would plan from the same registers
             if callback is not None:
                 cmd.callbacks.append(callback)
@@ -1435,7 +1454,11 @@ class SimCard:
             _changed()
             cu.commands += 1
             self.counts["kernel_starts"] += 1
-            _advance(now)
+            self._submitting = cmd  # a start within this call times it with est (the same reading)
+            try:
+                _advance(now)
+            finally:
+                self._submitting = None
             self._mark_dirty()
             return cmd
 
@@ -1560,10 +1583,12 @@ class SimCard:
                 self._hang(cu, cmd, f"simulator error: {error}")
                 log.error("simulated card %d: kernel %s: simulator error: %s", self.index, cu.name, error)
                 return
-        cmd.natural_end = t + model.timing.seconds(call.rows, self.xclbin.data_clock_mhz)
+        seconds = cmd.est if cmd is self._submitting else model.timing.seconds(call.rows, self.xclbin.data_clock_mhz)
+        cmd.natural_end = t + seconds
         cmd.end_t = cmd.natural_end
         cu.rows += call.rows
         if _CONCURRENCY.began():
+            _GENERATION.value += 1  # a wake time computed before may not poll soon enough now
             cmd.state = "held"
             cmd.hold_deadline = t + _CONCURRENCY.timeout_s
             cmd.end_t = INF
@@ -1933,9 +1958,29 @@ def _run_or_defer(fn, *args) -> None:
 _DUE = [-INF]
 
 
+#: bumped by every change of the timeline that could bring an event earlier than a wake time
+#: computed before it (``_changed``, a command held for a rendezvous): the C double's waits
+#: trust a wake time while the generation it was computed at stays (fpga_sim/xrt_c)
+_GENERATION = ctypes.c_uint64(0)
+
+
+def timeline_generation() -> int:
+    return _GENERATION.value
+
+
+def timeline_generation_address() -> int:
+    return ctypes.addressof(_GENERATION)
+
+
 def _changed() -> None:
     """The timeline changed: the next ``_advance`` scans every CU."""
     _DUE[0] = -INF
+    _GENERATION.value += 1
+
+
+def any_held() -> bool:
+    """Whether a rendezvous holds a command anywhere (under _LOCK)."""
+    return any(c.state == "held" for card in _CARDS.values() for cu in card.cus for c in cu.queue)
 
 
 _metered_run_or_defer = metered(_run_or_defer)  # buffer finalizers: the stand-in's CPU

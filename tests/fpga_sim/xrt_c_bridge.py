@@ -15,22 +15,30 @@ registers :data:`CALLBACKS` (a :class:`Table` of ctypes callbacks) into it with
     the caller's memory (SimCard.alloc_userptr: page-aligned, pages mapped writable).
 ``sync_begin(bo, dir, size, offset, *end) -> transfer``, ``sync_finish(transfer) -> 0 | 1``
     SimCard.dma_begin: ``*end`` is the modelled end (time.monotonic() seconds) the C side sleeps
-    until; 0: nothing to move. ``sync_finish`` returns 1 while a card process has not answered
-    yet (C polls in short sleeps), 0 once the transfer is counted.
-``kernel_open(dev, uuid16, name, exclusive, KernelInfo*) -> kernel``, ``kernel_group(kernel, argno)``,
+    until; 0: nothing to move, or (``*end`` set) a card side that did the copy at once (inline,
+    timing): then dma_finish ran here too and the transfer is counted when it begins, one
+    callback per sync. ``sync_finish`` (process mode) returns 1 while the card process has not
+    answered yet (C polls in short sleeps), 0 once the transfer is counted.
+``kernel_open(dev, uuid16, name, exclusive, KernelInfo*) -> kernel``, ``kernel_group(kernel, argno)``
+(only out of range: KernelInfo carries each argument's group, which C answers itself),
 ``kernel_close(kernel)``, ``bo_clone(kernel, argno, bo, out[2]) -> bo``
     ``"kernel"`` or ``"kernel:{cu,...}"``: an implicit hw_context (the load rules) and CU contexts
     (EBUSY for another's exclusive use); KernelInfo carries each argument's register offset, size
     and how xrtRunSetArg reads it (``ARG_*``), and the memory groups each CU's arguments are
     connected to, so setting arguments stays in C. ``bo_clone``: XRT's copy of a buffer into a
     connected bank when no CU of the run can reach it.
-``run_start(kernel, previous, payload, size, cu_mask) -> cmd``, ``run_poll(cmd, *wake) -> state``,
-``run_forget(cmd)``
-    SimCard.submit of the register image C built; the state (NEW until completion, COMPLETED,
-    ABORT) and the next modelled event of its CU, when C polls again.
+``run_start(kernel, previous, payload, size, cu_mask, *wake, *generation) -> cmd``,
+``run_poll(cmd, *wake) -> state``, ``run_forget(cmds, n)``
+    SimCard.submit of the register image C built, with what a poll would answer at once (the
+    wake time) and the timeline generation it holds for (``card.timeline_generation``): a wait
+    sleeps until then without polling while the generation stays; the state (NEW until
+    completion, COMPLETED, ABORT) and the next modelled event of its CU, when C polls again;
+    the commands of closed runs, in batches of 64 (and at xrtDeviceClose).
 
 Errors print what XRT prints (``[XRT] ERROR: ...``) and come back as ``-errno``. Every callback's
-CPU is charged to the stand-in (:func:`fpga_sim.card.metered`).
+CPU is charged to the stand-in: the C side meters it (CLOCK_THREAD_CPUTIME_ID around the call,
+the ctypes trampoline and taking the GIL included; ``fpgasim_meter``, per callback:
+:func:`metered_callbacks`), and :func:`fpga_sim.card.stand_in_cpu_s` adds it.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ class KernelInfo(ctypes.Structure):
         ("offset", ctypes.c_int32 * MAX_ARGS),
         ("size", ctypes.c_int32 * MAX_ARGS),
         ("kind", ctypes.c_int32 * MAX_ARGS),
+        ("group", ctypes.c_int32 * MAX_ARGS),
         ("conn", (ctypes.c_uint64 * MAX_ARGS) * MAX_CUS),
     ]
 
@@ -86,9 +95,9 @@ _SIGNATURES = {
     "kernel_group": (_i32, _i64, _i32),
     "kernel_close": (_i32, _i64),
     "bo_clone": (_i64, _i64, _i32, _i64, _p64),
-    "run_start": (_i64, _i64, _i64, _pchar, _u32, _u64),
+    "run_start": (_i64, _i64, _i64, _pchar, _u32, _u64, _pdouble, _p64),
     "run_poll": (_i32, _i64, _pdouble),
-    "run_forget": (_i32, _i64),
+    "run_forget": (_i32, _p64, _i32),
 }
 _TYPES = {name: ctypes.CFUNCTYPE(*sig) for name, sig in _SIGNATURES.items()}
 
@@ -96,7 +105,7 @@ _TYPES = {name: ctypes.CFUNCTYPE(*sig) for name, sig in _SIGNATURES.items()}
 class Table(ctypes.Structure):
     """``struct bridge`` of the C source, in its order."""
 
-    _fields_ = [(name, _TYPES[name]) for name in _SIGNATURES]
+    _fields_ = [*((name, _TYPES[name]) for name in _SIGNATURES), ("generation", ctypes.c_void_p)]
 
 
 class _Refused(Exception):
@@ -159,6 +168,7 @@ def forget() -> None:
     with _LOCK:
         for table in (_DEVICES, _BOS, _KERNELS, _TRANSFERS, _COMMANDS, _REGISTERED):
             table.clear()
+    _card._changed()  # a wake time run_start gave is for a command the bridge no longer knows
 
 
 # ---------------------------------------------------------------------------------- callbacks
@@ -243,7 +253,8 @@ def _bo_free(bo: int) -> int:
     if rec is None:
         raise _Refused(errno.EINVAL, "No buffer handle")
     rec.pin = None
-    rec.device.card.free(rec.buf)
+    card = rec.device.card
+    _card._run_or_defer(card._free_locked, rec.buf)  # SimCard.free, metered here by the C side
     return 0
 
 
@@ -259,9 +270,14 @@ def _sync_begin(bo: int, direction: int, size: int, offset: int, end) -> int:
     xfer = card.dma_begin(rec.buf, direction == 0, size, offset, hold_gil=False)
     if xfer is None:
         return 0
+    end[0] = xfer.end
+    if card.dma_ready(xfer):
+        # the card side did the copy at once (inline, timing): counted now, and the C side only
+        # sleeps until the modelled end (one callback per sync instead of two)
+        card.dma_finish(xfer, hold_gil=False)
+        return 0
     key = _new_id()
     _TRANSFERS[key] = (card, xfer)
-    end[0] = xfer.end
     return key
 
 
@@ -321,6 +337,10 @@ def _kernel_open(dev: int, uuid: int, name: bytes, exclusive: int, info) -> int:
     info.payload_size = max([0x10] + [a.offset + a.size for a in meta.args])
     for i, arg in enumerate(meta.args):
         info.offset[i], info.size[i], info.kind[i] = arg.offset, arg.size, _arg_kind(arg)
+    # xrtKernelArgGroupId's answers: fixed by the xclbin, so the C side answers them itself
+    # (-1: out of range, the bridge answers with XRT's error)
+    for i in range(MAX_ARGS):
+        info.group[i] = _group_of(xb, indices[0], i)
     for c, cu in enumerate(cus):
         for i in range(len(meta.args)):
             info.conn[c][i] = sum(1 << g for g in cu.arg_mems.get(i, ()) if g < 64)
@@ -329,13 +349,23 @@ def _kernel_open(dev: int, uuid: int, name: bytes, exclusive: int, info) -> int:
     return key
 
 
-def _kernel_group(kernel: int, argno: int) -> int:
-    """As pyxrt's kernel.group_id: the largest group connected to ``argno`` on the first CU."""
-    k = _get(_KERNELS, kernel, "No kernel handle")
-    conns = {arg: set(m) for arg, m in k.xclbin.cus[k.cus[0]].arg_mems.items()}
+def _group_of(xb: Xclbin, cu: int, argno: int) -> int:
+    """As pyxrt's kernel.group_id: the largest group connected to ``argno`` on CU ``cu``; -1
+    out of range."""
+    conns = {arg: set(m) for arg, m in xb.cus[cu].arg_mems.items()}
     if argno < 0 or argno >= max(conns, default=-1) + 1:
-        raise _Refused(errno.EINVAL, f"vector::_M_range_check: __n (which is {argno % 2**64})")
+        return -1
     return max(conns[argno]) & 0xFFFF if conns.get(argno) else 0xFFFF
+
+
+def _kernel_group(kernel: int, argno: int) -> int:
+    """The group of ``argno`` on the kernel's first CU (the C side asks only for arguments out of
+    range, or past MAX_ARGS)."""
+    k = _get(_KERNELS, kernel, "No kernel handle")
+    group = _group_of(k.xclbin, k.cus[0], argno)
+    if group < 0:
+        raise _Refused(errno.EINVAL, f"vector::_M_range_check: __n (which is {argno % 2**64})")
+    return group
 
 
 def _kernel_close(kernel: int) -> int:
@@ -366,18 +396,32 @@ def _bo_clone(kernel: int, argno: int, bo: int, out) -> int:
     return key
 
 
-def _run_start(kernel: int, previous: int, payload: int, size: int, mask: int) -> int:
+def _run_start(kernel: int, previous: int, payload: int, size: int, mask: int, wake, generation) -> int:
     k = _get(_KERNELS, kernel, "No kernel handle")
     card = k.device.card
     before = _COMMANDS.get(previous) if previous else None
     if before is not None and not card.command_done(before):
         raise _Refused(errno.EINVAL, "bad command state, can't launch")
-    cus = [cu for i, cu in enumerate(k.cus) if mask >> i & 1]
-    cmd = card.submit(cus, ctypes.string_at(payload, size))
+    cus = k.cus if mask == (1 << len(k.cus)) - 1 else [cu for i, cu in enumerate(k.cus) if mask >> i & 1]
+    with _card._LOCK:
+        cmd = card.submit(cus, ctypes.string_at(payload, size))
+        # what a poll right now would answer: the C side's wait sleeps until then without asking,
+        # while the timeline stays at this generation
+        if not cmd.finished:
+            wake[0] = _wake(cmd, time.monotonic())
+            generation[0] = _card.timeline_generation()
     _COMMANDS.pop(previous, None)
     key = _new_id()
     _COMMANDS[key] = cmd
     return key
+
+
+def _wake(cmd: _card.Command, now: float) -> float:
+    """When the C side polls ``cmd`` (not finished) again: its CU's next modelled event (under _LOCK)."""
+    target = _card._next_wake(cmd.cu)
+    if _card.any_held():  # a rendezvous holds commands: another thread may meet it (as SimCard.wait_any)
+        target = min(target, now + 0.002)
+    return target if math.isfinite(target) else now + 1.0
 
 
 def _run_poll(key: int, wake) -> int:
@@ -388,31 +432,33 @@ def _run_poll(key: int, wake) -> int:
     if cmd.dev_pending and cmd.dev_key and cmd.end_t <= now and not card.dev.ready(cmd.dev_key):
         wake[0] = now + LATE_POLL_S
         return STATE_NEW
-    if card.command_done(cmd):
-        return STATE_ABORT if cmd.state == "aborted" else STATE_COMPLETED
     with _card._LOCK:
-        target = _card._next_wake(cmd.cu)
-        held = any(c.state == "held" for cd in _card._CARDS.values() for cu in cd.cus for c in cu.queue)
-    if held:  # a rendezvous holds commands: another thread may meet it (as SimCard.wait_any)
-        target = min(target, now + 0.002)
-    wake[0] = target if math.isfinite(target) else now + 1.0
+        if card.command_done(cmd):
+            return STATE_ABORT if cmd.state == "aborted" else STATE_COMPLETED
+        wake[0] = _wake(cmd, now)
     return STATE_NEW
 
 
-def _run_forget(key: int) -> int:
-    _COMMANDS.pop(key, None)
+def _run_forget(keys, n: int) -> int:
+    """Commands of closed runs (the C side hands them over in batches): their records go."""
+    for i in range(n):
+        _COMMANDS.pop(keys[i], None)
     return 0
 
 
 def _guarded(fn):
-    """A callback: errors as -errno (with XRT's message), never an exception into C; the stand-in's
-    CPU metered; waits inside the card model release the GIL (C holds none)."""
+    """A callback: errors as -errno (with XRT's message), never an exception into C; waits inside
+    the card model release the GIL (C holds none). Its CPU is metered by the C side, around the
+    whole callback (fpgasim_meter): ``metered`` functions it calls do not meter again."""
+    caller, meter = _card._CALLER, _card._METER
 
     @functools.wraps(fn)
     def call(*args):
+        # _card._holding_gil(False), and the metering depth of _card.metered, set inline
+        hold, depth = getattr(caller, "hold_gil", True), getattr(meter, "depth", 0)
+        caller.hold_gil, meter.depth = False, 1
         try:
-            with _card._holding_gil(False):
-                return fn(*args)
+            return fn(*args)
         except _card.CardError as e:
             for line in e.logs:
                 print(f"[XRT] ERROR: {line}", file=sys.stderr)
@@ -425,8 +471,10 @@ def _guarded(fn):
             print("[XRT] ERROR: simulated libxrt_coreutil: the card model failed:", file=sys.stderr)
             traceback.print_exc()
             return -errno.EIO
+        finally:
+            caller.hold_gil, meter.depth = hold, depth
 
-    return _card.metered(call)
+    return call
 
 
 _FUNCTIONS = {
@@ -447,7 +495,10 @@ _FUNCTIONS = {
     "run_forget": _run_forget,
 }
 #: the callbacks, kept alive for the life of the process (C holds their addresses)
-CALLBACKS = Table(*(_TYPES[name](_guarded(_FUNCTIONS[name])) for name in _SIGNATURES))
+CALLBACKS = Table(
+    *(_TYPES[name](_guarded(_FUNCTIONS[name])) for name in _SIGNATURES),
+    _card.timeline_generation_address(),
+)
 _ATTACHED: dict[str, ctypes.CDLL] = {}
 
 
@@ -466,6 +517,27 @@ def attach(path: str) -> None:
     lib.fpgasim_blocking_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
     lib.fpgasim_blocking_counts.restype = None
     _card.BLOCKING_COUNTS = functools.partial(_blocking_counts, lib)
+    lib.fpgasim_meter.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
+    lib.fpgasim_meter.restype = ctypes.c_int
+    _card.add_stand_in_meter(lambda: sum(ns for ns, _calls in _metered(lib).values()) * 1e-9)
+
+
+def _metered(lib) -> dict[str, tuple[int, int]]:
+    """{callback: (CPU ns spent in it, calls)} so far, as the library metered them."""
+    out = (ctypes.c_uint64 * (2 * len(_SIGNATURES)))()
+    lib.fpgasim_meter(out, len(_SIGNATURES))
+    return {name: (out[2 * i], out[2 * i + 1]) for i, name in enumerate(_SIGNATURES)}
+
+
+def metered_callbacks() -> dict[str, tuple[int, int]]:
+    """{callback: (CPU ns, calls)} so far, every loaded copy of the library together (what the
+    card model's own CPU is made of, and how many callbacks a call of the API costs)."""
+    total: dict[str, tuple[int, int]] = {}
+    for lib in _ATTACHED.values():
+        for name, (ns, calls) in _metered(lib).items():
+            before = total.get(name, (0, 0))
+            total[name] = (before[0] + ns, before[1] + calls)
+    return total
 
 
 def _blocking_counts(lib) -> dict:

@@ -54,7 +54,9 @@ enum arg_kind { ARG_INT = 0, ARG_FLOAT = 1, ARG_DOUBLE = 2, ARG_GLOBAL = 3 };
 
 /* What the bridge's kernel_open fills in: the kernel's arguments as the xclbin lists them, and
  * for each of the kernel's CUs (in its order) the memory groups (bit g: GROUP_TOPOLOGY index g)
- * each argument is connected to. Mirrored by fpga_sim.xrt_c_bridge.KernelInfo. */
+ * each argument is connected to; group[i]: what xrtKernelArgGroupId answers for argument i
+ * (a property of the xclbin, fixed for the kernel's life), -1 where the bridge answers (its
+ * error). Mirrored by fpga_sim.xrt_c_bridge.KernelInfo. */
 struct kernel_info {
     int32_t nargs;
     int32_t ncus;
@@ -63,8 +65,13 @@ struct kernel_info {
     int32_t offset[MAX_ARGS];
     int32_t size[MAX_ARGS];
     int32_t kind[MAX_ARGS];
+    int32_t group[MAX_ARGS];
     uint64_t conn[MAX_CUS][MAX_ARGS];
 };
+
+/* Command ids of closed runs the bridge has not been told of yet: handed over in batches
+ * (run_forget), as forgetting only frees the bridge's record of a finished command. */
+#define FORGET_BATCH 64
 
 /* Every callback returns at once: ids > 0, 0, or -errno. Mirrored by xrt_c_bridge.Table. */
 struct bridge {
@@ -83,13 +90,57 @@ struct bridge {
     int32_t (*kernel_close)(int64_t kernel);
     int64_t (*bo_clone)(int64_t kernel, int32_t argno, int64_t bo, uint64_t *out);
     int64_t (*run_start)(int64_t kernel, int64_t previous, const unsigned char *payload, uint32_t size,
-                         uint64_t cus);
+                         uint64_t cus, double *wake, uint64_t *generation);
     int32_t (*run_poll)(int64_t cmd, double *wake);
-    int32_t (*run_forget)(int64_t cmd);
+    int32_t (*run_forget)(const int64_t *cmds, int32_t n);
+    /* the card model's timeline generation: changes whenever an event could come earlier than
+     * a wake time it gave (a command queued, completed, aborted, hung or released) */
+    const volatile uint64_t *generation;
 };
 
 static struct bridge B;
 static int bridge_ready; /* set (under the GIL) by fpgasim_register */
+
+/* The CPU time of every callback into the bridge (thread CPU, CLOCK_THREAD_CPUTIME_ID, taken
+ * around the call: the ctypes trampoline and taking the GIL included): the card model's own
+ * CPU, which fpga_sim.card.stand_in_cpu_s adds up with the rest of the stand-in's. */
+#define N_CALLBACKS (offsetof(struct bridge, generation) / sizeof(void *))
+static uint64_t meter_ns[N_CALLBACKS], meter_calls[N_CALLBACKS];
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Not an XRT symbol: for each callback of struct bridge in its order (n of them at most), the
+ * CPU ns spent in it and how many calls so far, as out[2 * i], out[2 * i + 1]; returns how many
+ * callbacks there are. */
+API int fpgasim_meter(uint64_t *out, int n)
+{
+    for (int i = 0; i < n && i < (int)N_CALLBACKS; i++) {
+        out[2 * i] = __atomic_load_n(&meter_ns[i], __ATOMIC_RELAXED);
+        out[2 * i + 1] = __atomic_load_n(&meter_calls[i], __ATOMIC_RELAXED);
+    }
+    return (int)N_CALLBACKS;
+}
+
+/* Every callback goes through this: B.fn(args...), its thread CPU metered. */
+#define BRIDGE(fn, ...)                                                                             \
+    ({                                                                                              \
+        uint64_t t0_ = thread_cpu_ns();                                                             \
+        __typeof__(B.fn(__VA_ARGS__)) r_ = B.fn(__VA_ARGS__);                                       \
+        size_t i_ = offsetof(struct bridge, fn) / sizeof(void *);                                   \
+        __atomic_add_fetch(&meter_ns[i_], thread_cpu_ns() - t0_, __ATOMIC_RELAXED);                 \
+        __atomic_add_fetch(&meter_calls[i_], 1, __ATOMIC_RELAXED);                                  \
+        r_;                                                                                         \
+    })
+
+static uint64_t timeline_generation(void)
+{
+    return B.generation != NULL ? *B.generation : 0;
+}
 
 /* Not an XRT symbol: how fpga_sim.xrt_c_bridge hands its callbacks in. */
 API int fpgasim_register(const struct bridge *table, size_t size)
@@ -236,6 +287,11 @@ struct run {
     uint64_t cus; /* the kernel's CUs (bit i: its i-th) this run may start on */
     struct bo *args[MAX_ARGS];
     int64_t cmd;
+    /* what run_start said of cmd: when its CU's next event is, while the timeline is still at
+     * generation wake_gen (a wait that starts then sleeps until wake before it asks) */
+    double wake;
+    uint64_t wake_gen;
+    int wake_valid;
 };
 
 #define BUCKETS 4096
@@ -320,6 +376,28 @@ static void take(struct hdr *h)
 
 static void destroy(struct hdr *h);
 
+static int64_t forget_ids[FORGET_BATCH];
+static int forget_count;
+static pthread_mutex_t forget_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Tell the bridge of the commands of closed runs (all == 0: once FORGET_BATCH are pending). */
+static void forget_commands(int64_t cmd, int all)
+{
+    int64_t batch[FORGET_BATCH];
+    int n = 0;
+    pthread_mutex_lock(&forget_lock);
+    if (cmd)
+        forget_ids[forget_count++] = cmd;
+    if (forget_count > 0 && (all || forget_count == FORGET_BATCH)) {
+        n = forget_count;
+        memcpy(batch, forget_ids, sizeof batch[0] * (size_t)n);
+        forget_count = 0;
+    }
+    pthread_mutex_unlock(&forget_lock);
+    if (n)
+        BRIDGE(run_forget, batch, n);
+}
+
 static void drop(void *p)
 {
     struct hdr *h = p;
@@ -342,20 +420,20 @@ static void destroy(struct hdr *h)
         break; /* the card handle was closed by xrtDeviceClose */
     case K_BO: {
         struct bo *b = (struct bo *)h;
-        B.bo_free(b->id);
+        BRIDGE(bo_free, b->id);
         drop(b->dev);
         break;
     }
     case K_KERNEL: {
         struct kernel *k = (struct kernel *)h;
-        B.kernel_close(k->id); /* the CU context: the driver's teardown */
+        BRIDGE(kernel_close, k->id); /* the CU context: the driver's teardown */
         drop(k->dev);
         break;
     }
     case K_RUN: {
         struct run *r = (struct run *)h;
         if (r->cmd)
-            B.run_forget(r->cmd);
+            forget_commands(r->cmd, 0);
         for (int i = 0; i < MAX_ARGS; i++)
             drop(r->args[i]);
         free(r->payload);
@@ -405,12 +483,12 @@ static void *device_open(int index, const char *bdf)
 {
     if (!bridge_up())
         return fail_null(ENOSYS);
-    int64_t id = B.dev_open(index, bdf);
+    int64_t id = BRIDGE(dev_open, index, bdf);
     if (id <= 0)
         return fail_null(id < 0 ? (int)-id : EINVAL);
     struct device *d = make(sizeof *d, K_DEVICE);
     if (d == NULL) {
-        B.dev_close(id);
+        BRIDGE(dev_close, id);
         return fail_null(ENOMEM);
     }
     d->id = id;
@@ -439,7 +517,8 @@ API int xrtDeviceClose(void *dhdl)
         return fail(EINVAL);
     /* as the process's exit would: contexts closed, buffers freed (objects still held by kernels,
      * bos and runs stay until they are closed, and fail on the card from now on) */
-    int64_t rc = B.dev_close(d->id);
+    forget_commands(0, 1);
+    int64_t rc = BRIDGE(dev_close, d->id);
     drop(d);
     return check(rc);
 }
@@ -451,7 +530,7 @@ API int xrtDeviceLoadXclbinFile(void *dhdl, const char *path)
     struct device *d = acquire(dhdl, K_DEVICE);
     if (d == NULL)
         return fail(EINVAL);
-    int64_t rc = B.dev_load(d->id, path);
+    int64_t rc = BRIDGE(dev_load, d->id, path);
     drop(d);
     return check(rc);
 }
@@ -463,7 +542,7 @@ API int xrtDeviceGetXclbinUUID(void *dhdl, xuid_t out)
     struct device *d = acquire(dhdl, K_DEVICE);
     if (d == NULL)
         return fail(EINVAL);
-    int64_t rc = B.dev_uuid(d->id, out);
+    int64_t rc = BRIDGE(dev_uuid, d->id, out);
     drop(d);
     return check(rc);
 }
@@ -480,7 +559,7 @@ static void *bo_alloc(void *dhdl, void *userptr, size_t size, uint64_t flags, ui
         return fail_null(ENOMEM);
     }
     uint64_t out[2] = {0, 0};
-    int64_t id = B.bo_alloc(d->id, size, flags, grp, (uint64_t)(uintptr_t)userptr, out);
+    int64_t id = BRIDGE(bo_alloc, d->id, size, flags, grp, (uint64_t)(uintptr_t)userptr, out);
     if (id <= 0) {
         free(b);
         drop(d);
@@ -586,19 +665,22 @@ API int xrtBOSync(void *bhdl, int dir, size_t size, size_t offset)
     if (b == NULL)
         return fail(EINVAL);
     double end = 0.0;
-    int64_t xfer = B.sync_begin(b->id, dir, size, offset, &end);
+    int64_t xfer = BRIDGE(sync_begin, b->id, dir, size, offset, &end);
     int rc = 0;
     if (xfer < 0) {
         rc = check(xfer);
-    } else if (xfer > 0) {
-        /* the modelled transfer, without the GIL; then the card side's answer (in process mode
+    } else {
+        /* the modelled transfer, without the GIL (xfer 0 with an end: the card side had the copy
+         * done at once and the bridge counted it); then the card side's answer (in process mode
          * it can come later than the model: poll for it in short sleeps) */
         if (end > monotonic_s())
             sleep_until(end);
-        int32_t state;
-        while ((state = B.sync_finish(xfer)) == 1)
-            sleep_until(monotonic_s() + 0.0005);
-        rc = check(state);
+        if (xfer > 0) {
+            int32_t state;
+            while ((state = BRIDGE(sync_finish, xfer)) == 1)
+                sleep_until(monotonic_s() + 0.0005);
+            rc = check(state);
+        }
     }
     drop(b);
     return rc;
@@ -617,7 +699,7 @@ static void *kernel_open(void *dhdl, const unsigned char *uuid, const char *name
         drop(d);
         return fail_null(ENOMEM);
     }
-    int64_t id = B.kernel_open(d->id, uuid, name, exclusive, &k->info);
+    int64_t id = BRIDGE(kernel_open, d->id, uuid, name, exclusive, &k->info);
     if (id <= 0) {
         free(k);
         drop(d);
@@ -644,7 +726,11 @@ API int xrtKernelArgGroupId(void *khdl, int argno)
     struct kernel *k = acquire(khdl, K_KERNEL);
     if (k == NULL)
         return fail(EINVAL);
-    int32_t rc = B.kernel_group(k->id, argno);
+    int32_t rc;
+    if (argno >= 0 && argno < MAX_ARGS && k->info.group[argno] >= 0)
+        rc = k->info.group[argno]; /* fixed by the xclbin: the bridge said so at kernel_open */
+    else
+        rc = BRIDGE(kernel_group, k->id, argno);
     drop(k);
     return rc < 0 ? fail(-rc) : rc;
 }
@@ -697,7 +783,7 @@ static struct bo *connected_bo(struct run *r, int index, struct bo *b)
     if (clone == NULL)
         return NULL;
     uint64_t out[2] = {0, 0};
-    int64_t id = B.bo_clone(r->k->id, index, b->id, out);
+    int64_t id = BRIDGE(bo_clone, r->k->id, index, b->id, out);
     if (id <= 0) {
         free(clone);
         errno = id < 0 ? (int)-id : EINVAL;
@@ -780,10 +866,16 @@ API int xrtRunStart(void *rhdl)
     struct run *r = acquire(rhdl, K_RUN);
     if (r == NULL)
         return fail(EINVAL);
-    int64_t cmd = B.run_start(r->k->id, r->cmd, r->payload, r->k->info.payload_size, r->cus);
+    double wake = INFINITY;
+    uint64_t gen = 0; /* the timeline's generation when the bridge worked wake out */
+    int64_t cmd = BRIDGE(run_start, r->k->id, r->cmd, r->payload, r->k->info.payload_size, r->cus, &wake, &gen);
     int rc = check(cmd);
-    if (rc == 0)
+    if (rc == 0) {
         r->cmd = cmd; /* the bridge forgot the previous command */
+        r->wake = wake;
+        r->wake_gen = gen;
+        __atomic_store_n(&r->wake_valid, B.generation != NULL, __ATOMIC_RELAXED);
+    }
     drop(r);
     return rc;
 }
@@ -799,9 +891,19 @@ static int run_wait(void *rhdl, double timeout_s)
     int64_t cmd = r->cmd;
     int state = ERT_CMD_STATE_NEW;
     double deadline = timeout_s > 0 ? monotonic_s() + timeout_s : INFINITY;
+    /* the wake run_start gave, while nothing on the timeline changed since: what a poll now
+     * would answer (NEW until then), without asking */
+    int known = __atomic_exchange_n(&r->wake_valid, 0, __ATOMIC_RELAXED) && timeline_generation() == r->wake_gen &&
+                monotonic_s() < r->wake;
     while (cmd) {
         double wake = INFINITY;
-        int32_t rc = B.run_poll(cmd, &wake);
+        int32_t rc = ERT_CMD_STATE_NEW;
+        if (known) {
+            wake = r->wake;
+            known = 0;
+        } else {
+            rc = BRIDGE(run_poll, cmd, &wake);
+        }
         if (rc < 0) {
             errno = -rc;
             state = ERT_CMD_STATE_ABORT;
@@ -848,7 +950,7 @@ API int xrtRunState(void *rhdl)
     int state = ERT_CMD_STATE_NEW;
     if (r->cmd) {
         double wake;
-        int32_t rc = B.run_poll(r->cmd, &wake);
+        int32_t rc = BRIDGE(run_poll, r->cmd, &wake);
         if (rc < 0) {
             errno = -rc;
             state = ERT_CMD_STATE_ABORT;
