@@ -44,11 +44,17 @@ class ComputeUnitAccounting:
     def kernel_started(self, cu: str) -> float:
         now = time.perf_counter()
         with self._stats_lock:
-            st = self._cu_stats.setdefault(cu, CuStats())
-            if st.running == 0:
-                st.running_since = now
-            st.running += 1
+            self._started_locked(cu, now)
         return now
+
+    def _started_locked(self, cu: str, now: float) -> None:
+        """Open a start->done interval at ``now``; caller holds ``_stats_lock``."""
+        st = self._cu_stats.get(cu)
+        if st is None:
+            st = self._cu_stats[cu] = CuStats()
+        if st.running == 0:
+            st.running_since = now
+        st.running += 1
 
     def kernel_finished(self, cu: str, started: float, timed_out: bool = False) -> float:
         """Close the start->done interval (a timed-out call counts as busy until the timeout)."""

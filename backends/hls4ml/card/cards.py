@@ -238,20 +238,54 @@ class FpgaCard(ComputeUnitAccounting):
     @contextlib.contextmanager
     def call(self, cu: CardComputeUnit):
         """Account one call on ``cu``; refuses (UNAVAILABLE) while the card cannot take calls."""
+        self.begin_call(cu)
+        try:
+            yield
+        finally:
+            self.end_call()
+
+    def begin_call(self, cu: CardComputeUnit) -> None:
+        """A call on ``cu`` starts (a recovery waits for it to end: :meth:`end_call`, always);
+        refuses (UNAVAILABLE) while the card cannot take calls. :meth:`call` as two methods,
+        for the runner's per-call path, where a generator context manager costs more."""
         with self._lock:
-            if self._closed or self.health_state == CardHealth.RESETTING or not cu.healthy or cu.handle is None:
-                why = cu.fault if not cu.healthy else (self.broken or self.health_state.value)
+            if self._closed or self.health_state == CardHealth.RESETTING or cu.fault is not None or cu.handle is None:
+                why = cu.fault if cu.fault is not None else (self.broken or self.health_state.value)
                 raise DeviceUnavailableError(
                     f"compute unit {cu.name} on card {self.index} ({self.uid}) does not serve: {why}"
                 )
             self._inflight += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inflight -= 1
-                if self._inflight == 0:
-                    self._idle.notify_all()
+
+    def end_call(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.notify_all()
+
+    def serving(self, cu: CardComputeUnit, generation: int) -> bool:
+        """Whether ``cu``, opened in ``generation``, still takes calls: :meth:`serves` read
+        without the lock (each field is read once; :meth:`begin_call` checks again under it),
+        for the runner's per-call check that its buffers are still the right ones."""
+        return (
+            generation == self.generation
+            and cu.fault is None
+            and not self._closed
+            and self.health_state is not CardHealth.RESETTING
+            and self.xclbin is not None
+        )
+
+    def input_sent(self, cu: str, nbytes: int, direct: bool) -> float:
+        """A call's input (``nbytes``, ``direct``: synced from request memory wrapped in place)
+        reached the card and its kernel starts now: the DMA counted and the compute unit's busy
+        interval opened under one lock; returns the start time (:meth:`kernel_finished` takes it)."""
+        now = time.perf_counter()
+        with self._stats_lock:
+            dma = self._dma
+            dma["to_device"] += nbytes
+            if direct:
+                dma["to_device_direct"] += nbytes
+            self._started_locked(cu, now)
+        return now
 
     def compute_unit_failed(self, cu: CardComputeUnit, generation: int, reason: str) -> None:
         """Take ``cu`` out of service after a hang or an error state, and start recovering the card."""

@@ -39,7 +39,7 @@ returns, in the model's output dtype (float32 for FP32: no float64 array to fill
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import logging
 import mmap
 from typing import NamedTuple
@@ -58,6 +58,19 @@ log = logging.getLogger("fpgaserve.hls4ml.card.runner")
 _PAGE = mmap.PAGESIZE
 
 
+_NO_BYTES = ctypes.c_char * 0
+
+
+def _address(x: np.ndarray) -> int:
+    """The address of ``x``'s first byte: ``x.ctypes.data``, which builds numpy's ctypes helper
+    object on every read (a few microseconds per call); a zero-length ctypes view of the buffer
+    costs a third of it where numpy lets one be made (a writable, contiguous array)."""
+    try:
+        return ctypes.addressof(_NO_BYTES.from_buffer(x))  # type: ignore[arg-type]  # numpy exports the buffer
+    except (TypeError, ValueError, BufferError):
+        return x.ctypes.data
+
+
 class Placement(NamedTuple):
     card: FpgaCard
     cu: str
@@ -70,6 +83,7 @@ class _Bound(NamedTuple):
     inputs: DeviceBuffer
     outputs: DeviceBuffer
     direct: bool  # the runtime can wrap request memory as this CU's input buffer
+    home: bool  # the runner's home compute unit (else a fallback while home does not serve)
 
 
 class CardRunner:
@@ -160,7 +174,7 @@ class CardRunner:
         if card is not self.home.card:
             card.register_runner(self)
         why = card.device.user_memory(cu.handle, self.abi.input_arg)
-        self._bound = _Bound(card, cu, card.generation, inputs, outputs, why is None)
+        self._bound = _Bound(card, cu, card.generation, inputs, outputs, why is None, target == self.home)
         if why is not None and self.abi.raw_input(np.empty((1, self.n_in), np.float32)):
             log.debug("%r: inputs are copied into the card's buffer: %s", self, why)
         if target != self.home:
@@ -208,46 +222,37 @@ class CardRunner:
         return out
 
     def _call(self, x: np.ndarray, out: np.ndarray) -> None:
-        bound = self._ensure_bound()
+        bound = self._bound
+        if bound is None or not bound.home or not bound.card.serving(bound.cu, bound.generation):
+            bound = self._ensure_bound()  # the per-call check above is that of _target, lock-free
         card, cu = bound.card, bound.cu
         rows = x.shape[0]
-        call_rows = self.abi.call_rows(rows)
+        abi = self.abi
         failure = None
-        with card.call(cu):
+        card.begin_call(cu)
+        try:
             wrapped = None
             try:
                 wrapped = self._wrap(bound, x)
                 if wrapped is not None:  # the request's memory is the card's input format
                     source, nbytes = wrapped, x.nbytes
                 else:
-                    source, nbytes = bound.inputs, self.abi.encode(x, bound.inputs.host)
+                    source, nbytes = bound.inputs, abi.encode(x, bound.inputs.host)
+                args = abi.arguments(source, bound.outputs, abi.call_rows(rows))
                 source.to_device(nbytes)  # only the bytes this call uses
-                card.count_dma("to_device", nbytes)
-                if wrapped is not None:
-                    card.count_dma("to_device_direct", nbytes)
-                args = self.abi.arguments(source, bound.outputs, call_rows)
-                state = RunState.RUNNING
-                serial = cu.lock if cu.handle is not None and cu.handle.serialized else contextlib.nullcontext()
-                with serial:
-                    started = card.kernel_started(cu.name)
-                    run = None
-                    try:
-                        assert cu.handle is not None
-                        run = cu.handle.start(args)
-                        state = run.wait(started + self.timeout_s)
-                    finally:
-                        # a hung call's run keeps the card open (pyxrt closes a device with its last
-                        # object): drop it here, not with the frames of a traceback
-                        if run is not None:
-                            run.release()
-                        run = None
-                        # a timed-out call kept the CU busy until now: it counts, so utilization shows the hang
-                        card.kernel_finished(cu.name, started, timed_out=state is RunState.RUNNING)
+                # (no local for cu.handle: a failed call's traceback keeps this frame, and with
+                # pyxrt a kernel object kept alive keeps the card open, so no reset could run)
+                assert cu.handle is not None
+                if cu.handle.serialized:
+                    with cu.lock:
+                        state = self._run(card, cu, args, nbytes, wrapped is not None)
+                else:
+                    state = self._run(card, cu, args, nbytes, wrapped is not None)
                 if state is RunState.COMPLETED:
-                    result = self.abi.result_bytes(rows)
+                    result = abi.result_bytes(rows)
                     bound.outputs.from_device(result)
                     card.count_dma("from_device", result)
-                    self.abi.decode(bound.outputs.host, rows, out)
+                    abi.decode(bound.outputs.host, rows, out)
                     return
                 if state is RunState.RUNNING:
                     failure = f"did not finish a call of {rows} rows within {self.timeout_s:g} s"
@@ -260,16 +265,41 @@ class CardRunner:
                 # with the call (the kernel read its input from card memory, synced above)
                 if wrapped is not None:
                     wrapped.free()
+        finally:
+            card.end_call()
         card.compute_unit_failed(cu, bound.generation, failure)
         raise DeviceUnavailableError(f"kernel {cu.name} on card {card.index} ({card.uid}) {failure}")
 
+    def _run(self, card: FpgaCard, cu: CardComputeUnit, args: list, nbytes: int, direct: bool) -> RunState:
+        """Start the kernel on the input just synced (``nbytes`` of it, counted now) and wait
+        for it until the timeout; the call's run is released before this returns."""
+        started = card.input_sent(cu.name, nbytes, direct)
+        state = RunState.RUNNING
+        run = None
+        try:
+            assert cu.handle is not None
+            run = cu.handle.start(args)
+            state = run.wait(started + self.timeout_s)
+        finally:
+            # a hung call's run keeps the card open (pyxrt closes a device with its last
+            # object): drop it here, not with the frames of a traceback
+            if run is not None:
+                run.release()
+            run = None
+            # a timed-out call kept the CU busy until now: it counts, so utilization shows the hang
+            card.kernel_finished(cu.name, started, timed_out=state is RunState.RUNNING)
+        return state
+
     def _wrap(self, bound: _Bound, x: np.ndarray) -> DeviceBuffer | None:
         """A buffer over ``x``'s own memory for this call, or None (encode into the buffer)."""
-        if not bound.direct or x.ctypes.data % _PAGE or not self.abi.raw_input(x):
+        if not bound.direct:
+            return None
+        address = _address(x)
+        if address % _PAGE or not self.abi.raw_input(x):
             return None
         assert bound.cu.handle is not None
         try:
-            return bound.card.device.wrap_user_memory(x, bound.cu.handle, self.abi.input_arg)
+            return bound.card.device.wrap_user_memory(x, bound.cu.handle, self.abi.input_arg, address)
         except DeviceError as e:
             # the driver refused these pages (read-only, say): copying into the buffer always works
             level = logging.DEBUG if self._refused_user_memory else logging.WARNING

@@ -201,9 +201,12 @@ class CardDevice(ABC):
         does not bind it, or the argument's bank is not where such buffers go)."""
         return f"the {type(self).__name__} runtime has no buffers over user memory"
 
-    def wrap_user_memory(self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
+    def wrap_user_memory(
+        self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg, address: int | None = None
+    ) -> DeviceBuffer:
         """A buffer for ``arg`` of ``cu`` whose host side is ``memory`` itself (C-contiguous, its
-        address page-aligned; the caller keeps it alive and unchanged until the buffer is freed).
+        address page-aligned; the caller keeps it alive and unchanged until the buffer is freed;
+        ``address``: ``memory``'s, when the caller has it already).
         DeviceError when the runtime or the driver refuses (free the buffer after the call:
         the driver keeps the pages pinned while it lives)."""
         raise DeviceError(self.user_memory(cu, arg) or "no buffers over user memory")

@@ -224,14 +224,16 @@ class XrtDevice(CardDevice):
             return f"{cu.name}.{arg.name} is in memory group {group}; buffers over user memory are in group 0"
         return None
 
-    def wrap_user_memory(self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
+    def wrap_user_memory(
+        self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg, address: int | None = None
+    ) -> DeviceBuffer:
         why = self.user_memory(cu, arg)
         if why is not None:
             raise DeviceError(why)
         if not memory.flags.c_contiguous or memory.nbytes == 0:
             raise DeviceError("user memory must be C-contiguous and not empty")
         try:
-            bo = self._x.ext.bo(self._dev, _capsule(memory.ctypes.data), memory.nbytes)
+            bo = self._x.ext.bo(self._dev, _capsule(memory.ctypes.data if address is None else address), memory.nbytes)
         except (RuntimeError, TypeError) as e:
             raise DeviceError(f"card {self.index}: cannot wrap {memory.nbytes} bytes of user memory: {e}") from None
         return XrtBuffer(self._x, bo, memory.nbytes, keep=memory)

@@ -313,11 +313,17 @@ class XrtCDevice(CardDevice):
         return unit
 
     def _group(self, cu: ComputeUnitHandle, arg: KernelArg) -> int:
+        """The memory group of ``arg`` of ``cu``: asked once per opened compute unit (a
+        reload opens new ones), since every call that wraps request memory needs it."""
         assert isinstance(cu, XrtCComputeUnit) and arg.id is not None
+        group = cu.groups.get(arg.id)
+        if group is not None:
+            return group
         ctypes.set_errno(0)
         group = self._lib.xrtKernelArgGroupId(cu.require(), arg.id)
         if group < 0:
             raise DeviceError(f"the memory group of {cu.name}.{arg.name}: " + _failure("xrtKernelArgGroupId", group))
+        cu.groups[arg.id] = group
         return group
 
     def allocate(self, nbytes: int, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
@@ -340,19 +346,25 @@ class XrtCDevice(CardDevice):
             return str(e)
         return None
 
-    def wrap_user_memory(self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg) -> DeviceBuffer:
-        if self._dev is None:
+    def wrap_user_memory(
+        self, memory: np.ndarray, cu: ComputeUnitHandle, arg: KernelArg, address: int | None = None
+    ) -> DeviceBuffer:
+        dev = self._dev
+        if dev is None:
             raise DeviceError(f"card {self.index} is closed")
-        if not memory.flags.c_contiguous or memory.nbytes == 0:
+        nbytes = memory.nbytes
+        if not memory.flags.c_contiguous or nbytes == 0:
             raise DeviceError("user memory must be C-contiguous and not empty")
         group = self._group(cu, arg)
         ctypes.set_errno(0)
-        bo = self._lib.xrtBOAllocUserPtr(self._dev, memory.ctypes.data, memory.nbytes, BO_FLAGS_NORMAL, group)
+        bo = self._lib.xrtBOAllocUserPtr(
+            dev, memory.ctypes.data if address is None else address, nbytes, BO_FLAGS_NORMAL, group
+        )
         if not bo:
             raise DeviceError(
-                f"card {self.index}: cannot wrap {memory.nbytes} bytes of user memory: " + _failure("xrtBOAllocUserPtr")
+                f"card {self.index}: cannot wrap {nbytes} bytes of user memory: " + _failure("xrtBOAllocUserPtr")
             )
-        return XrtCBuffer(self._lib, bo, memory.nbytes, keep=memory)
+        return XrtCUserBuffer(self._lib, bo, nbytes, memory)
 
     def close(self) -> None:
         with self._lock:
@@ -377,16 +389,16 @@ class XrtCDevice(CardDevice):
         return read_info_sensors(self._info)
 
 
-def _scalar(arg: KernelArg, value: int):
-    """``value`` as the C type ``xrtRunSetArg`` reads for ``arg``: varargs promote float to
-    double; other scalars are read by their register size."""
+def _scalar_type(arg: KernelArg) -> type:
+    """The C type ``xrtRunSetArg`` reads for scalar ``arg``: varargs promote float to double;
+    other scalars are read by their register size."""
     kind = arg.type.replace("const", "").strip()
     if kind in {"float", "double"}:
-        return ctypes.c_double(value)
+        return ctypes.c_double
     signed = not kind.startswith("unsigned") and not kind.startswith("uint")
     if arg.size > 4:
-        return ctypes.c_int64(value) if signed else ctypes.c_uint64(value)
-    return ctypes.c_int(value) if signed else ctypes.c_uint(value)
+        return ctypes.c_int64 if signed else ctypes.c_uint64
+    return ctypes.c_int if signed else ctypes.c_uint
 
 
 class XrtCComputeUnit(ComputeUnitHandle):
@@ -401,8 +413,10 @@ class XrtCComputeUnit(ComputeUnitHandle):
         self._idle_runs: list[int] = []  # run handles whose call ended, reused by the next start
         self._runs: set[int] = set()
         self._lock = threading.Lock()
-        # argument ids resolved once: set_arg is on every call
-        self._arg_ids = [a.id if a.id is not None else i for i, a in enumerate(kernel.args)]
+        #: argument id -> memory group (xrtKernelArgGroupId), asked once
+        self.groups: dict[int, int] = {}
+        # resolved once, as set_arg is on every call: (spec, index, the C type of a scalar)
+        self._arg_plan = [(a, a.id if a.id is not None else i, _scalar_type(a)) for i, a in enumerate(kernel.args)]
 
     def require(self) -> int:
         if self._handle is None:
@@ -411,7 +425,9 @@ class XrtCComputeUnit(ComputeUnitHandle):
 
     def start(self, args: list) -> RunHandle:
         lib = self._lib
-        handle = self.require()
+        handle = self._handle
+        if handle is None:
+            raise DeviceError(f"card {self.device.index}: compute unit {self.name} is closed")
         with self._lock:
             run = self._idle_runs.pop() if self._idle_runs else None
         if run is None:
@@ -424,14 +440,18 @@ class XrtCComputeUnit(ComputeUnitHandle):
         # a run keeps the buffers set as its arguments (XRT's run holds them): one that carried a
         # buffer over request memory is closed after its call, so those pages are not held
         reusable = True
+        set_arg = lib.xrtRunSetArg
         try:
-            for spec, index, value in zip(self.kernel.args, self._arg_ids, args):
-                if isinstance(value, XrtCBuffer) and value.user:
-                    reusable = False
-                if isinstance(value, XrtCBuffer):
-                    code = lib.xrtRunSetArg(run, index, _vp(value.require()))
+            for (spec, index, ctype), value in zip(self._arg_plan, args):
+                if type(value) in _BUFFER_TYPES:  # not isinstance: through ABCMeta for every int
+                    if value.user:
+                        reusable = False
+                    argument = value.argument
+                    if argument is None:
+                        raise DeviceError("the buffer was freed")
+                    code = set_arg(run, index, argument)
                 else:
-                    code = lib.xrtRunSetArg(run, index, _scalar(spec, int(value)))
+                    code = set_arg(run, index, ctype(int(value)))
                 if code != 0:
                     raise DeviceError(
                         f"card {self.device.index}: argument {spec.name} of {self.name}: "
@@ -516,20 +536,26 @@ class XrtCRun(RunHandle):
 
 
 class XrtCBuffer(DeviceBuffer):
-    def __init__(self, lib: ctypes.CDLL, bo: int, nbytes: int, keep: np.ndarray | None = None):
+    """A buffer XRT allocated (``xrtBOAlloc``), mapped into this process once."""
+
+    user = False  # over the caller's memory (xrtBOAllocUserPtr): XrtCUserBuffer
+
+    def __init__(self, lib: ctypes.CDLL, bo: int, nbytes: int):
         self._lib = lib
         self._bo: int | None = bo
+        #: the handle as a ctypes value, built once: every sync and xrtRunSetArg passes it
+        self.argument: ctypes.c_void_p | None = _vp(bo)
         self.nbytes = nbytes
-        self.user = keep is not None  # over the caller's memory (xrtBOAllocUserPtr)
-        if keep is not None:
-            self.host = keep.reshape(-1).view(np.uint8)
-        else:
-            address = lib.xrtBOMap(bo)
-            if not address:
-                lib.xrtBOFree(bo)
-                self._bo = None
-                raise DeviceError(_failure("xrtBOMap"))
-            self.host = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(address))
+        self._map()
+
+    def _map(self) -> None:
+        bo = self.require()
+        address = self._lib.xrtBOMap(bo)
+        if not address:
+            self._lib.xrtBOFree(bo)
+            self._bo = self.argument = None
+            raise DeviceError(_failure("xrtBOMap"))
+        self.host = np.ctypeslib.as_array((ctypes.c_ubyte * self.nbytes).from_address(address))
 
     def require(self) -> int:
         if self._bo is None:
@@ -537,7 +563,10 @@ class XrtCBuffer(DeviceBuffer):
         return self._bo
 
     def _sync(self, direction: int, nbytes: int, offset: int) -> None:
-        code = self._lib.xrtBOSync(self.require(), direction, nbytes, offset)
+        argument = self.argument
+        if argument is None:
+            raise DeviceError("the buffer was freed")
+        code = self._lib.xrtBOSync(argument, direction, nbytes, offset)
         if code != 0:
             where = "to" if direction == SYNC_TO_DEVICE else "from"
             raise DeviceError(f"sync {where} the card: " + _failure("xrtBOSync", code))
@@ -549,7 +578,35 @@ class XrtCBuffer(DeviceBuffer):
         self._sync(SYNC_FROM_DEVICE, nbytes, offset)
 
     def free(self) -> None:
-        bo, self._bo = self._bo, None
-        self.host = np.empty(0, dtype=np.uint8)  # nothing may touch the old mapping
+        bo, self._bo, self.argument = self._bo, None, None
+        self.host = _EMPTY  # nothing may touch the old mapping
         if bo:
             self._lib.xrtBOFree(bo)
+
+
+class XrtCUserBuffer(XrtCBuffer):
+    """A buffer over the caller's memory (``xrtBOAllocUserPtr``), made for one call: its host
+    side is that memory, viewed as bytes only if someone asks (the runner never does)."""
+
+    user = True
+
+    def __init__(self, lib: ctypes.CDLL, bo: int, nbytes: int, keep: np.ndarray):
+        self._lib = lib
+        self._bo = bo
+        self.argument = _vp(bo)
+        self.nbytes = nbytes
+        self._keep: np.ndarray | None = keep  # the pages stay alive while the buffer does
+
+    @property
+    def host(self) -> np.ndarray:  # type: ignore[override]
+        keep = self._keep
+        return _EMPTY if keep is None else keep.reshape(-1).view(np.uint8)
+
+    def free(self) -> None:
+        bo, self._bo, self.argument, self._keep = self._bo, None, None, None
+        if bo:
+            self._lib.xrtBOFree(bo)
+
+
+_EMPTY = np.empty(0, dtype=np.uint8)  # a freed buffer's host side: no bytes to touch
+_BUFFER_TYPES = frozenset({XrtCBuffer, XrtCUserBuffer})
