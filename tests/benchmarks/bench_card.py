@@ -5,6 +5,7 @@ Run from the repository root (the project venv is used automatically)::
 
     python tests/benchmarks/bench_card.py            # about 4 min
     python tests/benchmarks/bench_card.py --quick    # about 2 min
+    python tests/benchmarks/bench_card.py --quick --pcie-only   # part 3 alone, about 30 s
 
 The card is ``tests/fpga_sim`` behind the C double of XRT's ``libxrt_coreutil.so.2``
 (``FPGASERVE_SIM_API=xrt-c``: the server runs ``card-api xrt-c``, as on a real host), with
@@ -358,6 +359,7 @@ def main() -> int:
     p.add_argument("--ii", type=int, default=750, help="kernel cycles per row (FPGASERVE_SIM_KERNEL_II), default 750")
     p.add_argument("--pcie-gbps", type=float, default=12.0, help="simulated PCIe rate, GB/s (default 12)")
     p.add_argument("--out", help="also write the report to this file")
+    p.add_argument("--pcie-only", action="store_true", help="part 3 alone (no exactness, no 1-CU/4-CU comparison)")
     args = p.parse_args()
     install_perf_analyzer()
     if shutil.which("g++") is None:
@@ -365,6 +367,21 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-card-"))
     os.environ.setdefault("FPGASERVE_CACHE_DIR", str(workdir / "csim-cache"))
     sys.path.insert(0, str(ROOT / "tests"))
+    if args.pcie_only:
+        log(f"part 3 only: FACILE events at PCIe rate through the whole server, card API {API}")
+        pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick)
+        limit = args.pcie_gbps * 1e9 / (EVENT_ROWS * (N_IN + N_OUT) * 4)
+        for r in pcie_runs:
+            print(
+                f"{r.model} c{r.concurrency}: {common.fmt(r.events_s, 1)} events/s, card busy {common.fmt(r.busy, 3)}"
+            )
+            print(f"    {' '.join(str(c) for c in r.cmd)}" + (f"\n    note: {r.note}" if r.note else ""))
+        best = max((r.events_s or 0.0 for r in pcie_runs), default=0.0)
+        print(
+            f"bench_card: api={pcie_info['api']} gil={gil_verdict(pcie_info['stats'])} pcie_fraction={best / limit:.3f}"
+        )
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
     log(f"part 1: the three kernel ABIs bit for bit (work folder {workdir})")
     exact, abi_lines = part_abis(workdir, args.quick)
     log(f"part 2: FACILE events, II {args.ii}, PCIe {args.pcie_gbps:g} GB/s")
