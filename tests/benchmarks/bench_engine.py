@@ -418,7 +418,7 @@ async def _engine(opts) -> tuple[float, bool]:
     )
     if opts.card:
         print(
-            f"the simulated runtime's calls in the engine (pyxrt stand-in, not counted above): "
+            f"the simulated runtime's calls in the engine ({opts.card_api} stand-in, not counted above): "
             f"{stand_in_cpu / max(requests, 1) * 1e6:,.1f} µs per request"
         )
     print(f"frontend CPU per request (RemoteDataPlane only, no gRPC): {frontend_cpu / max(requests, 1) * 1e6:,.1f} µs")
