@@ -10,26 +10,9 @@ fails with them, or is skipped with the reason when the venv cannot be had.
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_the_runner_tests_pass_through_pynq():
-    from tools import card_venv_python
+    from tools import card_venv_python, run_runner_tests
 
     python = card_venv_python()  # skips, saying why, when the venv cannot be built
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", FPGASERVE_TEST_CARD_API="pynq")
-    out = subprocess.run(
-        [python, "-m", "pytest", str(ROOT / "tests" / "test_card_runner.py"), "-q", "-p", "no:cacheprovider", "-rs"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-30:])
-    assert out.returncode == 0, tail
-    assert " passed" in tail, tail
+    run_runner_tests(python, "pynq")

@@ -248,3 +248,24 @@ def triton_stub_bin_dir(version: tuple[int, int]) -> Path:
             f"no Python {version[0]}.{version[1]} with {STUB_REQUIREMENT} for tritonserver's stub: {why}"
         )
     return Path(path).parent
+
+
+def run_runner_tests(python: str, api: str, *pytest_args: str) -> str:
+    """``tests/test_card_runner.py`` in a child ``python`` with ``FPGASERVE_TEST_CARD_API=api``
+    (the same runner, recovery and telemetry tests over another card API); asserts that it
+    passed and ran tests, and returns the end of its output."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", FPGASERVE_TEST_CARD_API=api)
+    out = subprocess.run(
+        [python, "-m", "pytest", str(root / "tests" / "test_card_runner.py"), "-q", "-p", "no:cacheprovider", "-rs"]
+        + list(pytest_args),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-30:])
+    assert out.returncode == 0, tail
+    assert " passed" in tail, tail
+    return tail

@@ -137,14 +137,7 @@ class XrtDevice(CardDevice):
 
     # ------------------------------------------------------------------ identity
     def _info(self, key: str) -> str:
-        enum = getattr(self._x.xrt_info_device, key, None)
-        if enum is None or self._dev is None:
-            return ""
-        try:
-            return str(self._dev.get_info(enum))
-        except RuntimeError as e:
-            log.debug("card %d: get_info(%s) failed: %s", self.index, key, e)
-            return ""
+        return device_info(self._x, self._dev, self.index, key)
 
     def reopen(self) -> None:
         try:
@@ -247,6 +240,19 @@ class XrtDevice(CardDevice):
     # ------------------------------------------------------------------ sensors
     def read_sensors(self) -> SensorReading:
         return read_info_sensors(self._info)
+
+
+def device_info(pyxrt, device, index: int, key: str) -> str:
+    """``device.get_info(xrt_info_device.<key>)`` as text, "" when the binding, the device or the
+    key is missing or the query fails (shared by both XRT APIs: the C API reads it through pyxrt)."""
+    enum = getattr(pyxrt.xrt_info_device, key, None) if pyxrt is not None else None
+    if enum is None or device is None:
+        return ""
+    try:
+        return str(device.get_info(enum))
+    except RuntimeError as e:
+        log.debug("card %d: get_info(%s) failed: %s", index, key, e)
+        return ""
 
 
 def read_info_sensors(info) -> SensorReading:

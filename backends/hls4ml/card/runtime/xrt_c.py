@@ -262,15 +262,9 @@ class XrtCDevice(CardDevice):
         self.interface_uuid = _hex_uuid(self._info("interface_uuid"))
 
     def _info(self, key: str) -> str:
-        x = self._api.pyxrt
-        enum = getattr(x.xrt_info_device, key, None) if x is not None else None
-        if enum is None or self._info_dev is None:
-            return ""
-        try:
-            return str(self._info_dev.get_info(enum))
-        except RuntimeError as e:
-            log.debug("card %d: get_info(%s) failed: %s", self.index, key, e)
-            return ""
+        from .xrt import device_info
+
+        return device_info(self._api.pyxrt, self._info_dev, self.index, key)
 
     def loaded_uuid(self) -> str:
         if self._dev is None:
