@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -302,12 +303,20 @@ def _card_pid(stats: dict) -> int:
 # ----------------------------------------------------------------------------- engine side
 
 
+@functools.cache
+def _log_settings():
+    """One per process: each LogSettings installs its own log handler, and a second would
+    print every log line twice."""
+    from fpgaserve.server.log_settings import LogSettings
+
+    return LogSettings(0, "", "default")
+
+
 async def _engine(opts) -> tuple[float, bool]:
     """One measurement; prints its block and returns (engine µs per request, every answer right)."""
     from fpgaserve.server.dataplane import DataPlane
     from fpgaserve.server.engine.repository import ModelRepository
     from fpgaserve.server.ipc.engine_server import EngineServer
-    from fpgaserve.server.log_settings import LogSettings
     from fpgaserve.server.shared_memory import SystemSharedMemoryManager
 
     work = Path(tempfile.mkdtemp(prefix="bench-engine-"))
@@ -327,7 +336,7 @@ async def _engine(opts) -> tuple[float, bool]:
         backend_config={"hls4ml": {"fpga-mode": opts.fpga_mode, **({"card-api": opts.card_api} if opts.card else {})}},
     )
     shm = SystemSharedMemoryManager()
-    dataplane = DataPlane(repository, shm, LogSettings(0, "", "default"))
+    dataplane = DataPlane(repository, shm, _log_settings())
     await repository.start()
     if opts.model not in repository.models or not repository.models[opts.model].versions:
         raise SystemExit(f"bench_engine: model {opts.model} did not load (fpga-mode {opts.fpga_mode})")
