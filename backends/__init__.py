@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendError, DeviceUnavailableError, TensorDescription
+from .base import Backend, BackendError, BackendRequest, DeviceUnavailableError, TensorDescription
 
 _REGISTRY = {
     "numpy": ("fpgaserve.backends.numpy_backend", "NumpyBackend"),
     "onnxruntime": ("fpgaserve.backends.onnxruntime_backend", "OnnxRuntimeBackend"),
     "hls4ml": ("fpgaserve.backends.hls4ml.backend", "Hls4mlBackend"),
+    "python": ("fpgaserve.backends.python_backend", "PythonBackend"),
 }
 
 
@@ -44,6 +45,7 @@ def backend_class(name: str) -> type[Backend]:
 __all__ = [
     "Backend",
     "BackendError",
+    "BackendRequest",
     "DeviceUnavailableError",
     "TensorDescription",
     "backend_class",

@@ -38,6 +38,19 @@ class TensorDescription(NamedTuple):
     dims: tuple[int, ...]
 
 
+class BackendRequest(NamedTuple):
+    """One request of a batch, for a backend that takes the batch as its list of requests
+    (``Backend.request_level``; Triton's Python backend hands ``execute`` the requests, each
+    with its own inputs, and answers each on its own). Protocol-free, like the arrays."""
+
+    inputs: dict[str, np.ndarray]
+    requested_outputs: tuple[str, ...]
+    parameters: dict
+    id: str
+    flags: int  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) / _END (2)
+    correlation_id: int | str
+
+
 def path_inside(root: str | os.PathLike, base: str | os.PathLike, name: str, what: str) -> str:
     """``name`` -- a path a model config gives, relative to ``base`` -- as a real path that
     stays inside ``root`` (the model's directory), or BackendError.
@@ -81,6 +94,10 @@ class Backend(ABC):
     #: allows it (RepositoryModelLoad ``file:`` uploads, --allow-model-code-upload)
     executes_model_files: bool = False
 
+    #: the scheduler hands this backend each batch as its list of requests
+    #: (``execute_requests``) instead of their merged inputs (``execute``)
+    request_level: bool = False
+
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         self.config = config
         self.version_dir = version_dir
@@ -98,9 +115,23 @@ class Backend(ABC):
         """
         return None
 
+    @classmethod
+    def auto_complete(cls, config: dict, version_dir: str) -> dict | None:
+        """The whole config completed by the model itself (Triton's Python backend runs the
+        model's ``auto_complete_config``), as the dict ``config`` is, or None to keep
+        ``describe_io``'s completion. Called before ``describe_io``."""
+        return None
+
     @abstractmethod
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch. Arrays carry the leading batch dim when max_batch_size > 0."""
+
+    def execute_requests(self, requests: list[BackendRequest]) -> list:
+        """Run one batch given as its requests (``request_level`` backends): per request its
+        outputs (a dict of arrays) or an ``Exception`` that fails only that request. Raising
+        fails the whole batch. For a decoupled model the single request's answer is an
+        iterator of output dicts, one per response, which the scheduler sends as they come."""
+        raise NotImplementedError
 
     def health(self) -> str | None:
         """None while this instance can serve, else why not (e.g. its device awaits a reset).

@@ -28,6 +28,8 @@ from prometheus_client.core import Metric
 
 from fpgaserve.backends import telemetry_collectors
 
+from .engine import custom_metrics
+from .engine.instance_process import restart_families
 from .engine.latency import LatencyConfig
 from .engine.scheduler import abandoned_instances_running
 from .engine.statistics import QUEUE_BUCKETS_US
@@ -162,6 +164,8 @@ class InferenceCollector:
         )
         abandoned.add_sample("fpgaserve_abandoned_instances", {}, abandoned_instances_running())
         yield abandoned
+        yield from restart_families()
+        yield from custom_metrics.families()
         for extra in self.extra:
             yield from extra.collect()
 

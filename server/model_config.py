@@ -8,12 +8,14 @@ Triton's normalizations added (see ``normalize``). Backends never see the messag
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import FieldDescriptor
 
 from fpgaserve.protos import inference as pb
 
@@ -340,6 +342,17 @@ def config_dict(config: ModelConfig) -> dict:
     return json_format.MessageToDict(config, preserving_proto_field_name=True)
 
 
+def replace_from_dict(config: ModelConfig, completed: dict) -> None:
+    """Make ``config`` the config ``completed`` describes (``config_dict``'s form, or Triton's
+    JSON): what a backend's auto-complete returned."""
+    replacement = ModelConfig()
+    try:
+        json_format.ParseDict(completed, replacement)
+    except (json_format.ParseError, TypeError, ValueError) as e:
+        raise ConfigError(f"auto-completed configuration is not valid: {e}") from None
+    config.CopyFrom(replacement)
+
+
 def parameter(config: ModelConfig, key: str, default: str | None = None) -> str | None:
     if key in config.parameters:
         return config.parameters[key].string_value
@@ -348,3 +361,40 @@ def parameter(config: ModelConfig, key: str, default: str | None = None) -> str 
 
 def instance_count(config: ModelConfig) -> int:
     return sum(max(1, g.count) for g in config.instance_group) or 1
+
+
+def triton_json(msg) -> dict:
+    """A protobuf message as Triton writes it in JSON (the HTTP model-config endpoint, the
+    Python backend's ``model_config`` argument): proto field names, every field present,
+    int64 as numbers, enums by name."""
+    out: dict[str, Any] = {}
+    for fd in msg.DESCRIPTOR.fields:
+        value = getattr(msg, fd.name)
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            vfd = fd.message_type.fields_by_name["value"]
+            out[fd.name] = {k: _json_value(vfd, v) for k, v in value.items()}
+        elif fd.label == FieldDescriptor.LABEL_REPEATED:
+            out[fd.name] = [_json_value(fd, v) for v in value]
+        elif fd.message_type is not None and not msg.HasField(fd.name):
+            continue
+        else:
+            out[fd.name] = _json_value(fd, value)
+    return out
+
+
+def _json_value(fd, value):
+    if fd.message_type is not None:
+        return triton_json(value)
+    if fd.enum_type is not None:
+        ev = fd.enum_type.values_by_number.get(value)
+        return ev.name if ev is not None else value
+    if fd.type == FieldDescriptor.TYPE_BYTES:
+        return base64.b64encode(value).decode()
+    return value
+
+
+def triton_json_from_dict(config: dict) -> dict:
+    """``triton_json`` of a config given as ``config_dict`` gives it (what backends hold)."""
+    message = ModelConfig()
+    json_format.ParseDict(config, message)
+    return triton_json(message)

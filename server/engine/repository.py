@@ -42,7 +42,7 @@ from ..errors import (
     permission_denied,
     unavailable,
 )
-from . import ensemble
+from . import bls, ensemble
 from .batcher import DynamicBatcher
 from .latency import LatencyConfig, LatencyRecorder
 from .repoagents import RepositoryAgentError, run_load_agents
@@ -255,6 +255,10 @@ def _detect_backend(config, model_dir: Path) -> None:
 
 def _auto_complete(config, backend_cls, version_dir: str) -> None:
     """Triton's auto-complete: fill inputs/outputs (and batching) from the model files."""
+    completed = backend_cls.auto_complete(mc.config_dict(config), version_dir)
+    if completed is not None:  # the model completed its config itself (Python backend)
+        mc.replace_from_dict(config, completed)
+        return
     if config.input and config.output:
         return
     described = backend_cls.describe_io(mc.config_dict(config), version_dir)
@@ -704,6 +708,10 @@ class ModelRepository:
                         instance.executor.shutdown(wait=False)
                         raise
                     instances.append(instance)
+                    # a backend in its own process may call models (BLS): through this repository
+                    bind = getattr(instance.backend, "bind_engine", None)
+                    if bind is not None:
+                        bind(loop, functools.partial(bls.engine_call, self.get))
                     index += 1
         except BackendError as e:
             for inst in instances:

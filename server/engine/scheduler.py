@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from fpgaserve.backends import Backend, DeviceUnavailableError
+from fpgaserve.backends import Backend, BackendRequest, DeviceUnavailableError
 
 from ..errors import InferenceError, internal, unavailable
 from .request import EncodedOutput, InferenceRequest
@@ -282,6 +282,24 @@ def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.nd
     return (shapes.reshape(-1) if kind.endswith("FLATTEN") else shapes).astype(dtype)
 
 
+def backend_request(request: InferenceRequest) -> BackendRequest:
+    """A request as a request-level backend sees it (no wire, no engine state)."""
+    parameters = request.parameters
+    flags = 0
+    correlation: int | str = 0
+    if parameters:
+        flags = (1 if parameters.get("sequence_start") else 0) | (2 if parameters.get("sequence_end") else 0)
+        correlation = parameters.get("sequence_id", 0)
+    return BackendRequest(
+        request.inputs,
+        tuple(o.spec.name for o in request.outputs),
+        parameters,
+        request.id,
+        flags,
+        correlation,
+    )
+
+
 class ModelInstance:
     def __init__(self, model, backend: Backend | None, index: int):
         self.model = model
@@ -315,6 +333,8 @@ class ModelInstance:
         model = self.model
         if model.decoupled:
             return self._run_decoupled(batch[0])
+        if self.backend.request_level:
+            return self._run_requests(batch)
         t0 = time.monotonic_ns()
         ragged = self.ragged_inputs
         if len(batch) == 1 and not ragged:
@@ -361,13 +381,45 @@ class ModelInstance:
         t3 = time.monotonic_ns()
         return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
 
+    def _run_requests(self, batch: list[InferenceRequest]):
+        """``run_batch`` for a backend that takes the batch as its requests: each request's
+        own inputs in, each request's outputs (or error) out, checked and encoded per request."""
+        model = self.model
+        t0 = time.monotonic_ns()
+        requests = [backend_request(r) for r in batch]
+        t1 = time.monotonic_ns()
+        try:
+            answers = self.backend.execute_requests(requests)
+            if len(answers) != len(batch):
+                raise internal(f"model '{model.name}' answered {len(answers)} of the {len(batch)} requests of a batch")
+        except BaseException as e:
+            log.debug("model %s execute failed", model.name, exc_info=True)
+            raise model_failure(model.name, e) from None
+        t2 = time.monotonic_ns()
+        results: list[list[EncodedOutput] | InferenceError | None] = []
+        for r, answer in zip(batch, answers):
+            if r.padding:
+                results.append(None)
+                continue
+            try:
+                if isinstance(answer, BaseException):
+                    raise answer
+                results.append(r.encode(r, self._check_outputs(answer, [r], r.batch_size)))
+            except BaseException as e:  # this request only
+                results.append(model_failure(model.name, e))
+        t3 = time.monotonic_ns()
+        return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
+
     def _run_decoupled(self, request: InferenceRequest):
         """A decoupled model's execute() yields responses; each is encoded and emitted as it
         comes, so the client sees them while the model is still running."""
         infer_ns = output_ns = 0
         t = time.monotonic_ns()
         try:
-            produced = self.backend.execute(request.inputs)
+            if self.backend.request_level:
+                produced = self.backend.execute_requests([backend_request(request)])[0]
+            else:
+                produced = self.backend.execute(request.inputs)
             it = iter([produced] if isinstance(produced, dict) else produced)
             while True:
                 try:
@@ -472,6 +524,11 @@ class ModelInstance:
         and exits if the call ever returns."""
         _ABANDONED.append(self)
         self.executor.abandon(self._close_quietly)
+        # a backend running in its own process can be stopped from here: its batch then
+        # fails and the thread gets to close it
+        kill = getattr(self.backend, "kill", None)
+        if kill is not None:
+            kill()
 
     def _close_quietly(self) -> None:
         try:

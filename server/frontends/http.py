@@ -39,8 +39,8 @@ from urllib.parse import unquote
 import orjson
 from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
-from google.protobuf.descriptor import FieldDescriptor
 
+from .. import model_config as mc
 from ..dataplane.api import DataPlaneAPI
 from ..errors import (
     InferenceError,
@@ -351,35 +351,6 @@ def compress(data: bytes, encoding: str) -> bytes:
 # ----------------------------------------------------------------------------- JSON of messages
 
 
-def message_json(msg) -> dict:
-    """A protobuf message as Triton writes it in JSON: proto field names, every field
-    present, int64 as numbers, enums by name."""
-    out: dict[str, Any] = {}
-    for fd in msg.DESCRIPTOR.fields:
-        value = getattr(msg, fd.name)
-        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-            vfd = fd.message_type.fields_by_name["value"]
-            out[fd.name] = {k: _field_value(vfd, v) for k, v in value.items()}
-        elif fd.label == FieldDescriptor.LABEL_REPEATED:
-            out[fd.name] = [_field_value(fd, v) for v in value]
-        elif fd.message_type is not None and not msg.HasField(fd.name):
-            continue
-        else:
-            out[fd.name] = _field_value(fd, value)
-    return out
-
-
-def _field_value(fd, value):
-    if fd.message_type is not None:
-        return message_json(value)
-    if fd.enum_type is not None:
-        ev = fd.enum_type.values_by_number.get(value)
-        return ev.name if ev is not None else value
-    if fd.type == FieldDescriptor.TYPE_BYTES:
-        return base64.b64encode(value).decode()
-    return value
-
-
 # ----------------------------------------------------------------------------- the API
 
 
@@ -592,7 +563,7 @@ class HttpFrontend:
 
     async def _model_config(self, request, body, name: str, version: str) -> web.Response:
         model = await self.dataplane.model(name, version)
-        return json_response(message_json(model.config))
+        return json_response(mc.triton_json(model.config))
 
     async def _stats(self, request, body, name: str, version: str) -> web.Response:
         rows = await common.model_statistics(self.dataplane, name, version)

@@ -1,0 +1,162 @@
+"""``backend: "python"``: Triton's Python backend, each instance in its own process.
+
+A model written for Triton (``<version>/model.py`` with ``class TritonPythonModel``, ``import
+triton_python_backend_utils as pb_utils``) is served unchanged: the instance's process
+(``server/engine/instance_process.py``) imports it and calls ``initialize(args)``,
+``execute(requests)`` with the batch's requests (each with its own inputs, as Triton hands
+them) and ``finalize()`` (``python_model_host.py``, which runs there). A crash of the model's
+code (a segfault in an extension, ``os._exit``) fails its batch and restarts the instance; the
+server and its other models keep serving.
+
+Settings this implementation cannot honour are refused at load rather than ignored: a
+model's ``EXECUTION_ENV_PATH`` (a conda-pack environment: the model runs in the server's
+interpreter) and ``--backend-config=python,...`` settings of Triton's stub (shared-memory
+pool sizes, stub timeouts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from fpgaserve.server.engine.instance_process import ChildDied, ProcessBackend, failure_from_child
+
+from .base import BackendError, BackendRequest, version_file
+
+_STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stub")
+
+#: Triton's response flag that ends a decoupled request's responses
+RESPONSE_COMPLETE_FINAL = 1
+
+
+def _model_path(config: dict, version_dir: str) -> str:
+    filename = config.get("default_model_filename") or PythonBackend.default_filename
+    path = version_file(version_dir, filename, "default_model_filename")
+    if not os.path.isfile(path):
+        raise BackendError(f"unable to find '{path}' (the Python model file)")
+    return path
+
+
+def _refuse_unsupported(config: dict, backend_config: dict) -> None:
+    parameters = config.get("parameters", {})
+    if "EXECUTION_ENV_PATH" in parameters:
+        raise BackendError(
+            "parameter EXECUTION_ENV_PATH (a conda-pack environment for the Python backend) is not "
+            "supported: Python models run in the server's own interpreter; install the model's "
+            "packages there and remove the parameter"
+        )
+    if backend_config:
+        keys = ", ".join(sorted(backend_config))
+        raise BackendError(
+            f"--backend-config=python settings are not supported ({keys}): they size Triton's "
+            "shared-memory stub, which this server does not use; remove them"
+        )
+
+
+class PythonBackend(ProcessBackend):
+    default_filename = "model.py"
+    child_target = "fpgaserve.backends.python_model_host:PythonModelHost"
+    request_level = True
+
+    def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
+        _refuse_unsupported(config, backend_config or {})
+        self.model_path = _model_path(config, version_dir)
+        super().__init__(config, version_dir, instance_index, backend_config)
+
+    def load_args(self) -> tuple:
+        from fpgaserve.server import model_config as mc
+
+        model_dir = os.path.dirname(os.path.abspath(self.version_dir))
+        args = {
+            "model_config": json.dumps(mc.triton_json_from_dict(self.config)),
+            "model_instance_kind": "CPU",
+            "model_instance_name": self.instance_name,
+            "model_instance_device_id": "0",
+            "model_repository": model_dir,
+            "model_version": self.model_version,
+            "model_name": self.model_name,
+        }
+        host = {"model_path": self.model_path, "stub_dir": _STUB_DIR, "decoupled": self.decoupled}
+        return (args, self.version_dir, self.instance_index, host)
+
+    def execute(self, inputs):  # request_level: the scheduler calls execute_requests
+        raise NotImplementedError("the Python backend executes requests, not merged batches")
+
+    def execute_requests(self, requests: list[BackendRequest]) -> list:
+        self._ensure_running()
+        self.segment.reset()
+        put = self.segment.put
+        message = [
+            (
+                r.id,
+                r.flags,
+                r.parameters,
+                [(name, put(array)) for name, array in r.inputs.items()],
+                r.requested_outputs,
+                r.correlation_id,
+            )
+            for r in requests
+        ]
+        try:
+            self._send(("exec_requests", message, self.decoupled))
+            if self.decoupled:
+                return [self._responses()]
+            reply = self._next()
+        except ChildDied as e:
+            raise self._crashed(str(e)) from None
+        if reply[0] == "failed":
+            raise failure_from_child(reply)
+        peer = self._peer
+        assert peer is not None
+        answers: list = []
+        for result in reply[1]:
+            if result[0] == "ok":
+                answers.append({name: peer.get(ref, copy=True) for name, ref in result[1]})
+            else:
+                answers.append(failure_from_child(result))
+        return answers
+
+    def _responses(self):
+        """A decoupled request's responses as the model sends them, until it sends the final
+        flag and its execute has returned."""
+        final = done = False
+        while not (final and done):
+            try:
+                message = self._next()
+            except ChildDied as e:
+                raise self._crashed(str(e)) from None
+            kind = message[0]
+            if kind == "failed":
+                raise failure_from_child(message)
+            if kind == "done_requests":
+                done = True
+                continue
+            if kind != "response":
+                continue
+            _, _, outputs, error, flags = message
+            if error is not None:
+                raise failure_from_child(("error", *error))
+            if outputs is not None:
+                peer = self._peer
+                assert peer is not None
+                yield {name: peer.get(ref, copy=True) for name, ref in outputs}
+            if flags & RESPONSE_COMPLETE_FINAL:
+                final = True
+
+    @classmethod
+    def auto_complete(cls, config: dict, version_dir: str) -> dict | None:
+        """Run the model's ``auto_complete_config`` (in a process of its own, as all model
+        code): the completed config, or None when the model defines none."""
+        path = _model_path(config, version_dir)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if "auto_complete_config" not in f.read():
+                return None  # no process started for the common case
+        probe = _AutoCompleteProbe(config, version_dir, 0, {})
+        try:
+            return probe.load_result
+        finally:
+            probe.close()
+
+
+class _AutoCompleteProbe(PythonBackend):
+    child_target = "fpgaserve.backends.python_model_host:AutoCompleter"

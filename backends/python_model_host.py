@@ -1,0 +1,176 @@
+"""The Python backend inside an instance's process: hosts one ``TritonPythonModel``.
+
+Runs only in the process ``instance_worker`` starts (never in the server's): it puts the
+``triton_python_backend_utils`` module (``python_stub/``) and the model's version folder on
+``sys.path``, imports ``model.py``, and turns the engine's messages into Triton's calls:
+``initialize(args)``, ``execute(requests)`` -> one ``InferenceResponse`` per request (or
+None for a decoupled model, which answers through each request's response sender),
+``finalize()``; ``AutoCompleter`` runs the static ``auto_complete_config``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from fpgaserve.server.engine.instance_worker import current
+
+RESPONSE_COMPLETE_FINAL = 1
+
+
+def _load_module(host: dict):
+    stub_dir = host["stub_dir"]
+    if stub_dir not in sys.path:
+        sys.path.insert(0, stub_dir)
+    path = host["model_path"]
+    # as Triton's stub does: modules next to model.py are importable by the model
+    version_dir = os.path.dirname(path)
+    if version_dir not in sys.path:
+        sys.path.insert(0, version_dir)
+    spec = importlib.util.spec_from_file_location("model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"'{path}' is not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    model_cls = getattr(module, "TritonPythonModel", None)
+    if model_cls is None:
+        raise AttributeError(f"'{path}' does not define class TritonPythonModel")
+    return model_cls
+
+
+def _pb_utils():
+    """The model's ``triton_python_backend_utils`` (on sys.path in the instance process
+    only, where ``_load_module`` put it)."""
+    import triton_python_backend_utils  # type: ignore[import-not-found]
+
+    return triton_python_backend_utils
+
+
+def python_error_text(e: BaseException) -> str:
+    """An exception as Triton's stub reports it (pybind11's ``error_already_set::what()``):
+    ``Type: message``, then the frames, innermost first."""
+    lines = [f"{type(e).__name__}: {e}", "", "At:"]
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        lines.append(f"  {frame.filename}({frame.lineno}): {frame.name}")
+    return "\n".join(lines) + "\n"
+
+
+class ModelRaised(Exception):
+    """``execute`` raised: every request of the batch fails with ``triton_text``."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.triton_text = text
+
+
+class PythonModelHost:
+    def __init__(self, args: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
+        host = backend_config or {}
+        self.args = args
+        self.instance_name = args["model_instance_name"]
+        self.model_name = args["model_name"]
+        self.decoupled = bool(host.get("decoupled"))
+        self.model_config = json.loads(args["model_config"])
+        model_cls = _load_module(host)
+        pb_utils = _pb_utils()
+
+        self.pb = pb_utils
+        pb_utils._bind(self)
+        self.model = model_cls()
+        init = getattr(self.model, "initialize", None)
+        if init is not None:
+            init(dict(args))
+
+    # ------------------------------------------------------------------ execute
+    def execute_requests(self, messages: list, decoupled: bool) -> list | None:
+        pb = self.pb
+        worker = current()
+        get = worker.get
+        requests = []
+        for index, (request_id, flags, parameters, inputs, requested, correlation_id) in enumerate(messages):
+            # a decoupled model may read its inputs after execute returns (from its own
+            # threads): those get their own copy; others are views on the engine's segment
+            tensors = [pb.Tensor(name, get(ref, copy=decoupled)) for name, ref in inputs]
+            requests.append(
+                pb.InferenceRequest._received(
+                    tensors, request_id, flags, parameters, requested, correlation_id, index, decoupled, self
+                )
+            )
+        try:
+            responses = self.model.execute(requests)
+        except BaseException as e:
+            raise ModelRaised(
+                f"Failed to process the request(s) for model instance '{self.instance_name}', message: "
+                + python_error_text(e)
+            ) from None
+        if decoupled:
+            if responses is not None:
+                raise ModelRaised(
+                    f"Python model '{self.instance_name}' is using the decoupled mode and the execute "
+                    "function must return None."
+                )
+            return None
+        if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
+            got = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
+            raise ModelRaised(
+                f"Failed to process the request(s) for model instance '{self.instance_name}', message: "
+                f"Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{got}\n"
+            )
+        return [self.encode_response(response, request) for response, request in zip(responses, requests)]
+
+    def encode_response(self, response: Any, request) -> tuple:
+        """("ok", [(name, TensorRef)]) with the outputs the request asked for, or ("error", status, text)."""
+        pb = self.pb
+        if not isinstance(response, pb.InferenceResponse):
+            return ("error", "INTERNAL", f"Expected an InferenceResponse object, got {type(response).__name__}")
+        if response.has_error():
+            error = response.error()
+            return ("error", error._status_name(), error.message())
+        wanted = request._requested
+        put = current().put
+        outputs = []
+        for tensor in response.output_tensors():
+            if wanted and tensor.name() not in wanted:
+                continue
+            outputs.append((tensor.name(), put(tensor.as_numpy())))
+        return ("ok", outputs)
+
+    def send_response(self, index: int, response, flags: int, request) -> None:
+        """A decoupled request's response (from any thread of the model)."""
+        if response is None:
+            current().send(("response", index, None, None, flags))
+            return
+        encoded = self.encode_response(response, request)
+        if encoded[0] == "error":
+            current().send(("response", index, None, encoded[1:], flags))
+        else:
+            current().send(("response", index, encoded[1], None, flags))
+
+    def close(self) -> None:
+        finalize = getattr(self.model, "finalize", None)
+        if finalize is not None:
+            finalize()
+
+
+class AutoCompleter:
+    """Runs the model's ``auto_complete_config`` at load; its result is the completed config."""
+
+    def __init__(self, args: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
+        model_cls = _load_module(backend_config or {})
+        pb_utils = _pb_utils()
+
+        complete = getattr(model_cls, "auto_complete_config", None)
+        self.load_result = None
+        if complete is not None:
+            config = pb_utils.ModelConfig(json.loads(args["model_config"]))
+            result = complete(config)
+            self.load_result = (result if result is not None else config).as_dict()
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,539 @@
+"""``triton_python_backend_utils`` for models served by fpgaserve's Python backend.
+
+The API of Triton's module (python_backend r24.10) that models use: tensors, requests and
+responses, errors, BLS (``InferenceRequest(...).exec()``), decoupled response senders, the
+logger, custom metrics and the auto-complete config object. Importable only inside a model
+instance's process (this folder is on that process's ``sys.path``, never the server's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+_STATE: dict[str, Any] = {}  # "host": the PythonModelHost of this process
+
+
+def _bind(host) -> None:
+    _STATE["host"] = host
+
+
+def _worker():
+    from fpgaserve.server.engine.instance_worker import current
+
+    return current()
+
+
+# ----------------------------------------------------------------------------- datatypes
+
+_TRITON_TO_NUMPY = {
+    "TYPE_BOOL": np.bool_,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+_NUMPY_TO_WIRE = {
+    np.dtype(np.bool_): "BOOL",
+    np.dtype(np.uint8): "UINT8",
+    np.dtype(np.uint16): "UINT16",
+    np.dtype(np.uint32): "UINT32",
+    np.dtype(np.uint64): "UINT64",
+    np.dtype(np.int8): "INT8",
+    np.dtype(np.int16): "INT16",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.float16): "FP16",
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+    np.dtype(np.object_): "BYTES",
+}
+
+
+def triton_string_to_numpy(triton_type_string: str):
+    """A config data type ("TYPE_FP32") as the numpy type."""
+    return _TRITON_TO_NUMPY.get(triton_type_string)
+
+
+def numpy_to_triton_string(numpy_type) -> str | None:
+    """A numpy type as the config data type ("TYPE_FP32")."""
+    dtype = np.dtype(numpy_type)
+    if dtype.kind in "SU":
+        return "TYPE_STRING"
+    wire = _NUMPY_TO_WIRE.get(dtype)
+    if wire is None:
+        return None
+    return "TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}"
+
+
+def _wire_datatype(array: np.ndarray) -> str:
+    if array.dtype.kind in "SUO":
+        return "BYTES"
+    wire = _NUMPY_TO_WIRE.get(array.dtype)
+    if wire is None:
+        raise TritonModelException(f"unsupported data type {array.dtype} for a tensor")
+    return wire
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class TritonError:
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL):
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def _status_name(self) -> str:
+        return _STATUS_OF_CODE.get(self._code, "INTERNAL")
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r})"
+
+
+# a TritonError's code as the server's status (it has no UNKNOWN: a model's UNKNOWN is internal)
+_STATUS_OF_CODE = {
+    TritonError.UNKNOWN: "INTERNAL",
+    TritonError.INTERNAL: "INTERNAL",
+    TritonError.NOT_FOUND: "NOT_FOUND",
+    TritonError.INVALID_ARG: "INVALID_ARG",
+    TritonError.UNAVAILABLE: "UNAVAILABLE",
+    TritonError.UNSUPPORTED: "UNSUPPORTED",
+    TritonError.ALREADY_EXISTS: "ALREADY_EXISTS",
+    TritonError.CANCELLED: "CANCELLED",
+}
+_CODE_OF_STATUS = {name: code for code, name in _STATUS_OF_CODE.items() if code != TritonError.UNKNOWN}
+
+
+class TritonModelException(Exception):
+    def __init__(self, msg: str):
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self) -> str:
+        return self._msg
+
+
+# ----------------------------------------------------------------------------- tensors
+
+
+class Tensor:
+    def __init__(self, name: str, data):
+        if not isinstance(data, np.ndarray):
+            raise TritonModelException("Tensor data must be a numpy array")
+        if data.dtype.kind in "SU":
+            data = data.astype(np.object_)
+        self._name = name
+        self._array = data
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def triton_dtype(self) -> str:
+        return _wire_datatype(self._array)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self):
+        if self._array.dtype == np.object_:
+            raise TritonModelException("DLPack does not support BYTES tensors")
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name: str, capsule) -> Tensor:
+        if hasattr(capsule, "__dlpack__"):
+            return Tensor(name, np.from_dlpack(capsule))
+        raise TritonModelException("from_dlpack expects an object with __dlpack__ (a PyCapsule alone is not supported)")
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+def get_input_tensor_by_name(inference_request, name: str) -> Tensor | None:
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name: str) -> Tensor | None:
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config: dict, name: str) -> dict | None:
+    for entry in model_config.get("input", []):
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def get_output_config_by_name(model_config: dict, name: str) -> dict | None:
+    for entry in model_config.get("output", []):
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+# ----------------------------------------------------------------------------- responses
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=None, error: TritonError | None = None, parameters=None):
+        self._outputs = list(output_tensors or [])
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException("error must be a TritonError")
+        self._error = error
+        self._parameters = parameters
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        params = self._parameters
+        return params if isinstance(params, str) else json.dumps(params or {})
+
+
+class ResponseSender:
+    def __init__(self, request: InferenceRequest):
+        self._request = request
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException("response must be an InferenceResponse or None")
+        if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise TritonModelException("a response of None needs the TRITONSERVER_RESPONSE_COMPLETE_FINAL flag")
+        _STATE["host"].send_response(self._request._index, response, flags, self._request)
+        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+class InferenceRequest:
+    """A request the model received (``execute``'s argument), or one it builds to call
+    another model (BLS: ``exec``, ``async_exec``, ``exec(decoupled=True)``)."""
+
+    def __init__(
+        self,
+        model_name: str = "",
+        inputs=None,
+        requested_output_names=None,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        model_version: int = -1,
+        timeout: int = 0,
+        preferred_memory=None,
+        trace=None,
+        parameters=None,
+    ):
+        self.model_name = model_name
+        self._inputs = list(inputs or [])
+        self._requested = tuple(requested_output_names or ())
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._model_version = model_version
+        self._timeout = timeout
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters)
+        self._parameters = dict(parameters or {})
+        self._index = -1
+        self._decoupled = False
+        self._sender: ResponseSender | None = None
+
+    @classmethod
+    def _received(cls, tensors, request_id, flags, parameters, requested, correlation_id, index, decoupled, host):
+        request = cls(
+            model_name=host.model_name,
+            inputs=tensors,
+            requested_output_names=requested,
+            request_id=request_id,
+            correlation_id=correlation_id,
+            flags=flags,
+            parameters=parameters,
+        )
+        request._index = index
+        request._decoupled = decoupled
+        return request
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> list[str]:
+        return list(self._requested)
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters)
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def get_response_sender(self) -> ResponseSender:
+        if not self._decoupled:
+            raise TritonModelException(
+                "Unable to get response sender: the model is not using the decoupled transaction policy"
+            )
+        if self._sender is None:
+            self._sender = ResponseSender(self)
+        return self._sender
+
+    # ------------------------------------------------------------------ BLS
+    def _payload(self) -> tuple:
+        put = _worker().put
+        inputs = []
+        for tensor in self._inputs:
+            array = tensor.as_numpy()
+            inputs.append((tensor.name(), _wire_datatype(array), tuple(array.shape), put(array)))
+        return (
+            self.model_name,
+            self._model_version,
+            inputs,
+            self._requested,
+            self._request_id,
+            self._parameters,
+            self._timeout,
+        )
+
+    @staticmethod
+    def _response(item) -> InferenceResponse:
+        get = _worker().get
+        return InferenceResponse([Tensor(name, get(ref, copy=True)) for name, ref in item])
+
+    def exec(self, decoupled: bool = False):
+        """Run this request on ``model_name``: its InferenceResponse (an error, if it failed,
+        in ``error()``), or with ``decoupled`` an iterator of its responses."""
+        from fpgaserve.server.engine.instance_worker import CallFailed
+
+        if decoupled:
+            return self._exec_stream()
+        try:
+            return self._response(_worker().call(self._payload()))
+        except CallFailed as e:
+            return InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
+
+    def _exec_stream(self):
+        from fpgaserve.server.engine.instance_worker import CallFailed
+
+        try:
+            for item in _worker().call(self._payload(), stream=True):
+                yield self._response(item)
+        except CallFailed as e:
+            yield InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
+        yield InferenceResponse()  # the final, empty response, as Triton ends a decoupled stream
+
+    async def async_exec(self, decoupled: bool = False):
+        loop = asyncio.get_running_loop()
+        if decoupled:
+            return await loop.run_in_executor(None, lambda: list(self._exec_stream()))
+        return await loop.run_in_executor(None, self.exec)
+
+
+# ----------------------------------------------------------------------------- logging
+
+
+class Logger:
+    """Lines in the server's log, prefixed with the model instance's name."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+    @staticmethod
+    def log(message: str, level: int = 0) -> None:
+        _worker().log(_LOG_LEVELS.get(level, "info"), str(message))
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _worker().log("info", str(message))
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _worker().log("warn", str(message))
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _worker().log("error", str(message))
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _worker().log("verbose", str(message))
+
+
+_LOG_LEVELS = {Logger.INFO: "info", Logger.WARNING: "warn", Logger.ERROR: "error", Logger.VERBOSE: "verbose"}
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+class MetricFamily:
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name: str, description: str, kind: int):
+        if kind not in (self.COUNTER, self.GAUGE):
+            raise TritonModelException("only COUNTER and GAUGE metric families are supported by this server")
+        self.name = name
+        self.description = description
+        self.kind = kind
+        _worker().send(("metric", "family", name, "counter" if kind == self.COUNTER else "gauge", description))
+
+    def Metric(self, labels: dict | None = None, buckets=None) -> Metric:
+        if buckets is not None:
+            raise TritonModelException("histogram buckets are not supported by this server")
+        return Metric(self, labels or {})
+
+
+class Metric:
+    def __init__(self, family: MetricFamily, labels: dict):
+        self._family = family
+        self._labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        self._value = 0.0
+
+    def increment(self, value: float) -> None:
+        if self._family.kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("a counter cannot be incremented by a negative value")
+        self._value += value
+        _worker().send(("metric", "increment", self._family.name, self._labels, value))
+
+    def set(self, value: float) -> None:
+        if self._family.kind != MetricFamily.GAUGE:
+            raise TritonModelException("only a gauge can be set")
+        self._value = float(value)
+        _worker().send(("metric", "set", self._family.name, self._labels, value))
+
+    def value(self) -> float:
+        return self._value
+
+    def observe(self, value: float) -> None:
+        raise TritonModelException("observe is for histograms, which this server does not support")
+
+
+# ----------------------------------------------------------------------------- auto-complete
+
+
+class ModelConfig:
+    """What ``auto_complete_config`` gets: the config so far, to read and complete."""
+
+    def __init__(self, model_config: dict):
+        self._config = model_config
+
+    def as_dict(self) -> dict:
+        return self._config
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        current = int(self._config.get("max_batch_size", 0) or 0)
+        if current not in (0, max_batch_size):
+            raise ValueError(
+                f"configuration specified max_batch_size {current}, but in auto-complete-config function "
+                f"for model '{self._config.get('name', '')}' specified max_batch_size {max_batch_size}"
+            )
+        self._config["max_batch_size"] = int(max_batch_size)
+
+    def set_dynamic_batching(self) -> None:
+        self._config.setdefault("dynamic_batching", {})
+
+    def set_model_transaction_policy(self, transaction_policy_dict: dict) -> None:
+        policy = self._config.setdefault("model_transaction_policy", {})
+        for key, value in transaction_policy_dict.items():
+            if key != "decoupled":
+                raise ValueError(f"model transaction property '{key}' is not supported")
+            policy["decoupled"] = bool(value)
+
+    def _add(self, kind: str, tensor: dict) -> None:
+        if not isinstance(tensor, dict):
+            raise ValueError(
+                f"{kind} in auto-complete-config function must be a dictionary, got {type(tensor).__name__}"
+            )
+        for key in ("name", "data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(
+                    f"{kind} in auto-complete-config function for model '{self._config.get('name', '')}' "
+                    f"is missing '{key}' property."
+                )
+        existing = self._config.setdefault(kind, [])
+        for entry in existing:
+            if entry.get("name") == tensor["name"]:
+                for key in ("data_type", "dims"):
+                    if key in entry and entry[key] != tensor[key] and list(entry[key] or []) != list(tensor[key]):
+                        raise ValueError(
+                            f"unable to load model '{self._config.get('name', '')}', configuration expects "
+                            f"{kind} '{tensor['name']}' {key} {entry[key]} but auto-complete-config function "
+                            f"specifies {tensor[key]}"
+                        )
+                return
+        existing.append({key: (list(value) if key == "dims" else value) for key, value in tensor.items()})
+
+    def add_input(self, input: dict) -> None:
+        self._add("input", input)
+
+    def add_output(self, output: dict) -> None:
+        self._add("output", output)

@@ -1,0 +1,99 @@
+"""Requests a model makes from inside its instance process (Triton's business logic scripting).
+
+A Python model's ``InferenceRequest(...).exec()`` arrives here over its instance's channel
+(``instance_process.ProcessBackend._serve_call``) and runs as any client request does:
+validated by the data plane's ``normalize`` (Triton's checks and texts), submitted to the
+target model's scheduler, so it batches with the other traffic of that model, FPGA models
+included. Outputs go back through the calling instance's segment; a failure goes back as the
+response's error, as Triton's BLS reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import InferenceError, Status
+from .request import InferenceRequest, RequestedOutput
+
+log = logging.getLogger("fpgaserve.bls")
+
+
+def _slices(request: InferenceRequest, slices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A BLS request's ``encode``: the output arrays themselves."""
+    return slices
+
+
+def _outputs(instance, outputs: Any) -> list:
+    """A response's output arrays (a dict, what ``_slices`` made) in the instance's segment."""
+    put = instance.segment.put
+    return [(name, put(np.asarray(array))) for name, array in outputs.items()]
+
+
+async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> None:
+    """Run one BLS request: ``payload`` is (model, version, inputs [(name, datatype, shape,
+    TensorRef)], requested output names, request id, parameters, timeout µs); answers
+    through ``reply`` with ("ok", outputs) or ("error", status, text), then ("end",) when
+    ``stream``."""
+    from ..dataplane.tensors import WireInput, WireRequest, all_outputs, normalize
+
+    name, version, inputs, requested, request_id, parameters, timeout_us = payload
+    try:
+        try:
+            model = lookup(name, "" if version in ("", -1, "-1") else str(version))
+        except InferenceError:
+            raise InferenceError(
+                Status.INTERNAL, f"Failed for execute the inference request. Model '{name}' is not ready."
+            ) from None
+        if model.decoupled and not stream:
+            raise InferenceError(
+                Status.INVALID_ARG,
+                f"Model '{name}' is using the decoupled transaction policy: call exec(decoupled=True) "
+                "for its responses",
+            )
+        peer = instance._peer
+        wire_inputs: dict[str, WireInput] = {}
+        for input_name, datatype, shape, ref in inputs:
+            array = peer.get(ref, copy=True)
+            if datatype == "BYTES":
+                from .instance_channel import serialize_bytes
+
+                data: Any = serialize_bytes(array)
+            else:
+                data = np.ascontiguousarray(array).data
+            wire_inputs[input_name] = WireInput(datatype, list(shape), data)
+        if requested:
+            outputs = []
+            for output_name in requested:
+                spec = model.outputs.get(output_name)
+                if spec is None:
+                    raise InferenceError(
+                        Status.INVALID_ARG,
+                        f"[request id: {request_id or '<id_unknown>'}] unexpected inference output "
+                        f"'{output_name}' for model '{name}'",
+                    )
+                outputs.append(RequestedOutput(spec))
+        else:
+            outputs = all_outputs(model)
+        wire = WireRequest(model, request_id, wire_inputs, outputs, dict(parameters or {}), 0, timeout_us)
+        arrays, batch_size = normalize(wire, None)
+        request = InferenceRequest(
+            model, arrays, outputs, batch_size, request_id, wire.parameters, 0, timeout_us, time.monotonic_ns()
+        )
+        request.encode = _slices
+        if stream:
+            request.emit = lambda produced: reply(("ok", _outputs(instance, produced)))
+        # (with ``_slices`` as its encode, the request resolves to its output arrays)
+        produced: Any = await model.scheduler.submit(request)
+        if not stream:
+            reply(("ok", _outputs(instance, produced)))
+    except InferenceError as e:
+        reply(("error", e.status.name, e.message))
+    except Exception as e:  # a bug of ours: the model still gets an answer
+        log.exception("BLS request to model '%s' failed", name)
+        reply(("error", "INTERNAL", str(e) or type(e).__name__))
+    if stream:
+        reply(("end",))

@@ -1,0 +1,181 @@
+"""What a model instance's process and the engine share: the channel and the tensor segments.
+
+Both sides import this module (the instance process imports nothing else of the server, so
+it starts fast and holds no server state). Messages are small tuples pickled over a Unix
+stream socket (``multiprocessing.connection.Connection`` frames them); tensor data does not
+travel in them unless it is small: each side owns one ``Segment``, an anonymous memory file
+(``memfd_create``, sparse: pages exist once written) that it writes and the other side maps
+through ``/proc/<pid>/fd/<fd>`` and reads as numpy views. A message names a tensor by
+``TensorRef`` (dtype, shape, and either its bytes inline or its place in the sender's
+segment), so a 3 MB batch costs one copy into the segment and a few hundred bytes of pickle.
+
+Allocation is a bump pointer reset when the owner starts a new exchange (a batch): what the
+other side reads from a segment is only read during the exchange that wrote it, and the reader
+copies what it keeps (``Segment.reset`` is the owner's promise that nobody reads the old data).
+A tensor that does not fit travels inline.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+import numpy as np
+
+#: tensors smaller than this travel inline in the message: a block in the segment would cost
+#: more bookkeeping than pickling a few hundred bytes (the batch-1 case)
+INLINE_BYTES = 16 * 1024
+#: each side's segment; sparse, so only what a batch writes becomes memory
+SEGMENT_BYTES = int(os.environ.get("FPGASERVE_INSTANCE_SEGMENT_BYTES", str(1 << 30)))
+ALIGN = 64
+
+_U32 = struct.Struct("<I")
+
+
+class TensorRef(NamedTuple):
+    """A tensor in a message: ``data`` is its bytes, or (offset, nbytes) in the sender's segment.
+
+    ``dtype`` is numpy's ``dtype.str`` (``'<f4'``); ``'|O'`` means BYTES, whose data is
+    Triton's serialization (a 4-byte little-endian length before each element)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """An object array of bytes (or str) as Triton serializes BYTES."""
+    parts = []
+    for item in array.reshape(-1).tolist():
+        if isinstance(item, str):
+            item = item.encode("utf-8")
+        elif not isinstance(item, bytes):
+            item = bytes(item)
+        parts.append(_U32.pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buf, count: int) -> np.ndarray:
+    """Triton's BYTES serialization -> object array of ``count`` bytes (trusted input: the
+    other side of the channel wrote it with ``serialize_bytes``)."""
+    mv = memoryview(buf).cast("B")
+    out = np.empty(count, dtype=object)
+    offset = 0
+    for i in range(count):
+        (length,) = _U32.unpack_from(mv, offset)
+        offset += 4
+        out[i] = mv[offset : offset + length].tobytes()
+        offset += length
+    return out
+
+
+class Segment:
+    """The owner's side of its segment: allocate, write, reset."""
+
+    def __init__(self, size: int = SEGMENT_BYTES):
+        self.size = size
+        self.fd = os.memfd_create("fpgaserve-instance", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, size)
+        self.map = mmap.mmap(self.fd, size)
+        self.view = memoryview(self.map)
+        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
+        self._top = 0
+        self._lock = threading.Lock()  # several threads of a model may send responses
+
+    def reset(self) -> None:
+        """Start over: the other side no longer reads what was written before."""
+        self._top = 0
+
+    def _allocate(self, nbytes: int) -> int | None:
+        with self._lock:
+            at = self._top
+            if at + nbytes > self.size:
+                return None
+            self._top = (at + nbytes + ALIGN - 1) // ALIGN * ALIGN
+            return at
+
+    def put(self, array: np.ndarray) -> TensorRef:
+        """``array`` as a TensorRef: small or unplaceable ones inline, others copied into the segment."""
+        if array.dtype == object or array.dtype.kind in "SU":
+            data = serialize_bytes(array)
+            nbytes = len(data)
+            if nbytes < INLINE_BYTES:
+                return TensorRef("|O", array.shape, data)
+            at = self._allocate(nbytes)
+            if at is None:
+                return TensorRef("|O", array.shape, data)
+            self.view[at : at + nbytes] = data
+            return TensorRef("|O", array.shape, (at, nbytes))
+        nbytes = array.nbytes
+        if nbytes < INLINE_BYTES:
+            return TensorRef(array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
+        at = self._allocate(nbytes)
+        if at is None:
+            return TensorRef(array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
+        target = np.ndarray(array.shape, dtype=array.dtype, buffer=self.map, offset=at)
+        np.copyto(target, array, casting="no")
+        return TensorRef(array.dtype.str, array.shape, (at, nbytes))
+
+    def close(self) -> None:
+        self.view.release()
+        self.map.close()
+        os.close(self.fd)
+
+
+class SegmentReader:
+    """The other side's segment, mapped read-only."""
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def get(self, ref: TensorRef, copy: bool = False) -> np.ndarray:
+        """The tensor as a numpy array: a read-only view on the segment, or (``copy``) its own
+        memory, for whatever outlives the exchange. Inline tensors are always their own."""
+        data = ref.data
+        if ref.dtype == "|O":
+            count = int(np.prod(ref.shape, dtype=np.int64))
+            buf = data if isinstance(data, bytes) else memoryview(self.map)[data[0] : data[0] + data[1]]
+            return deserialize_bytes(buf, count).reshape(ref.shape)
+        dtype = np.dtype(ref.dtype)
+        if isinstance(data, bytes):
+            return np.frombuffer(data, dtype=dtype).reshape(ref.shape)
+        array = np.ndarray(ref.shape, dtype=dtype, buffer=self.map, offset=data[0])
+        return array.copy() if copy else array
+
+    def close(self) -> None:
+        try:
+            self.map.close()
+        except BufferError:  # a view is still held somewhere: the mapping goes with it
+            pass
+
+
+class Channel:
+    """One end of the socket: ``send`` from any thread (a lock keeps frames whole), ``recv``
+    from one thread at a time."""
+
+    def __init__(self, fd: int):
+        self.conn = Connection(fd)
+        self._send_lock = threading.Lock()
+
+    def send(self, message: tuple) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def recv(self) -> tuple:
+        return self.conn.recv()
+
+    def poll(self, timeout: float) -> bool:
+        return self.conn.poll(timeout)
+
+    def close(self) -> None:
+        self.conn.close()

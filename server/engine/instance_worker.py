@@ -1,0 +1,232 @@
+"""The program a model instance's process runs: ``python -m fpgaserve.server.engine.instance_worker
+<channel fd> <lifeline fd>`` (started by ``instance_process.InstanceProcess``).
+
+It hosts one backend object (any ``Backend`` class, named in the ``load`` message) and serves
+the engine's messages on the channel: ``exec`` (a batch as a dict of tensors, the backend
+contract), ``exec_requests`` (a batch as its list of requests, for a host with
+``execute_requests``), ``close``. A reader thread takes every message off the socket, so
+replies to calls the hosted code makes into the engine (``call``: BLS requests) reach it while
+the main thread is inside ``execute``. The process dies with the server: a watchdog thread
+blocks on the lifeline pipe, whose write end only the server holds, and exits when it reads
+end-of-file.
+
+Messages from here: ``("loaded",)``, ``("load_error", text)``, ``("done", outputs)``,
+``("done_requests", results)``, ``("failed", status, text)``, ``("response", index, outputs,
+error, flags)`` (decoupled), ``("log", level, text)``, ``("call", id, payload)``, ``("closed",)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+import queue
+import sys
+import threading
+import traceback
+from typing import Any
+
+from .instance_channel import Channel, Segment, SegmentReader, TensorRef
+
+_CURRENT: list[Worker] = []  # the worker of this process, once it runs
+
+
+def current() -> Worker:
+    """The worker of this process (for hosted code: calls into the engine, logging)."""
+    if not _CURRENT:
+        raise RuntimeError("not running in a model instance process")
+    return _CURRENT[0]
+
+
+class CallFailed(Exception):
+    """The engine answered a ``call`` with an error: (status name, text)."""
+
+    def __init__(self, status: str, text: str):
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class _PendingCall:
+    __slots__ = ("items", "stream")
+
+    def __init__(self, stream: bool):
+        self.items: queue.SimpleQueue = queue.SimpleQueue()
+        self.stream = stream
+
+
+class Worker:
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.segment = Segment()
+        self.parent_segment: SegmentReader | None = None
+        self.host: Any = None
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._calls: dict[int, _PendingCall] = {}
+        self._call_ids = itertools.count(1)
+        self._calls_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ for hosted code
+    def send(self, message: tuple) -> None:
+        self.channel.send(message)
+
+    def put(self, array) -> TensorRef:
+        return self.segment.put(array)
+
+    def get(self, ref: TensorRef, copy: bool = False):
+        assert self.parent_segment is not None
+        return self.parent_segment.get(ref, copy)
+
+    def log(self, level: str, text: str) -> None:
+        self.channel.send(("log", level, text))
+
+    def call(self, payload: Any, stream: bool = False):
+        """Ask the engine for something (a BLS request) and wait: its reply, or with ``stream``
+        an iterator of its replies until the last. Raises CallFailed with the engine's error."""
+        pending = _PendingCall(stream)
+        call_id = next(self._call_ids)
+        with self._calls_lock:
+            self._calls[call_id] = pending
+        self.channel.send(("call", call_id, payload, stream))
+        if not stream:
+            try:
+                return self._take(pending.items.get())
+            finally:
+                with self._calls_lock:
+                    self._calls.pop(call_id, None)
+        return self._stream(call_id, pending)
+
+    def _stream(self, call_id: int, pending: _PendingCall):
+        try:
+            while True:
+                item = pending.items.get()
+                last = item[0] == "end"
+                if last:
+                    return
+                yield self._take(item)
+        finally:
+            with self._calls_lock:
+                self._calls.pop(call_id, None)
+
+    @staticmethod
+    def _take(item):
+        if item[0] == "error":
+            raise CallFailed(item[1], item[2])
+        return item[1]
+
+    # ------------------------------------------------------------------ loop
+    def _read(self) -> None:
+        """The reader thread: replies to calls go to their caller, the rest to the main loop."""
+        try:
+            while True:
+                message = self.channel.recv()
+                if message[0] == "reply":
+                    with self._calls_lock:
+                        pending = self._calls.get(message[1])
+                    if pending is not None:
+                        pending.items.put(message[2])
+                    continue
+                self._work.put(message)
+        except (EOFError, OSError):
+            os._exit(0)  # the server went away
+
+    def serve(self) -> None:
+        message = self.channel.recv()
+        _, target, args, parent_segment = message
+        self.parent_segment = SegmentReader(parent_segment)
+        try:
+            module_name, class_name = target.split(":")
+            cls = getattr(importlib.import_module(module_name), class_name)
+            self.host = cls(*args[:3], backend_config=args[3])
+        except BaseException as e:  # model code may raise anything at import and initialize
+            self.channel.send(("load_error", _describe(e)))
+            return
+        self.channel.send(("loaded", self.segment.path, getattr(self.host, "load_result", None)))
+        threading.Thread(target=self._read, name="instance-reader", daemon=True).start()
+        while True:
+            message = self._work.get()
+            kind = message[0]
+            if kind == "exec":
+                self._exec(message[1])
+            elif kind == "exec_requests":
+                self._exec_requests(message[1], message[2])
+            elif kind == "close":
+                try:
+                    self.host.close()
+                except BaseException as e:
+                    self.log("error", f"closing the instance failed: {_describe(e)}")
+                self.channel.send(("closed",))
+                return
+
+    def _exec(self, inputs: list[tuple[str, TensorRef]]) -> None:
+        self.segment.reset()
+        get = self.get
+        try:
+            outputs = self.host.execute({name: get(ref) for name, ref in inputs})
+            if not isinstance(outputs, dict):
+                raise TypeError(f"execute() must return a dict of arrays, got {type(outputs).__name__}")
+            put = self.segment.put
+            import numpy as np
+
+            reply = [(name, put(np.asarray(array))) for name, array in outputs.items()]
+        except BaseException as e:
+            self.channel.send(("failed", _status_of(e), _describe(e)))
+            return
+        self.channel.send(("done", reply))
+
+    def _exec_requests(self, requests: list, decoupled: bool) -> None:
+        self.segment.reset()
+        try:
+            results = self.host.execute_requests(requests, decoupled)
+        except BaseException as e:
+            self.channel.send(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
+            return
+        self.channel.send(("done_requests", results))
+
+
+def _status_of(e: BaseException) -> str:
+    status = getattr(e, "status", None)
+    return getattr(status, "name", None) or (status if isinstance(status, str) else "INTERNAL")
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _watch_lifeline(fd: int) -> None:
+    """Exit when the server is gone: its end of the lifeline pipe closes with its process."""
+    while True:
+        try:
+            if not os.read(fd, 1):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    channel_fd, lifeline_fd = int(argv[0]), int(argv[1])
+    threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), name="lifeline", daemon=True).start()
+    worker = Worker(Channel(channel_fd))
+    _CURRENT.append(worker)
+    try:
+        worker.serve()
+    except (EOFError, OSError):
+        pass
+    except BaseException:
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # no interpreter teardown: threads the model started must not keep the process alive
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    # run the module under its own name, not as __main__: hosted code imports it to reach
+    # the worker (``current``), and must find the one that runs
+    from fpgaserve.server.engine import instance_worker
+
+    instance_worker.main(sys.argv[1:])
