@@ -53,9 +53,11 @@ def _pb_utils():
 
 def python_error_text(e: BaseException) -> str:
     """An exception as Triton's stub reports it (pybind11's ``error_already_set::what()``):
-    ``Type: message``, then the frames, innermost first."""
+    ``Type: message``, then the model's frames, innermost first (the host's own frame, the
+    caller of ``execute``, left out, as Triton's C++ caller shows none)."""
     lines = [f"{type(e).__name__}: {e}", "", "At:"]
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+    tb = e.__traceback__
+    for frame in reversed(traceback.extract_tb(tb.tb_next if tb is not None else None)):
         lines.append(f"  {frame.filename}({frame.lineno}): {frame.name}")
     return "\n".join(lines) + "\n"
 
@@ -105,8 +107,7 @@ class PythonModelHost:
             responses = self.model.execute(requests)
         except BaseException as e:
             raise ModelRaised(
-                f"Failed to process the request(s) for model instance '{self.instance_name}', message: "
-                + python_error_text(e)
+                f"Failed to process the request(s) for model '{self.instance_name}', message: " + python_error_text(e)
             ) from None
         if decoupled:
             if responses is not None:
@@ -118,7 +119,7 @@ class PythonModelHost:
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
             raise ModelRaised(
-                f"Failed to process the request(s) for model instance '{self.instance_name}', message: "
+                f"Failed to process the request(s) for model '{self.instance_name}', message: "
                 f"Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{got}\n"
             )

@@ -46,7 +46,9 @@ async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> 
             model = lookup(name, "" if version in ("", -1, "-1") else str(version))
         except InferenceError:
             raise InferenceError(
-                Status.INTERNAL, f"Failed for execute the inference request. Model '{name}' is not ready."
+                Status.INTERNAL,
+                f"Model {name} - Error when running inference: Failed for execute the inference request. "
+                f"Model '{name}' is not ready.",
             ) from None
         if model.decoupled and not stream:
             raise InferenceError(

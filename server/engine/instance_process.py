@@ -33,7 +33,7 @@ import numpy as np
 
 from fpgaserve.backends.base import Backend, BackendError
 
-from ..errors import InferenceError, Status, unavailable
+from ..errors import InferenceError, Status, internal, unavailable
 from . import custom_metrics
 from .instance_channel import Channel, Segment, SegmentReader
 
@@ -122,15 +122,15 @@ class ProcessBackend(Backend):
     @staticmethod
     def describe_instance(config: dict, index: int) -> str:
         """Triton's instance name: its group's name (``<model>_<group position>`` unless the
-        config names it), followed by ``_<index within the group>`` when the group has more
-        than one instance."""
+        config names it) and ``_<index within the group>`` (Triton 2.51 names the one instance
+        of the default group ``<model>`` ``<model>_0``)."""
         groups = config.get("instance_group") or [{"count": 1}]
         seen = 0
         for position, group in enumerate(groups):
             count = int(group.get("count", 1))
             if index < seen + count:
                 name = group.get("name") or f"{config.get('name', '')}_{position}"
-                return f"{name}_{index - seen}" if count > 1 else name
+                return f"{name}_{index - seen}"
             seen += count
         return f"{config.get('name', '')}_{index}"
 
@@ -178,7 +178,7 @@ class ProcessBackend(Backend):
             reply = self._next(timeout=LOAD_TIMEOUT_S)
         except ChildDied as e:
             self._reap(kill=True)
-            raise BackendError(f"{self._what()}: its process {e} while loading") from None
+            raise BackendError(f"the process of {self._what()} {e} while loading") from None
         if reply[0] == "load_error":
             self._reap(kill=False)
             raise BackendError(reply[1])
@@ -250,27 +250,31 @@ class ProcessBackend(Backend):
         self._proc = None
 
     def _crashed(self, why: str) -> InferenceError:
-        """The child died during a batch: forget it, log, and the error the batch fails with."""
+        """The child died during a batch: forget it, log, and the error the batch fails with
+        (INTERNAL, starting with Triton's text for a dead stub, then what happened)."""
         self._reap(kill=True)
-        text = f"{self._what()}: its process {why} while executing the batch"
+        text = (
+            f"Stub process '{self.instance_name}' is not healthy: the process of {self._what()} {why} "
+            "while executing the batch"
+        )
         now = time.monotonic()
         while self._restarts and now - self._restarts[0] > RESTART_WINDOW_S:
             self._restarts.popleft()
         if len(self._restarts) >= MAX_RESTARTS:
             self._failed = (
-                f"{self._what()}: its process {why}; it was restarted {len(self._restarts)} times in "
+                f"the process of {self._what()} {why}; it was restarted {len(self._restarts)} times in "
                 f"{RESTART_WINDOW_S:g} s and stays down"
             )
             log.error("%s", self._failed)
-            return unavailable(self._failed)
+            return internal(f"Stub process '{self.instance_name}' is not healthy: {self._failed}")
         log.error("%s; it restarts for the next batch", text)
-        return unavailable(f"{text}; the instance restarts")
+        return internal(f"{text}; the instance restarts")
 
     def _ensure_running(self) -> None:
         if self._proc is not None:
             return
         if self._failed is not None:
-            raise unavailable(self._failed)
+            raise unavailable(f"Stub process '{self.instance_name}' is not healthy: {self._failed}")
         self._restarts.append(time.monotonic())
         with _RESTARTS_LOCK:
             _RESTARTS[(self.model_name, self.model_version)] += 1
@@ -278,9 +282,9 @@ class ProcessBackend(Backend):
         try:
             self._start()
         except BackendError as e:
-            self._failed = f"{self._what()}: restarting its process failed: {e}"
+            self._failed = f"restarting the process of {self._what()} failed: {e}"
             log.error("%s", self._failed)
-            raise unavailable(self._failed) from None
+            raise unavailable(f"Stub process '{self.instance_name}' is not healthy: {self._failed}") from None
 
     # ------------------------------------------------------------------ backend contract
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

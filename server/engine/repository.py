@@ -839,6 +839,13 @@ class ModelRepository:
                 continue
             if entry.version_states:
                 for v, (state, reason) in sorted(entry.version_states.items()):
+                    if state == READY:
+                        # a loaded version none of whose instances can serve (a lost device,
+                        # an instance process that stays down) is not ready: say why
+                        loaded = entry.versions.get(v)
+                        why = loaded.unhealthy() if loaded is not None else None
+                        if why is not None:
+                            state, reason = UNAVAILABLE, why
                     if ready_only and state != READY:
                         continue
                     rows.append((name, str(v), state, reason))

@@ -1,0 +1,528 @@
+"""Triton's Python backend (``backend: "python"``): models written for Triton, served unchanged
+by a real fpgaserve, each instance in its own process.
+
+The models are written here into a temporary repository, as a SONIC site's would be: ``model.py``
+with ``class TritonPythonModel`` and ``import triton_python_backend_utils as pb_utils``. The
+crash tests kill the instance's process from inside ``execute`` (``os._exit``, a segfault) and
+check that the batch fails with a message naming the model and how its process ended, that the
+other models keep answering, that the instance comes back, and that it stays down (not ready,
+the repository index saying why) after too many restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import textwrap
+import time
+import urllib.request
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from server_process import ServerProcess, serve
+from tritonclient.utils import InferenceServerException
+
+ADD_SUB = """
+import json
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = dict(args)
+        config = json.loads(args["model_config"])
+        self.dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"])
+        pb_utils.Logger.log_info("add_sub initialized as " + args["model_instance_name"])
+        # (Triton requires the family to outlive its metrics)
+        self.family = pb_utils.MetricFamily("add_sub_requests", "requests add_sub executed",
+                                            pb_utils.MetricFamily.COUNTER)
+        self.requests = self.family.Metric({"model": args["model_name"]})
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtype)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtype)),
+                pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64)),
+                pb_utils.Tensor("ARGS", np.array([json.dumps(self.args, sort_keys=True).encode()], dtype=object)),
+            ]))
+            self.requests.increment(1)
+        return responses
+"""
+
+ADD_SUB_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }, { name: "ARGS" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+STRINGS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            upper = np.array([t.upper() for t in text.reshape(-1)], dtype=object).reshape(text.shape)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("UPPER", upper)]))
+        return out
+"""
+
+STRINGS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+
+# per request: a negative X fails that request alone; the batch's request count is an output
+PICKY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if (x < 0).any():
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "negative input in request " + request.request_id(), pb_utils.TritonError.INVALID_ARG)))
+                continue
+            n = np.full(x.shape, len(requests), dtype=np.int32)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 2), pb_utils.Tensor("N", n)]))
+        return out
+"""
+
+PICKY_CONFIG = """
+backend: "python"
+max_batch_size: 8
+dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 30000000 }
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+RAISER = """
+class TritonPythonModel:
+    def execute(self, requests):
+        raise ValueError("no luck today")
+"""
+
+SCALAR_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
+# MODE 0 answers with the process id, 1 exits with status 3, 2 segfaults
+CRASHER = """
+import ctypes
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
+            if mode == 1:
+                os._exit(3)
+            if mode == 2:
+                ctypes.string_at(0)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))]))
+        return out
+"""
+
+REPEAT = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self.respond, args=(request,)).start()
+        return None
+
+    def respond(self, request):
+        values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+        sender = request.get_response_sender()
+        for i, v in enumerate(values):
+            sender.send(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array([v], dtype=np.int32)),
+                pb_utils.Tensor("IDX", np.array([i], dtype=np.uint32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
+REPEAT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+"""
+
+# BLS: calls add_sub (or the model named in MODEL) from inside execute
+BLS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            name = pb_utils.get_input_tensor_by_name(request, "MODEL").as_numpy()[0].decode()
+            a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+            call = pb_utils.InferenceRequest(
+                model_name=name,
+                inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", np.ones_like(a))],
+                requested_output_names=["OUTPUT0"])
+            response = call.exec()
+            if response.has_error():
+                raise pb_utils.TritonModelException(response.error().message())
+            total = pb_utils.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)]))
+        return out
+"""
+
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MODEL" data_type: TYPE_STRING dims: [ 1 ] }, { name: "A" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+AUTO = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 3)]) for r in requests]
+"""
+
+CONDA_CONFIG = """
+backend: "python"
+parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
+"""
+
+
+def _model(repo: Path, name: str, config: str, code: str) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n' + textwrap.dedent(config))
+    (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("python_models")
+    _model(repo, "add_sub", ADD_SUB_CONFIG, ADD_SUB)
+    _model(repo, "strings", STRINGS_CONFIG, STRINGS)
+    _model(repo, "picky", PICKY_CONFIG, PICKY)
+    _model(repo, "raiser", SCALAR_CONFIG, RAISER)
+    for name in ("crash_exit", "crash_segv", "crash_loop"):
+        _model(repo, name, SCALAR_CONFIG, CRASHER)
+    _model(repo, "repeat", REPEAT_CONFIG, REPEAT)
+    _model(repo, "bls", BLS_CONFIG, BLS)
+    _model(repo, "auto", 'backend: "python"\n', AUTO)
+    _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo, tmp_path_factory):
+    log = tmp_path_factory.mktemp("python_log") / "server.log"
+    yield from serve(
+        ServerProcess(
+            [repo],
+            "--model-control-mode",
+            "explicit",
+            "--load-model",
+            "*",
+            "--strict-readiness",
+            "false",
+            log_path=log,
+        )
+    )
+
+
+@pytest.fixture
+def client(server):
+    return grpcclient.InferenceServerClient(server.url)
+
+
+def _add_sub_inputs(module, a, b):
+    ins = [module.InferInput("INPUT0", [4], "FP32"), module.InferInput("INPUT1", [4], "FP32")]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
+    return ins
+
+
+def _mode(value: int):
+    m = grpcclient.InferInput("MODE", [1], "INT32")
+    m.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return [m]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes (its parent has not reaped it yet)
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def _children(server_pid: int) -> list[int]:
+    """The server's instance processes, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(") ", 1)[1].split()[1]) == server_pid and b"instance_worker" in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def test_add_sub_grpc_and_http(server, client):
+    a = np.array([1, 2, 3, 4], dtype=np.float32)
+    b = np.array([10, 20, 30, 40], dtype=np.float32)
+    r = client.infer("add_sub", _add_sub_inputs(grpcclient, a, b))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    assert r.as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+    assert r.as_numpy("PID")[0] != server.proc.pid  # it ran in its own process
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    r = http.infer("add_sub", _add_sub_inputs(httpclient, a, b), outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
+    assert r.as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+    assert r.as_numpy("OUTPUT0") is None
+
+
+def test_initialize_gets_tritons_args(server, client):
+    import json
+
+    a = np.zeros(4, dtype=np.float32)
+    args = json.loads(client.infer("add_sub", _add_sub_inputs(grpcclient, a, a)).as_numpy("ARGS")[0])
+    assert args["model_name"] == "add_sub"
+    assert args["model_version"] == "1"
+    assert args["model_instance_kind"] == "CPU"
+    assert args["model_instance_name"] == "add_sub_0"  # as Triton 2.51 names it
+    assert args["model_instance_device_id"] == "0"
+    assert Path(args["model_repository"]).name == "add_sub"
+    config = json.loads(args["model_config"])
+    assert config["name"] == "add_sub"
+    assert config["input"][0]["dims"] == [4]  # numbers, as Triton writes them
+    assert config["output"][0]["data_type"] == "TYPE_FP32"
+    assert all(isinstance(v, str) for v in args.values())
+
+
+def test_large_tensors_travel_through_shared_memory(server, client):
+    # 1 MiB per input: above the inline size, so the data crosses by descriptor
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    config = http.get_model_config("add_sub")
+    assert config["input"][0]["dims"] == [4]
+    text = np.array([b"x" * 300000, "grüße".encode(), b""], dtype=object)
+    t = grpcclient.InferInput("TEXT", [3], "BYTES")
+    t.set_data_from_numpy(text)
+    r = client.infer("strings", [t])
+    assert r.as_numpy("UPPER").tolist() == [b"X" * 300000, "GRüßE".encode(), b""]
+
+
+def test_one_requests_error_leaves_the_others_of_its_batch(client):
+    results: queue.Queue = queue.Queue()
+    for i, x in enumerate([5, -1, 7]):
+        inp = grpcclient.InferInput("X", [1, 1], "INT32")
+        inp.set_data_from_numpy(np.array([[x]], dtype=np.int32))
+        client.async_infer(
+            "picky",
+            [inp],
+            partial(lambda q, i, result, error: q.put((i, result, error)), results, i),
+            request_id=f"r{i}",
+        )
+    got = {}
+    for _ in range(3):
+        i, result, error = results.get(timeout=60)
+        got[i] = (result, error)
+    assert got[0][1] is None and got[0][0].as_numpy("Y").tolist() == [[10]]
+    assert got[2][1] is None and got[2][0].as_numpy("Y").tolist() == [[14]]
+    assert got[0][0].as_numpy("N").tolist() == [[3]]  # the three requests were one batch
+    error = got[1][1]
+    assert error is not None
+    assert error.status() == "StatusCode.INVALID_ARGUMENT"
+    assert error.message() == "negative input in request r1"
+
+
+def test_exception_in_execute_fails_the_batch(client):
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("raiser", _mode(0))
+    assert e.value.status() == "StatusCode.INTERNAL"
+    message = e.value.message()
+    # Triton 2.51's text, exactly (the path is the model's file)
+    path = Path(message.split("At:\n  ", 1)[1].split("(", 1)[0])
+    assert path.parts[-3:] == ("raiser", "1", "model.py")
+    assert message == (
+        "Failed to process the request(s) for model 'raiser_0', message: ValueError: no luck today\n\n"
+        f"At:\n  {path}(4): execute\n"
+    )
+    assert client.is_model_ready("raiser")
+
+
+@pytest.mark.parametrize(
+    ("model", "mode", "how"),
+    [("crash_exit", 1, "exited with status 3"), ("crash_segv", 2, "killed by signal 11 (SIGSEGV)")],
+)
+def test_crash_fails_the_batch_and_the_instance_restarts(server, client, model, mode, how):
+    pid = int(client.infer(model, _mode(0)).as_numpy("PID")[0])
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(model, _mode(mode))
+    assert e.value.status() == "StatusCode.INTERNAL"
+    message = e.value.message()
+    # Triton's text first (its stub is not restarted; ours is), then what happened
+    assert message.startswith(f"Stub process '{model}_0' is not healthy: ")
+    assert f"instance '{model}_0' of model '{model}' version 1" in message
+    assert how in message
+    # the server and the other models keep serving
+    a = np.ones(4, dtype=np.float32)
+    assert client.infer("add_sub", _add_sub_inputs(grpcclient, a, a)).as_numpy("OUTPUT0").tolist() == [2] * 4
+    # the next request starts a new process
+    again = int(client.infer(model, _mode(0)).as_numpy("PID")[0])
+    assert again != pid
+    assert not _alive(pid)
+    assert client.is_model_ready(model)
+    assert how in server.log()
+
+
+def test_too_many_crashes_leave_the_model_not_ready(server, client):
+    for _ in range(4):  # the first and three restarts
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("crash_loop", _mode(1))
+        assert "exited with status 3" in e.value.message()
+    assert not client.is_model_ready("crash_loop")
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("crash_loop", _mode(0))
+    assert e.value.status() == "StatusCode.UNAVAILABLE"
+    assert "stays down" in e.value.message()
+    rows = {m.name: m for m in client.get_model_repository_index().models}
+    assert rows["crash_loop"].state == "UNAVAILABLE"
+    assert "restarted 3 times" in rows["crash_loop"].reason
+    assert client.is_model_ready("add_sub")
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
+        metrics = r.read().decode()
+    assert 'fpgaserve_instance_restarts_total{model="crash_loop",version="1"} 3.0' in metrics
+
+
+def test_decoupled_responses_stream(client):
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), results))
+    try:
+        inp = grpcclient.InferInput("IN", [3], "INT32")
+        inp.set_data_from_numpy(np.array([4, 5, 6], dtype=np.int32))
+        client.async_stream_infer("repeat", [inp], request_id="rep")
+        got = [results.get(timeout=60) for _ in range(3)]
+    finally:
+        client.stop_stream()
+    for r in got:
+        assert not isinstance(r, InferenceServerException), r
+    assert [r.as_numpy("OUT").tolist() for r in got] == [[4], [5], [6]]
+    assert [r.as_numpy("IDX").tolist() for r in got] == [[0], [1], [2]]
+
+
+def test_bls_calls_another_model(client):
+    model = grpcclient.InferInput("MODEL", [1], "BYTES")
+    model.set_data_from_numpy(np.array([b"add_sub"], dtype=object))
+    a = grpcclient.InferInput("A", [4], "FP32")
+    a.set_data_from_numpy(np.array([1, 2, 3, 4], dtype=np.float32))
+    assert client.infer("bls", [model, a]).as_numpy("SUM").tolist() == [2, 3, 4, 5]
+    model.set_data_from_numpy(np.array([b"no_such_model"], dtype=object))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("bls", [model, a])
+    assert e.value.message().startswith(
+        "Failed to process the request(s) for model 'bls_0', message: TritonModelException: Model no_such_model - "
+        "Error when running inference: Failed for execute the inference request. Model 'no_such_model' is not ready."
+    )
+
+
+def test_auto_complete_config(client):
+    config = client.get_model_config("auto").config
+    assert [(i.name, list(i.dims)) for i in config.input] == [("X", [2])]
+    assert [(o.name, list(o.dims)) for o in config.output] == [("Y", [2])]
+    assert config.max_batch_size == 4
+    assert config.HasField("dynamic_batching")
+    x = grpcclient.InferInput("X", [1, 2], "FP32")
+    x.set_data_from_numpy(np.array([[1, 2]], dtype=np.float32))
+    assert client.infer("auto", [x]).as_numpy("Y").tolist() == [[3, 6]]
+
+
+def test_unsupported_settings_are_refused_at_load(client):
+    rows = {m.name: m for m in client.get_model_repository_index().models}
+    assert rows["conda"].state == "UNAVAILABLE"
+    assert "EXECUTION_ENV_PATH" in rows["conda"].reason
+
+
+def test_logs_and_custom_metrics_reach_the_server(server, client):
+    a = np.zeros(4, dtype=np.float32)
+    client.infer("add_sub", _add_sub_inputs(grpcclient, a, a))
+    assert "add_sub_0: add_sub initialized as add_sub_0" in server.log()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
+        metrics = r.read().decode()
+    line = next(ln for ln in metrics.splitlines() if ln.startswith('add_sub_requests{model="add_sub"}'))
+    assert float(line.split()[-1]) >= 1
+
+
+def test_unload_stops_the_instance_process(server, client):
+    a = np.zeros(4, dtype=np.float32)
+    pid = int(client.infer("add_sub", _add_sub_inputs(grpcclient, a, a)).as_numpy("PID")[0])
+    assert pid in _children(server.proc.pid)
+    client.unload_model("add_sub")
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+    assert pid not in _children(server.proc.pid)
+    client.load_model("add_sub")
+    assert client.is_model_ready("add_sub")
+
+
+def test_server_exit_leaves_no_instance_process(repo, tmp_path):
+    proc = ServerProcess([repo], "--model-control-mode", "explicit", "--load-model", "strings")
+    proc.start()
+    try:
+        children = _children(proc.proc.pid)
+        assert children  # the instance process of 'strings'
+    finally:
+        proc.proc.kill()  # no shutdown at all: the instance must notice its parent is gone
+        proc.proc.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in children)
