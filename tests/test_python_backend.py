@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from server_process import ServerProcess, serve
 from tritonclient.utils import InferenceServerException
+
+from server_process import ServerProcess, serve
 
 ADD_SUB = """
 import json
