@@ -10,7 +10,9 @@ None for a decoupled model, which answers through each request's response sender
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -78,6 +80,7 @@ class PythonModelHost:
         self.model_name = args["model_name"]
         self.decoupled = bool(host.get("decoupled"))
         self.model_config = json.loads(args["model_config"])
+        self._loop: asyncio.AbstractEventLoop | None = None
         model_cls = _load_module(host)
         pb_utils = _pb_utils()
 
@@ -105,6 +108,12 @@ class PythonModelHost:
             )
         try:
             responses = self.model.execute(requests)
+            if inspect.iscoroutine(responses):
+                # ``async def execute`` (for awaiting BLS ``async_exec``): run on this
+                # process's own loop, kept for the next batches
+                if self._loop is None:
+                    self._loop = asyncio.new_event_loop()
+                responses = self._loop.run_until_complete(responses)
         except BaseException as e:
             raise ModelRaised(
                 f"Failed to process the request(s) for model '{self.instance_name}', message: " + python_error_text(e)

@@ -208,6 +208,39 @@ input [ { name: "MODEL" data_type: TYPE_STRING dims: [ 1 ] }, { name: "A" data_t
 output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
+# BLS beyond exec(): a decoupled model's stream, and two calls awaited together
+BLS_MORE = """
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        out = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            stream = pb_utils.InferenceRequest(
+                model_name="repeat", inputs=[pb_utils.Tensor("IN", values)], requested_output_names=["OUT"])
+            repeated = [pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0]
+                        for r in stream.exec(decoupled=True) if r.output_tensors()]
+            a = np.array([1, 2, 3, 4], dtype=np.float32)
+            calls = [pb_utils.InferenceRequest(
+                model_name="add_sub", inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", a * k)],
+                requested_output_names=["OUTPUT0"]).async_exec() for k in (1, 2)]
+            sums = [pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy() for r in await asyncio.gather(*calls)]
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("REPEATED", np.array(repeated, dtype=np.int32)),
+                pb_utils.Tensor("SUMS", np.stack(sums))]))
+        return out
+"""
+
+BLS_MORE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "REPEATED" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "SUMS" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]
+"""
+
 AUTO = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -249,6 +282,7 @@ def repo(tmp_path_factory) -> Path:
         _model(repo, name, SCALAR_CONFIG, CRASHER)
     _model(repo, "repeat", REPEAT_CONFIG, REPEAT)
     _model(repo, "bls", BLS_CONFIG, BLS)
+    _model(repo, "bls_more", BLS_MORE_CONFIG, BLS_MORE)
     _model(repo, "auto", 'backend: "python"\n', AUTO)
     _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
     return repo
@@ -287,6 +321,10 @@ def _mode(value: int):
     m = grpcclient.InferInput("MODE", [1], "INT32")
     m.set_data_from_numpy(np.array([value], dtype=np.int32))
     return [m]
+
+
+def _full_log(server) -> str:
+    return server.log_path.read_text(errors="replace")  # (ServerProcess.log keeps only the end)
 
 
 def _alive(pid: int) -> bool:
@@ -420,7 +458,7 @@ def test_crash_fails_the_batch_and_the_instance_restarts(server, client, model, 
     assert again != pid
     assert not _alive(pid)
     assert client.is_model_ready(model)
-    assert how in server.log()
+    assert how in _full_log(server)
 
 
 def test_too_many_crashes_leave_the_model_not_ready(server, client):
@@ -473,6 +511,14 @@ def test_bls_calls_another_model(client):
     )
 
 
+def test_bls_streams_from_a_decoupled_model_and_awaits_calls(client):
+    inp = grpcclient.InferInput("IN", [3], "INT32")
+    inp.set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
+    r = client.infer("bls_more", [inp])
+    assert r.as_numpy("REPEATED").tolist() == [7, 8, 9]
+    assert r.as_numpy("SUMS").tolist() == [[2, 4, 6, 8], [3, 6, 9, 12]]
+
+
 def test_auto_complete_config(client):
     config = client.get_model_config("auto").config
     assert [(i.name, list(i.dims)) for i in config.input] == [("X", [2])]
@@ -493,7 +539,7 @@ def test_unsupported_settings_are_refused_at_load(client):
 def test_logs_and_custom_metrics_reach_the_server(server, client):
     a = np.zeros(4, dtype=np.float32)
     client.infer("add_sub", _add_sub_inputs(grpcclient, a, a))
-    assert "add_sub_0: add_sub initialized as add_sub_0" in server.log()
+    assert "add_sub_0: add_sub initialized as add_sub_0" in _full_log(server)
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
         metrics = r.read().decode()
     line = next(ln for ln in metrics.splitlines() if ln.startswith('add_sub_requests{model="add_sub"}'))
