@@ -26,6 +26,16 @@ class DeviceUnavailableError(Exception):
     """
 
 
+class ExecutionFailed(Exception):
+    """An answer of ``execute_requests(..., alone=True)``: that request's own execution failed
+    (the model raised), which counts as a failed execution, unlike a response carrying an
+    error. ``error`` is what the request fails with."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
 class TensorDescription(NamedTuple):
     """An input/output as a backend knows it, for auto-completing config.pbtxt.
 
@@ -97,6 +107,10 @@ class Backend(ABC):
     #: the scheduler hands this backend each batch as its list of requests
     #: (``execute_requests``) instead of their merged inputs (``execute``)
     request_level: bool = False
+    #: how many requests that each execute alone (no dynamic batcher) the scheduler may hand a
+    #: request-level backend in one ``execute_requests(..., alone=True)`` call: a backend in
+    #: another process carries them in one round trip and runs them one by one there
+    carries_requests: int = 1
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         self.config = config
@@ -126,11 +140,15 @@ class Backend(ABC):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch. Arrays carry the leading batch dim when max_batch_size > 0."""
 
-    def execute_requests(self, requests: list[BackendRequest]) -> list:
+    def execute_requests(self, requests: list[BackendRequest], alone: bool = False) -> list:
         """Run one batch given as its requests (``request_level`` backends): per request its
         outputs (a dict of arrays) or an ``Exception`` that fails only that request. Raising
         fails the whole batch. For a decoupled model the single request's answer is an
-        iterator of output dicts, one per response, which the scheduler sends as they come."""
+        iterator of output dicts, one per response, which the scheduler sends as they come.
+
+        ``alone``: the requests are not a batch but each its own execution (at most
+        ``carries_requests`` of them), run one after another; a request whose own execution
+        failed is answered ``ExecutionFailed``."""
         raise NotImplementedError
 
     def health(self) -> str | None:

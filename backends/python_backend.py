@@ -21,7 +21,7 @@ import os
 
 from fpgaserve.server.engine.instance_process import ChildDied, ProcessBackend, failure_from_child
 
-from .base import BackendError, BackendRequest, version_file
+from .base import BackendError, BackendRequest, ExecutionFailed, version_file
 
 _STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stub")
 
@@ -57,11 +57,17 @@ class PythonBackend(ProcessBackend):
     default_filename = "model.py"
     child_target = "fpgaserve.backends.python_model_host:PythonModelHost"
     request_level = True
+    # requests without dynamic batching travel to the instance process together (each still
+    # its own execute call there): one round trip for several under load
+    carries_requests = 32
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         _refuse_unsupported(config, backend_config or {})
         self.model_path = _model_path(config, version_dir)
         super().__init__(config, version_dir, instance_index, backend_config)
+
+    def _unhealthy_prefix(self) -> str:
+        return f"Stub process '{self.instance_name}' is not healthy: "
 
     def load_args(self) -> tuple:
         from fpgaserve.server import model_config as mc
@@ -82,7 +88,7 @@ class PythonBackend(ProcessBackend):
     def execute(self, inputs):  # request_level: the scheduler calls execute_requests
         raise NotImplementedError("the Python backend executes requests, not merged batches")
 
-    def execute_requests(self, requests: list[BackendRequest]) -> list:
+    def execute_requests(self, requests: list[BackendRequest], alone: bool = False) -> list:
         self._ensure_running()
         self.segment.reset()
         put = self.segment.put
@@ -98,7 +104,7 @@ class PythonBackend(ProcessBackend):
             for r in requests
         ]
         try:
-            self._send(("exec_requests", message, self.decoupled))
+            self._send(("exec_requests", message, self.decoupled, alone))
             if self.decoupled:
                 return [self._responses()]
             reply = self._next()
@@ -112,6 +118,8 @@ class PythonBackend(ProcessBackend):
         for result in reply[1]:
             if result[0] == "ok":
                 answers.append({name: peer.get(ref, copy=True) for name, ref in result[1]})
+            elif result[0] == "failed":  # (alone) its own execute raised
+                answers.append(ExecutionFailed(failure_from_child(result)))
             else:
                 answers.append(failure_from_child(result))
         return answers

@@ -241,6 +241,45 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
 output [ { name: "REPEATED" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "SUMS" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]
 """
 
+DOUBLE = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2),
+            pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))]) for r in requests]
+"""
+
+DOUBLE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
+# the mechanism hosts any backend: a numpy-backend model in instance processes
+NUMPY_HOSTED = """
+import os
+import numpy as np
+
+class Model:
+    def execute(self, inputs):
+        if inputs["MODE"][0] == 1:
+            os._exit(5)
+        return {"PID": np.array([os.getpid()], dtype=np.int64)}
+"""
+
+NUMPY_HOSTED_CONFIG = """
+backend: "numpy"
+parameters { key: "instance_process" value: { string_value: "true" } }
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
 AUTO = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -284,6 +323,8 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "bls", BLS_CONFIG, BLS)
     _model(repo, "bls_more", BLS_MORE_CONFIG, BLS_MORE)
     _model(repo, "auto", 'backend: "python"\n', AUTO)
+    _model(repo, "double", DOUBLE_CONFIG, DOUBLE)
+    _model(repo, "numpy_hosted", NUMPY_HOSTED_CONFIG, NUMPY_HOSTED)
     _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
     return repo
 
@@ -300,6 +341,8 @@ def server(repo, tmp_path_factory):
             "*",
             "--strict-readiness",
             "false",
+            "--frontend-processes",
+            "2",
             log_path=log,
         )
     )
@@ -397,6 +440,19 @@ def test_large_tensors_travel_through_shared_memory(server, client):
     assert r.as_numpy("UPPER").tolist() == [b"X" * 300000, "GRüßE".encode(), b""]
 
 
+def test_large_inputs_are_read_in_place_from_the_frontends_arena(client):
+    # a large input reaches the engine in its frontend process's arena; the instance process
+    # maps that arena and reads the input there (no copy into its own segment)
+    x = np.arange(100_000, dtype=np.float32)
+    inp = grpcclient.InferInput("X", [x.size], "FP32")
+    inp.set_data_from_numpy(x)
+    r = client.infer("double", [inp])
+    assert np.array_equal(r.as_numpy("Y"), x * 2)
+    pid = int(r.as_numpy("PID")[0])
+    with open(f"/proc/{pid}/maps") as f:
+        assert "memfd:fpgaserve-arena" in f.read()
+
+
 def test_one_requests_error_leaves_the_others_of_its_batch(client):
     results: queue.Queue = queue.Queue()
     for i, x in enumerate([5, -1, 7]):
@@ -459,6 +515,19 @@ def test_crash_fails_the_batch_and_the_instance_restarts(server, client, model, 
     assert not _alive(pid)
     assert client.is_model_ready(model)
     assert how in _full_log(server)
+
+
+def test_any_backend_runs_in_instance_processes(server, client):
+    pid = int(client.infer("numpy_hosted", _mode(0)).as_numpy("PID")[0])
+    assert pid != server.proc.pid and pid in _children(server.proc.pid)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("numpy_hosted", _mode(1))
+    assert e.value.status() == "StatusCode.INTERNAL"
+    assert e.value.message() == (
+        "the process of instance 'numpy_hosted_0' of model 'numpy_hosted' version 1 exited with status 5 "
+        "while executing the batch; the instance restarts"
+    )
+    assert int(client.infer("numpy_hosted", _mode(0)).as_numpy("PID")[0]) not in (pid, server.proc.pid)
 
 
 def test_too_many_crashes_leave_the_model_not_ready(server, client):

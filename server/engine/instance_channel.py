@@ -13,10 +13,16 @@ Allocation is a bump pointer reset when the owner starts a new exchange (a batch
 other side reads from a segment is only read during the exchange that wrote it, and the reader
 copies what it keeps (``Segment.reset`` is the owner's promise that nobody reads the old data).
 A tensor that does not fit travels inline.
+
+An input that already lies in shared memory the server mapped from a file (a frontend
+process's request arena, ``register_shared``) is not copied at all: its ``TensorRef`` names
+that mapping and the offset, and the instance process maps the same file (once) and reads it
+in place. The block stays the request's until its response is sent, after the batch.
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import pickle
@@ -37,8 +43,45 @@ ALIGN = 64
 _U32 = struct.Struct("<I")
 
 
+# mappings other processes can open by path: token -> (start address, size, path)
+_SHARED: dict[int, tuple[int, int, str]] = {}
+_SHARED_TOKENS = itertools.count(1)
+_SHARED_LOCK = threading.Lock()
+
+
+def register_shared(mapping: mmap.mmap, path: str) -> int:
+    """Announce a shared mapping of the file at ``path`` (which other processes of this user
+    can open): arrays inside it travel to instance processes by reference. Returns a token for
+    ``unregister_shared``."""
+    probe = np.frombuffer(mapping, dtype=np.uint8, count=1)
+    start = probe.__array_interface__["data"][0]
+    del probe
+    with _SHARED_LOCK:
+        token = next(_SHARED_TOKENS)
+        _SHARED[token] = (start, len(mapping), path)
+    return token
+
+
+def unregister_shared(token: int) -> None:
+    with _SHARED_LOCK:
+        _SHARED.pop(token, None)
+
+
+def _shared_ref(array: np.ndarray) -> tuple | None:
+    """("shared", token, path, offset) when ``array`` lies, contiguous, in a registered mapping."""
+    if not _SHARED or not array.flags.c_contiguous:
+        return None
+    address = array.__array_interface__["data"][0]
+    end = address + array.nbytes
+    for token, (start, size, path) in list(_SHARED.items()):
+        if start <= address and end <= start + size:
+            return ("shared", token, path, address - start)
+    return None
+
+
 class TensorRef(NamedTuple):
-    """A tensor in a message: ``data`` is its bytes, or (offset, nbytes) in the sender's segment.
+    """A tensor in a message: ``data`` is its bytes, (offset, nbytes) in the sender's segment,
+    or ("shared", token, path, offset) in a registered shared mapping.
 
     ``dtype`` is numpy's ``dtype.str`` (``'<f4'``); ``'|O'`` means BYTES, whose data is
     Triton's serialization (a 4-byte little-endian length before each element)."""
@@ -115,6 +158,9 @@ class Segment:
         nbytes = array.nbytes
         if nbytes < INLINE_BYTES:
             return TensorRef(array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
+        shared = _shared_ref(array)
+        if shared is not None:
+            return TensorRef(array.dtype.str, array.shape, shared)
         at = self._allocate(nbytes)
         if at is None:
             return TensorRef(array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
@@ -129,15 +175,25 @@ class Segment:
 
 
 class SegmentReader:
-    """The other side's segment, mapped read-only."""
+    """The other side's segment, mapped read-only (and the shared mappings it refers to)."""
 
     def __init__(self, path: str):
+        self.map = self._open(path)
+        self._shared: dict[int, mmap.mmap] = {}
+
+    @staticmethod
+    def _open(path: str) -> mmap.mmap:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            size = os.fstat(fd).st_size
-            self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            return mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
+
+    def _mapping(self, token: int, path: str) -> mmap.mmap:
+        mapping = self._shared.get(token)
+        if mapping is None:
+            mapping = self._shared[token] = self._open(path)
+        return mapping
 
     def get(self, ref: TensorRef, copy: bool = False) -> np.ndarray:
         """The tensor as a numpy array: a read-only view on the segment, or (``copy``) its own
@@ -150,6 +206,9 @@ class SegmentReader:
         dtype = np.dtype(ref.dtype)
         if isinstance(data, bytes):
             return np.frombuffer(data, dtype=dtype).reshape(ref.shape)
+        if data[0] == "shared":
+            array = np.ndarray(ref.shape, dtype=dtype, buffer=self._mapping(data[1], data[2]), offset=data[3])
+            return array.copy() if copy else array
         array = np.ndarray(ref.shape, dtype=dtype, buffer=self.map, offset=data[0])
         return array.copy() if copy else array
 

@@ -137,6 +137,10 @@ class ProcessBackend(Backend):
     def _what(self) -> str:
         return f"instance '{self.instance_name}' of model '{self.model_name}' version {self.model_version}"
 
+    def _unhealthy_prefix(self) -> str:
+        """What a failure of the child's process starts with (the Python backend: Triton's text)."""
+        return ""
+
     def child_env(self) -> dict[str, str]:
         return dict(os.environ)
 
@@ -253,10 +257,7 @@ class ProcessBackend(Backend):
         """The child died during a batch: forget it, log, and the error the batch fails with
         (INTERNAL, starting with Triton's text for a dead stub, then what happened)."""
         self._reap(kill=True)
-        text = (
-            f"Stub process '{self.instance_name}' is not healthy: the process of {self._what()} {why} "
-            "while executing the batch"
-        )
+        text = f"{self._unhealthy_prefix()}the process of {self._what()} {why} while executing the batch"
         now = time.monotonic()
         while self._restarts and now - self._restarts[0] > RESTART_WINDOW_S:
             self._restarts.popleft()
@@ -266,7 +267,7 @@ class ProcessBackend(Backend):
                 f"{RESTART_WINDOW_S:g} s and stays down"
             )
             log.error("%s", self._failed)
-            return internal(f"Stub process '{self.instance_name}' is not healthy: {self._failed}")
+            return internal(f"{self._unhealthy_prefix()}{self._failed}")
         log.error("%s; it restarts for the next batch", text)
         return internal(f"{text}; the instance restarts")
 
@@ -274,7 +275,7 @@ class ProcessBackend(Backend):
         if self._proc is not None:
             return
         if self._failed is not None:
-            raise unavailable(f"Stub process '{self.instance_name}' is not healthy: {self._failed}")
+            raise unavailable(f"{self._unhealthy_prefix()}{self._failed}")
         self._restarts.append(time.monotonic())
         with _RESTARTS_LOCK:
             _RESTARTS[(self.model_name, self.model_version)] += 1
@@ -284,7 +285,7 @@ class ProcessBackend(Backend):
         except BackendError as e:
             self._failed = f"restarting the process of {self._what()} failed: {e}"
             log.error("%s", self._failed)
-            raise unavailable(f"Stub process '{self.instance_name}' is not healthy: {self._failed}") from None
+            raise unavailable(f"{self._unhealthy_prefix()}{self._failed}") from None
 
     # ------------------------------------------------------------------ backend contract
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -307,23 +308,26 @@ class ProcessBackend(Backend):
         return self._failed
 
     def close(self) -> None:
-        """Stop the child: ``close`` (its finalize), then SIGTERM, then SIGKILL."""
+        """Stop the child: ``close`` (its finalize, up to ``CLOSE_GRACE_S``), then SIGTERM,
+        then SIGKILL, each after a grace period; no process is left behind."""
         self._closing = True
         proc = self._proc
         if proc is not None and proc.poll() is None and self._channel is not None:
             try:
                 self._send(("close",))
                 deadline = time.monotonic() + CLOSE_GRACE_S
-                while True:
-                    message = self._next(timeout=max(0.01, deadline - time.monotonic()))
-                    if message[0] == "closed":
-                        break
+                while self._next(timeout=max(0.01, deadline - time.monotonic()))[0] != "closed":
+                    pass
             except ChildDied:
                 pass
-            try:
-                proc.wait(KILL_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.terminate()
+            for stop in (None, proc.terminate, proc.kill):
+                if stop is not None:
+                    stop()
+                try:
+                    proc.wait(KILL_GRACE_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         self._reap(kill=True)
         self.segment.close()
 
@@ -363,6 +367,26 @@ class ProcessBackend(Backend):
             reply(("error", "UNAVAILABLE", "the server is shutting down"))
             if stream:
                 reply(("end",))
+
+
+def hosted(cls: type[Backend]) -> type[ProcessBackend]:
+    """``cls`` with each instance in its own process: the parent side of it (config
+    ``parameters { key: "instance_process" value: { string_value: "true" } }``)."""
+
+    def describe_io(_, config: dict, version_dir: str):
+        return cls.describe_io(config, version_dir)
+
+    return type(
+        f"Hosted{cls.__name__}",
+        (ProcessBackend,),
+        {
+            "child_target": f"{cls.__module__}:{cls.__qualname__}",
+            "default_filename": cls.default_filename,
+            "executes_model_files": cls.executes_model_files,
+            "describe_io": classmethod(describe_io),
+            "__doc__": f"{cls.__name__} in an instance process per instance.",
+        },
+    )
 
 
 def failure_from_child(reply: tuple) -> InferenceError:

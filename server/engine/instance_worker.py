@@ -170,7 +170,7 @@ class Worker:
             if kind == "exec":
                 self._exec(message[1])
             elif kind == "exec_requests":
-                self._exec_requests(message[1], message[2])
+                self._exec_requests(message[1], message[2], message[3])
             elif kind == "close":
                 try:
                     self.host.close()
@@ -195,8 +195,17 @@ class Worker:
             return
         self.channel.send(("done", reply))
 
-    def _exec_requests(self, requests: list, decoupled: bool) -> None:
+    def _exec_requests(self, requests: list, decoupled: bool, alone: bool) -> None:
         self.segment.reset()
+        if alone:  # each request its own execution: a failure is that request's alone
+            results: list = []
+            for request in requests:
+                try:
+                    results += self.host.execute_requests([request], decoupled)
+                except BaseException as e:
+                    results.append(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
+            self.channel.send(("done_requests", results))
+            return
         try:
             results = self.host.execute_requests(requests, decoupled)
         except BaseException as e:

@@ -44,6 +44,7 @@ from ..errors import (
 )
 from . import bls, ensemble
 from .batcher import DynamicBatcher
+from .instance_process import ProcessBackend, hosted
 from .latency import LatencyConfig, LatencyRecorder
 from .repoagents import RepositoryAgentError, run_load_agents
 from .scheduler import DirectScheduler, ModelInstance, Scheduler
@@ -55,6 +56,8 @@ log = logging.getLogger("fpgaserve.repository")
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 CONTROL_MODES = ("none", "explicit", "poll")
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
+# a config parameter that runs any backend's instances in their own processes
+INSTANCE_PROCESS_PARAMETER = "instance_process"
 
 
 def check_model_name(name: str) -> None:
@@ -526,6 +529,10 @@ class ModelRepository:
                 cls = backend_class(mc.backend_name(config))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
+            if mc.parameter(config, INSTANCE_PROCESS_PARAMETER, "").lower() == "true" and not issubclass(
+                cls, ProcessBackend
+            ):
+                cls = hosted(cls)  # each instance in its own process
             if uploaded and cls.executes_model_files and not self.allow_code_upload:
                 raise permission_denied(
                     f"failed to load '{name}': backend '{mc.backend_name(config)}' would run the code in the "

@@ -24,6 +24,7 @@ from typing import cast
 import numpy as np
 
 from fpgaserve.backends import Backend, BackendRequest, DeviceUnavailableError
+from fpgaserve.backends.base import ExecutionFailed
 
 from ..errors import InferenceError, internal, unavailable
 from .request import EncodedOutput, InferenceRequest
@@ -410,6 +411,47 @@ class ModelInstance:
         t3 = time.monotonic_ns()
         return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
 
+    def run_alone(self, batch: list[InferenceRequest]) -> list[tuple]:
+        """Requests that each execute alone (no dynamic batcher), handed to a request-level
+        backend in one call (``carries_requests``): it runs them one after another, so an
+        instance process costs one round trip for all. Runs in this instance's thread.
+
+        Returns per request (request, result, timings, error) as ``DirectScheduler`` posts
+        them: ``error`` when its execution failed (or the call did, for all), else ``result``
+        (its encoded outputs, or the InferenceError of its response). Each gets an equal share
+        of the call's gather and execute time: the backend ran them in one go."""
+        model = self.model
+        t0 = time.monotonic_ns()
+        requests = [backend_request(r) for r in batch]
+        t1 = time.monotonic_ns()
+        try:
+            answers = self.backend.execute_requests(requests, alone=True)
+            if len(answers) != len(batch):
+                raise internal(
+                    f"model '{model.name}' answered {len(answers)} of the {len(batch)} requests it was given"
+                )
+        except BaseException as e:
+            log.debug("model %s execute failed", model.name, exc_info=True)
+            error = model_failure(model.name, e)
+            return [(r, None, None, error) for r in batch]
+        t2 = time.monotonic_ns()
+        n = len(batch)
+        input_ns, infer_ns = (t1 - t0) // n, (t2 - t1) // n
+        outcomes: list[tuple] = []
+        for r, answer in zip(batch, answers):
+            t = time.monotonic_ns()
+            if isinstance(answer, ExecutionFailed):
+                outcomes.append((r, None, None, model_failure(model.name, answer.error)))
+                continue
+            try:
+                if isinstance(answer, BaseException):
+                    raise answer
+                result: object = r.encode(r, self._check_outputs(answer, [r], r.batch_size))
+            except BaseException as e:  # this request only
+                result = model_failure(model.name, e)
+            outcomes.append((r, result, BatchTimings(input_ns, infer_ns, time.monotonic_ns() - t), None))
+        return outcomes
+
     def _run_decoupled(self, request: InferenceRequest):
         """A decoupled model's execute() yields responses; each is encoded and emitted as it
         comes, so the client sees them while the model is still running."""
@@ -743,7 +785,7 @@ class DirectScheduler(Scheduler):
         self._lock = threading.Condition()
         self._idle = 0  # instance threads waiting for work
         self._outcomes: list[tuple] = []  # (request, result, timings, error, end_ns)
-        self._running: dict[int, InferenceRequest] = {}  # instance index -> its request
+        self._running: dict[int, list[InferenceRequest]] = {}  # instance index -> its requests
         self._loop: asyncio.AbstractEventLoop | None = None
         self._workers: list[asyncio.Future] = []
 
@@ -767,6 +809,9 @@ class DirectScheduler(Scheduler):
     def _serve(self, instance: ModelInstance) -> None:
         lock = self._lock
         queue = self._queue
+        # requests this instance takes in one go (a backend in its own process: one round
+        # trip for several; each still executes alone)
+        carry = 1 if self.model.decoupled else max(1, getattr(instance.backend, "carries_requests", 1))
         while True:
             with lock:
                 while not queue:
@@ -779,21 +824,39 @@ class DirectScheduler(Scheduler):
                 if request.future.done():  # withdrawn while queued (read-only across threads)
                     self._post_locked((request, _WITHDRAWN, None, None, 0))
                     continue
-                self.executing += 1
+                batch = [request]
+                # (a share of the queue only, when other instances wait for work too)
+                limit = min(carry, 1 + len(queue) // (self._idle + 1)) if carry > 1 else 1
+                while queue and len(batch) < limit:
+                    more = queue.popleft()
+                    if more.future.done():
+                        self._post_locked((more, _WITHDRAWN, None, None, 0))
+                    else:
+                        batch.append(more)
+                self.executing += len(batch)
                 instance.busy = True
-                self._running[instance.index] = request
-            request.exec_start_ns = time.monotonic_ns()
-            outcome: tuple
-            try:
-                results, timings = instance.run_batch([request])
-                outcome = (request, results[0], timings, None)
-            except Exception as e:
-                outcome = (request, None, None, as_inference_error(e))
+                self._running[instance.index] = batch
+            if len(batch) == 1:
+                request.exec_start_ns = time.monotonic_ns()
+                outcome: tuple
+                try:
+                    results, timings = instance.run_batch(batch)
+                    outcome = (request, results[0], timings, None)
+                except Exception as e:
+                    outcome = (request, None, None, as_inference_error(e))
+                outcomes = [outcome]
+            else:
+                start = time.monotonic_ns()
+                for r in batch:
+                    r.exec_start_ns = start
+                outcomes = instance.run_alone(batch)
             with lock:
-                self.executing -= 1
+                self.executing -= len(batch)
                 instance.busy = False
                 self._running.pop(instance.index, None)
-                self._post_locked((*outcome, time.monotonic_ns()))
+                end = time.monotonic_ns()
+                for outcome in outcomes:
+                    self._post_locked((*outcome, end))
 
     def _post_locked(self, outcome: tuple) -> None:
         """Queue an outcome for the event loop; wake it only for the first of a burst."""
@@ -890,10 +953,10 @@ class DirectScheduler(Scheduler):
                     self._queue.clear()
                 end = time.monotonic_ns()
                 for instance in self.instances:
-                    request = running.get(instance.index)
-                    if request is not None:
+                    requests = running.get(instance.index)
+                    if requests:
                         stuck.append(instance)
-                        self._fail_batch([request], unavailable(self._abandon_text(instance)), end)
+                        self._fail_batch(requests, unavailable(self._abandon_text(instance)), end)
                 self._fail_unloaded(queued, end)
         await self._release_instances(stuck)
         return stuck

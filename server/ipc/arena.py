@@ -147,6 +147,10 @@ class ArenaReader:
         # read-only for the engine: every numpy view made over it is read-only too, at no
         # cost per request
         self.view = memoryview(self.map).toreadonly()
+        # model instance processes read inputs in place here rather than from a copy
+        from ..engine.instance_channel import register_shared
+
+        self._shared_token = register_shared(self.map, f"/proc/{pid}/fd/{fd_number}")
 
     def array(self, dtype: np.dtype, offset: int, nbytes: int, shape) -> np.ndarray:
         """A read-only numpy view of a block (the frontend is its only writer)."""
@@ -155,6 +159,9 @@ class ArenaReader:
         return out
 
     def close(self) -> None:
+        from ..engine.instance_channel import unregister_shared
+
+        unregister_shared(self._shared_token)
         try:
             self.view.release()
             self.map.close()
