@@ -39,6 +39,8 @@ INLINE_BYTES = 16 * 1024
 #: each side's segment; sparse, so only what a batch writes becomes memory
 SEGMENT_BYTES = int(os.environ.get("FPGASERVE_INSTANCE_SEGMENT_BYTES", str(1 << 30)))
 ALIGN = 64
+#: what a segment keeps allocated between batches (see ``Segment.reset``); a page multiple
+KEEP_BYTES = 64 * 1024 * 1024
 
 _U32 = struct.Struct("<I")
 
@@ -132,8 +134,14 @@ class Segment:
         self._lock = threading.Lock()  # several threads of a model may send responses
 
     def reset(self) -> None:
-        """Start over: the other side no longer reads what was written before."""
-        self._top = 0
+        """Start over: the other side no longer reads what was written before.
+
+        Pages of a memory file stay allocated once written, so after a batch larger than
+        ``KEEP_BYTES`` the part above it is given back to the system (the next large batch
+        faults it in again)."""
+        top, self._top = self._top, 0
+        if top > KEEP_BYTES:
+            self.map.madvise(mmap.MADV_REMOVE, KEEP_BYTES, top - KEEP_BYTES)
 
     def _allocate(self, nbytes: int) -> int | None:
         with self._lock:
