@@ -178,7 +178,7 @@ class AutoCompleter:
         complete = getattr(model_cls, "auto_complete_config", None)
         self.load_result = None
         if complete is not None:
-            config = pb_utils.ModelConfig(json.loads(args["model_config"]))
+            config = pb_utils.ModelConfig(args["model_config"])
             result = complete(config)
             self.load_result = (result if result is not None else config).as_dict()
 

@@ -642,3 +642,67 @@ def test_server_exit_leaves_no_instance_process(repo, tmp_path):
     while any(_alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in children)
+
+
+def _pb_utils():
+    """The module models import, loaded here by path (the server never imports it)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "backends" / "python_stub" / "triton_python_backend_utils.py"
+    spec = importlib.util.spec_from_file_location("pb_utils_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pb_utils_helpers_behave_as_tritons():
+    pb = _pb_utils()
+    values = np.array([[b"a", b""], ["grüß", 7]], dtype=object)
+    data = pb.serialize_byte_tensor(values)
+    assert data == b"\x01\x00\x00\x00a\x00\x00\x00\x00\x06\x00\x00\x00" + "grüß".encode() + b"\x01\x00\x00\x007"
+    assert pb.deserialize_bytes_tensor(data).tolist() == [b"a", b"", "grüß".encode(), b"7"]
+    assert pb.serialize_byte_tensor(np.zeros(0, dtype=object)) == ()
+    assert pb.serialize_byte_tensor(np.zeros(2, dtype=np.float32)) is None
+    assert pb.triton_string_to_numpy("TYPE_FP16") is np.float16
+    with pytest.raises(KeyError):
+        pb.triton_string_to_numpy("TYPE_NOPE")
+    assert pb.triton_to_numpy_type(11) is np.float32
+    assert pb.numpy_to_triton_type(np.int64) == 9
+    assert pb.numpy_to_triton_type(np.bytes_) == 13
+    assert pb.using_decoupled_model_transaction_policy({"model_transaction_policy": {"decoupled": True}})
+    assert not pb.using_decoupled_model_transaction_policy({})
+
+
+def test_pb_utils_auto_complete_conflicts_use_tritons_texts():
+    pb = _pb_utils()
+    config = pb.ModelConfig(
+        '{"name": "m", "max_batch_size": 8, "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}]}'
+    )
+    with pytest.raises(ValueError) as e:
+        config.set_max_batch_size(4)
+    assert str(e.value) == (
+        "configuration specified max_batch_size 8, but in auto-complete-config function for model 'm' "
+        "specified max_batch_size 4"
+    )
+    with pytest.raises(ValueError) as e:
+        config.add_input({"name": "X", "data_type": "TYPE_INT32", "dims": [4]})
+    assert (
+        str(e.value)
+        == "unable to load model 'm', configuration expects datatype TYPE_FP32 for input 'X', model provides TYPE_INT32"
+    )
+    with pytest.raises(ValueError) as e:
+        config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [5]})
+    assert (
+        str(e.value)
+        == "model 'm', tensor 'X': the model expects dims [5] but the model configuration specifies dims [4]"
+    )
+    with pytest.raises(ValueError) as e:
+        config.add_output({"name": "Y", "data_type": "TYPE_FP32"})
+    assert str(e.value) == "output 'Y' in auto-complete-config function for model 'm' is missing 'dims' property."
+    config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [4]})
+    config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [1]})
+    config.set_model_transaction_policy({"decoupled": True})
+    with pytest.raises(ValueError):
+        config.set_model_transaction_policy({"decoupled": False})
+    assert config.as_dict()["output"] == [{"name": "Y", "data_type": "TYPE_FP32", "dims": [1]}]
+    assert config.as_dict()["model_transaction_policy"] == {"decoupled": True}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,8 @@ def _worker():
 
 # ----------------------------------------------------------------------------- datatypes
 
-_TRITON_TO_NUMPY = {
-    "TYPE_BOOL": np.bool_,
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool,
     "TYPE_UINT8": np.uint8,
     "TYPE_UINT16": np.uint16,
     "TYPE_UINT32": np.uint32,
@@ -49,6 +50,22 @@ _TRITON_TO_NUMPY = {
     "TYPE_FP32": np.float32,
     "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
+}
+# the config's DataType enum numbers (model_config.proto), TYPE_BOOL = 1 ... TYPE_STRING = 13
+_ENUM_TO_NUMPY = {
+    1: np.bool_,
+    2: np.uint8,
+    3: np.uint16,
+    4: np.uint32,
+    5: np.uint64,
+    6: np.int8,
+    7: np.int16,
+    8: np.int32,
+    9: np.int64,
+    10: np.float16,
+    11: np.float32,
+    12: np.float64,
+    13: np.object_,
 }
 _NUMPY_TO_WIRE = {
     np.dtype(np.bool_): "BOOL",
@@ -68,8 +85,23 @@ _NUMPY_TO_WIRE = {
 
 
 def triton_string_to_numpy(triton_type_string: str):
-    """A config data type ("TYPE_FP32") as the numpy type."""
-    return _TRITON_TO_NUMPY.get(triton_type_string)
+    """A config data type ("TYPE_FP32") as the numpy type (KeyError for an unknown one)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int):
+    """A config DataType enum number as the numpy type (None for an unknown one)."""
+    return _ENUM_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type):
+    """A numpy type as the config DataType enum number (None for one Triton has not)."""
+    if data_type in (np.object_, np.bytes_):
+        return 13
+    for number, numpy_type in _ENUM_TO_NUMPY.items():
+        if data_type == numpy_type:
+            return number
+    return None
 
 
 def numpy_to_triton_string(numpy_type) -> str | None:
@@ -81,6 +113,42 @@ def numpy_to_triton_string(numpy_type) -> str | None:
     if wire is None:
         return None
     return "TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}"
+
+
+def using_decoupled_model_transaction_policy(model_config: dict) -> bool:
+    """Whether the config (a dict) makes the model decoupled."""
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray):
+    """A BYTES tensor (object or bytes_ array) as Triton serializes it: each element's 4-byte
+    little-endian length, then its bytes, in C order; () for an empty tensor, None for a
+    tensor of another type. Elements that are not bytes are written as their str in UTF-8."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    parts = []
+    for item in input_tensor.reshape(-1, order="C").tolist():
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(encoded_tensor) -> np.ndarray:
+    """Triton's BYTES serialization as a 1-D object array of bytes."""
+    items = []
+    view = memoryview(encoded_tensor).cast("B")
+    offset = 0
+    while offset < len(view):
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        items.append(view[offset : offset + length].tobytes())
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
 
 
 def _wire_datatype(array: np.ndarray) -> str:
@@ -481,59 +549,98 @@ class Metric:
 
 
 class ModelConfig:
-    """What ``auto_complete_config`` gets: the config so far, to read and complete."""
+    """What ``auto_complete_config`` gets: the config so far (Triton's JSON), to read and
+    complete. Only max_batch_size, the batcher, inputs, outputs and the transaction policy
+    can be set; conflicts with what the config states fail the load with Triton's texts."""
 
-    def __init__(self, model_config: dict):
-        self._config = model_config
+    def __init__(self, model_config):
+        self._config = json.loads(model_config) if isinstance(model_config, (str, bytes)) else model_config
+        self._config.setdefault("input", [])
+        self._config.setdefault("output", [])
+
+    def _name(self) -> str:
+        return str(self._config.get("name", ""))
 
     def as_dict(self) -> dict:
         return self._config
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
         current = int(self._config.get("max_batch_size", 0) or 0)
-        if current not in (0, max_batch_size):
+        if current > max_batch_size:
             raise ValueError(
                 f"configuration specified max_batch_size {current}, but in auto-complete-config function "
-                f"for model '{self._config.get('name', '')}' specified max_batch_size {max_batch_size}"
+                f"for model '{self._name()}' specified max_batch_size {max_batch_size}"
             )
-        self._config["max_batch_size"] = int(max_batch_size)
+        self._config["max_batch_size"] = max_batch_size
 
     def set_dynamic_batching(self) -> None:
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if other in self._config:
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{other}', but auto-complete-config "
+                    f"function for model '{self._name()}' tries to set scheduling_choice as 'dynamic_batching'"
+                )
         self._config.setdefault("dynamic_batching", {})
 
     def set_model_transaction_policy(self, transaction_policy_dict: dict) -> None:
-        policy = self._config.setdefault("model_transaction_policy", {})
-        for key, value in transaction_policy_dict.items():
-            if key != "decoupled":
-                raise ValueError(f"model transaction property '{key}' is not supported")
-            policy["decoupled"] = bool(value)
-
-    def _add(self, kind: str, tensor: dict) -> None:
-        if not isinstance(tensor, dict):
+        if any(key != "decoupled" for key in transaction_policy_dict):
             raise ValueError(
-                f"{kind} in auto-complete-config function must be a dictionary, got {type(tensor).__name__}"
+                "model transaction property in auto-complete-config function for model "
+                f"'{self._name()}' contains property other than 'decoupled'."
             )
-        for key in ("name", "data_type", "dims"):
+        policy = self._config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            wanted = transaction_policy_dict["decoupled"]
+            if "decoupled" in policy and policy["decoupled"] != wanted:
+                raise ValueError(
+                    "trying to change decoupled property in auto-complete-config for model "
+                    f"'{self._name()}', which is already set to '{policy['decoupled']}'."
+                )
+            policy["decoupled"] = wanted
+
+    def _add(self, kind: str, tensor: dict, properties: tuple[str, ...]) -> None:
+        for key in tensor:
+            if key not in properties:
+                listed = ", ".join(f"'{p}'" for p in properties[:-1]) + f" and '{properties[-1]}'"
+                raise ValueError(
+                    f"{kind} '{tensor.get('name', '')}' in auto-complete-config function for model "
+                    f"'{self._name()}' contains property other than {listed}."
+                )
+        if "name" not in tensor:
+            raise ValueError(
+                f"{kind} in auto-complete-config function for model '{self._name()}' is missing 'name' property."
+            )
+        for key in ("data_type", "dims"):
             if key not in tensor:
                 raise ValueError(
-                    f"{kind} in auto-complete-config function for model '{self._config.get('name', '')}' "
+                    f"{kind} '{tensor['name']}' in auto-complete-config function for model '{self._name()}' "
                     f"is missing '{key}' property."
                 )
-        existing = self._config.setdefault(kind, [])
-        for entry in existing:
-            if entry.get("name") == tensor["name"]:
-                for key in ("data_type", "dims"):
-                    if key in entry and entry[key] != tensor[key] and list(entry[key] or []) != list(tensor[key]):
-                        raise ValueError(
-                            f"unable to load model '{self._config.get('name', '')}', configuration expects "
-                            f"{kind} '{tensor['name']}' {key} {entry[key]} but auto-complete-config function "
-                            f"specifies {tensor[key]}"
-                        )
-                return
-        existing.append({key: (list(value) if key == "dims" else value) for key, value in tensor.items()})
+        for existing in self._config[kind]:
+            if existing.get("name") != tensor["name"]:
+                continue
+            declared = existing.get("data_type", "TYPE_INVALID")
+            if declared != "TYPE_INVALID" and declared != tensor["data_type"]:
+                raise ValueError(
+                    f"unable to load model '{self._name()}', configuration expects datatype {declared} for "
+                    f"{kind} '{tensor['name']}', model provides {tensor['data_type']}"
+                )
+            if existing.get("dims") and existing["dims"] != tensor["dims"]:
+                raise ValueError(
+                    f"model '{self._name()}', tensor '{tensor['name']}': the model expects dims "
+                    f"{tensor['dims']} but the model configuration specifies dims {existing['dims']}"
+                )
+            if "optional" in existing and "optional" in tensor and existing["optional"] != tensor["optional"]:
+                raise ValueError(
+                    f"model '{self._name()}', tensor '{tensor['name']}': the model expects optional "
+                    f"{tensor['optional']} but the model configuration specifies optional {existing['optional']}"
+                )
+            existing.update(tensor)
+            return
+        self._config[kind].append(tensor)
 
     def add_input(self, input: dict) -> None:
-        self._add("input", input)
+        self._add("input", input, ("name", "data_type", "dims", "optional"))
 
     def add_output(self, output: dict) -> None:
-        self._add("output", output)
+        self._add("output", output, ("name", "data_type", "dims"))
