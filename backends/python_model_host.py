@@ -38,10 +38,15 @@ def _load_module(host: dict):
         raise ImportError(f"'{path}' is not a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules["model"] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:  # model code may raise anything, SystemExit included
+        raise ModelRaised(python_error_text(e)) from None
     model_cls = getattr(module, "TritonPythonModel", None)
     if model_cls is None:
-        raise AttributeError(f"'{path}' does not define class TritonPythonModel")
+        # Triton's text (it imports the file as module "<version>.model")
+        version = os.path.basename(version_dir)
+        raise ModelRaised(f"AttributeError: module '{version}.model' has no attribute 'TritonPythonModel'")
     return model_cls
 
 
@@ -55,17 +60,19 @@ def _pb_utils():
 
 def python_error_text(e: BaseException) -> str:
     """An exception as Triton's stub reports it (pybind11's ``error_already_set::what()``):
-    ``Type: message``, then the model's frames, innermost first (the host's own frame, the
-    caller of ``execute``, left out, as Triton's C++ caller shows none)."""
+    ``Type: message``, then the model's frames, innermost first (the host's own frames and
+    the import machinery's left out, as Triton's C++ callers show none)."""
     lines = [f"{type(e).__name__}: {e}", "", "At:"]
-    tb = e.__traceback__
-    for frame in reversed(traceback.extract_tb(tb.tb_next if tb is not None else None)):
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if frame.filename == __file__ or frame.filename.startswith("<frozen"):
+            continue
         lines.append(f"  {frame.filename}({frame.lineno}): {frame.name}")
     return "\n".join(lines) + "\n"
 
 
 class ModelRaised(Exception):
-    """``execute`` raised: every request of the batch fails with ``triton_text``."""
+    """Model code raised (importing model.py, in initialize or execute): ``triton_text`` is
+    how Triton reports it; from execute, every request of the batch fails with it."""
 
     def __init__(self, text: str):
         super().__init__(text)
@@ -86,10 +93,13 @@ class PythonModelHost:
 
         self.pb = pb_utils
         pb_utils._bind(self)
-        self.model = model_cls()
-        init = getattr(self.model, "initialize", None)
-        if init is not None:
-            init(dict(args))
+        try:
+            self.model = model_cls()
+            init = getattr(self.model, "initialize", None)
+            if init is not None:
+                init(dict(args))
+        except BaseException as e:
+            raise ModelRaised(python_error_text(e)) from None
 
     # ------------------------------------------------------------------ execute
     def execute_requests(self, messages: list, decoupled: bool) -> list | None:

@@ -298,6 +298,15 @@ class TritonPythonModel:
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 3)]) for r in requests]
 """
 
+BAD_INIT = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise ValueError("bad weights")
+
+    def execute(self, requests):
+        return []
+"""
+
 CONDA_CONFIG = """
 backend: "python"
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
@@ -326,6 +335,8 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "double", DOUBLE_CONFIG, DOUBLE)
     _model(repo, "numpy_hosted", NUMPY_HOSTED_CONFIG, NUMPY_HOSTED)
     _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
+    _model(repo, "bad_init", SCALAR_CONFIG, BAD_INIT)
+    _model(repo, "no_class", SCALAR_CONFIG, "x = 1\n")
     return repo
 
 
@@ -603,6 +614,16 @@ def test_unsupported_settings_are_refused_at_load(client):
     rows = {m.name: m for m in client.get_model_repository_index().models}
     assert rows["conda"].state == "UNAVAILABLE"
     assert "EXECUTION_ENV_PATH" in rows["conda"].reason
+
+
+def test_load_failures_say_what_the_model_raised(repo, client):
+    # the reasons end as Triton 2.51's do ("Internal: " + this, there)
+    rows = {m.name: m for m in client.get_model_repository_index().models}
+    assert rows["bad_init"].state == "UNAVAILABLE"
+    path = repo / "bad_init" / "1" / "model.py"
+    assert rows["bad_init"].reason.endswith(f"ValueError: bad weights\n\nAt:\n  {path}(4): initialize")
+    assert rows["no_class"].state == "UNAVAILABLE"
+    assert rows["no_class"].reason.endswith("AttributeError: module '1.model' has no attribute 'TritonPythonModel'")
 
 
 def test_logs_and_custom_metrics_reach_the_server(server, client):

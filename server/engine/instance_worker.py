@@ -161,7 +161,7 @@ class Worker:
             cls = getattr(importlib.import_module(module_name), class_name)
             self.host = cls(*args[:3], backend_config=args[3])
         except BaseException as e:  # model code may raise anything at import and initialize
-            self.channel.send(("load_error", _describe(e)))
+            self.channel.send(("load_error", getattr(e, "triton_text", None) or _describe(e)))
             return
         self.channel.send(("loaded", self.segment.path, getattr(self.host, "load_result", None)))
         while True:
