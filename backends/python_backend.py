@@ -64,6 +64,7 @@ class PythonBackend(ProcessBackend):
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         _refuse_unsupported(config, backend_config or {})
         self.model_path = _model_path(config, version_dir)
+        self._exec_id = 0  # numbers the batches sent to the child
         super().__init__(config, version_dir, instance_index, backend_config)
 
     def _unhealthy_prefix(self) -> str:
@@ -90,6 +91,8 @@ class PythonBackend(ProcessBackend):
 
     def execute_requests(self, requests: list[BackendRequest], alone: bool = False) -> list:
         self._ensure_running()
+        self._exec_id += 1
+        exec_id = self._exec_id
         self.segment.reset()
         put = self.segment.put
         message = [
@@ -104,10 +107,10 @@ class PythonBackend(ProcessBackend):
             for r in requests
         ]
         try:
-            self._send(("exec_requests", message, self.decoupled, alone))
+            self._send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
-                return [self._responses()]
-            reply = self._next()
+                return [self._responses(exec_id)]
+            reply = self._reply(exec_id)
         except ChildDied as e:
             raise self._crashed(str(e)) from None
         if reply[0] == "failed":
@@ -124,9 +127,17 @@ class PythonBackend(ProcessBackend):
                 answers.append(failure_from_child(result))
         return answers
 
-    def _responses(self):
+    def _reply(self, exec_id: int) -> tuple:
+        """The child's answer to batch ``exec_id`` (what an earlier batch's stream left unread is skipped)."""
+        while True:
+            message = self._next()
+            if message[-1] == exec_id and message[0] in ("done_requests", "failed"):
+                return message
+
+    def _responses(self, exec_id: int):
         """A decoupled request's responses as the model sends them, until it sends the final
-        flag and its execute has returned."""
+        flag and its execute has returned. Messages of an earlier batch (a stream the scheduler
+        stopped reading, having failed it) are skipped."""
         final = done = False
         while not (final and done):
             try:
@@ -134,6 +145,8 @@ class PythonBackend(ProcessBackend):
             except ChildDied as e:
                 raise self._crashed(str(e)) from None
             kind = message[0]
+            if message[1 if kind == "response" else -1] not in (exec_id, (exec_id, 0)):
+                continue
             if kind == "failed":
                 raise failure_from_child(message)
             if kind == "done_requests":

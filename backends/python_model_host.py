@@ -102,7 +102,7 @@ class PythonModelHost:
             raise ModelRaised(python_error_text(e)) from None
 
     # ------------------------------------------------------------------ execute
-    def execute_requests(self, messages: list, decoupled: bool) -> list | None:
+    def execute_requests(self, messages: list, decoupled: bool, exec_id: int = 0) -> list | None:
         pb = self.pb
         worker = current()
         get = worker.get
@@ -113,7 +113,7 @@ class PythonModelHost:
             tensors = [pb.Tensor(name, get(ref, copy=decoupled)) for name, ref in inputs]
             requests.append(
                 pb.InferenceRequest._received(
-                    tensors, request_id, flags, parameters, requested, correlation_id, index, decoupled, self
+                    tensors, request_id, flags, parameters, requested, correlation_id, (exec_id, index), decoupled, self
                 )
             )
         try:
@@ -161,8 +161,9 @@ class PythonModelHost:
             outputs.append((tensor.name(), put(tensor.as_numpy())))
         return ("ok", outputs)
 
-    def send_response(self, index: int, response, flags: int, request) -> None:
-        """A decoupled request's response (from any thread of the model)."""
+    def send_response(self, index: tuple[int, int], response, flags: int, request) -> None:
+        """A decoupled request's response (from any thread of the model); ``index`` is
+        (its batch's exec id, its place in the batch)."""
         if response is None:
             current().send(("response", index, None, None, flags))
             return

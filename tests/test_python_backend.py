@@ -164,8 +164,10 @@ class TritonPythonModel:
         values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
         sender = request.get_response_sender()
         for i, v in enumerate(values):
+            # a negative value is answered with a tensor of the wrong shape
+            out = np.array([v] if v >= 0 else [v, v], dtype=np.int32)
             sender.send(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", np.array([v], dtype=np.int32)),
+                pb_utils.Tensor("OUT", out),
                 pb_utils.Tensor("IDX", np.array([i], dtype=np.uint32))]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
@@ -574,6 +576,24 @@ def test_decoupled_responses_stream(client):
         assert not isinstance(r, InferenceServerException), r
     assert [r.as_numpy("OUT").tolist() for r in got] == [[4], [5], [6]]
     assert [r.as_numpy("IDX").tolist() for r in got] == [[0], [1], [2]]
+
+
+def test_a_failed_stream_leaves_nothing_for_the_next_request(client):
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), results))
+    try:
+        inp = grpcclient.InferInput("IN", [3], "INT32")
+        inp.set_data_from_numpy(np.array([-1, 50, 51], dtype=np.int32))
+        client.async_stream_infer("repeat", [inp], request_id="bad")
+        error = results.get(timeout=60)
+        assert isinstance(error, InferenceServerException)
+        assert "output 'OUT' of model 'repeat' has shape [2]" in error.message()
+        inp.set_data_from_numpy(np.array([5, 6, 7], dtype=np.int32))
+        client.async_stream_infer("repeat", [inp], request_id="good")
+        got = [results.get(timeout=60) for _ in range(3)]
+    finally:
+        client.stop_stream()
+    assert [r.as_numpy("OUT").tolist() for r in got] == [[5], [6], [7]]  # none of 50, 51
 
 
 def test_bls_calls_another_model(client):

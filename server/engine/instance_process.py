@@ -112,11 +112,14 @@ class ProcessBackend(Backend):
         self._peer: SegmentReader | None = None
         self._restarts: collections.deque[float] = collections.deque()
         self._failed: str | None = None  # why the instance is down for good
-        self._closing = False
         # services for calls the child makes into the engine (BLS): set by bind_engine
         self._loop: asyncio.AbstractEventLoop | None = None
         self._engine_call = None
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.segment.close()
+            raise
 
     # ------------------------------------------------------------------ naming
     @staticmethod
@@ -310,7 +313,6 @@ class ProcessBackend(Backend):
     def close(self) -> None:
         """Stop the child: ``close`` (its finalize, up to ``CLOSE_GRACE_S``), then SIGTERM,
         then SIGKILL, each after a grace period; no process is left behind."""
-        self._closing = True
         proc = self._proc
         if proc is not None and proc.poll() is None and self._channel is not None:
             try:

@@ -9,13 +9,14 @@ contract), ``exec_requests`` (a batch as its list of requests, for a host with
 (one thread wake-up less per batch: measured, a third of a batch-1 round trip), and a thread
 waiting for the reply to a call into the engine (``call``: BLS requests, possibly several at
 once from the model's threads) reads while the main thread is inside ``execute``; what a
-reader takes that is not its own goes to its owner's queue. The process dies with the server: a watchdog thread
-blocks on the lifeline pipe, whose write end only the server holds, and exits when it reads
-end-of-file.
+reader takes that is not its own goes to its owner's queue. The process dies with the server:
+a watchdog thread blocks on the lifeline pipe, whose write end only the server holds, and
+exits when it reads end-of-file.
 
-Messages from here: ``("loaded",)``, ``("load_error", text)``, ``("done", outputs)``,
-``("done_requests", results)``, ``("failed", status, text)``, ``("response", index, outputs,
-error, flags)`` (decoupled), ``("log", level, text)``, ``("call", id, payload)``, ``("closed",)``.
+Messages from here: ``("loaded", segment path, load result)``, ``("load_error", text)``,
+``("done", outputs)``, ``("done_requests", results, exec id)``, ``("failed", status, text[,
+exec id])``, ``("response", (exec id, index), outputs, error, flags)`` (decoupled), ``("log",
+level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("closed",)``.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ class Worker:
             if kind == "exec":
                 self._exec(message[1])
             elif kind == "exec_requests":
-                self._exec_requests(message[1], message[2], message[3])
+                self._exec_requests(*message[1:])
             elif kind == "close":
                 try:
                     self.host.close()
@@ -195,23 +196,26 @@ class Worker:
             return
         self.channel.send(("done", reply))
 
-    def _exec_requests(self, requests: list, decoupled: bool, alone: bool) -> None:
+    def _exec_requests(self, requests: list, decoupled: bool, alone: bool, exec_id: int) -> None:
+        """Replies carry ``exec_id`` last: the engine tells them from late messages of an
+        earlier batch it stopped listening to (a decoupled stream it failed part way)."""
         self.segment.reset()
         if alone:  # each request its own execution: a failure is that request's alone
             results: list = []
             for request in requests:
                 try:
-                    results += self.host.execute_requests([request], decoupled)
+                    results += self.host.execute_requests([request], decoupled, exec_id)
                 except BaseException as e:
                     results.append(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
-            self.channel.send(("done_requests", results))
+            self.channel.send(("done_requests", results, exec_id))
             return
         try:
-            results = self.host.execute_requests(requests, decoupled)
+            results = self.host.execute_requests(requests, decoupled, exec_id)
         except BaseException as e:
-            self.channel.send(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
+            text = getattr(e, "triton_text", None) or _describe(e)
+            self.channel.send(("failed", _status_of(e), text, exec_id))
             return
-        self.channel.send(("done_requests", results))
+        self.channel.send(("done_requests", results, exec_id))
 
 
 def _status_of(e: BaseException) -> str:
