@@ -44,6 +44,9 @@ class TritonPythonModel:
         self.family = pb_utils.MetricFamily("add_sub_requests", "requests add_sub executed",
                                             pb_utils.MetricFamily.COUNTER)
         self.requests = self.family.Metric({"model": args["model_name"]})
+        self.size_family = pb_utils.MetricFamily("add_sub_sizes", "input sizes add_sub saw",
+                                                 pb_utils.MetricFamily.HISTOGRAM)
+        self.sizes = self.size_family.Metric({"model": args["model_name"]}, buckets=[1, 10])
 
     def execute(self, requests):
         responses = []
@@ -57,6 +60,7 @@ class TritonPythonModel:
                 pb_utils.Tensor("ARGS", np.array([json.dumps(self.args, sort_keys=True).encode()], dtype=object)),
             ]))
             self.requests.increment(1)
+            self.sizes.observe(a.size)
         return responses
 """
 
@@ -652,8 +656,17 @@ def test_logs_and_custom_metrics_reach_the_server(server, client):
     assert "add_sub_0: add_sub initialized as add_sub_0" in _full_log(server)
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
         metrics = r.read().decode()
-    line = next(ln for ln in metrics.splitlines() if ln.startswith('add_sub_requests{model="add_sub"}'))
-    assert float(line.split()[-1]) >= 1
+    samples = {
+        ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in metrics.splitlines() if ln.startswith("add_sub_")
+    }
+    requests = samples['add_sub_requests{model="add_sub"}']
+    assert requests >= 1
+    # every request's input has 4 elements: none in the bucket up to 1, all in the one up to 10
+    assert samples['add_sub_sizes_bucket{le="1.0",model="add_sub"}'] == 0
+    assert samples['add_sub_sizes_bucket{le="10.0",model="add_sub"}'] == requests
+    assert samples['add_sub_sizes_bucket{le="+Inf",model="add_sub"}'] == requests
+    assert samples['add_sub_sizes_count{model="add_sub"}'] == requests
+    assert samples['add_sub_sizes_sum{model="add_sub"}'] == 4 * requests
 
 
 def test_unload_stops_the_instance_process(server, client):

@@ -502,31 +502,46 @@ _LOG_LEVELS = {Logger.INFO: "info", Logger.WARNING: "warn", Logger.ERROR: "error
 
 
 class MetricFamily:
+    """A metric family on the server's /metrics (Triton's custom metrics). Keep the family
+    alive as long as its metrics, as Triton requires."""
+
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
     def __init__(self, name: str, description: str, kind: int):
-        if kind not in (self.COUNTER, self.GAUGE):
-            raise TritonModelException("only COUNTER and GAUGE metric families are supported by this server")
+        kinds = {self.COUNTER: "counter", self.GAUGE: "gauge", self.HISTOGRAM: "histogram"}
+        if kind not in kinds:
+            raise TritonModelException(f"unknown metric family kind {kind}")
         self.name = name
         self.description = description
         self.kind = kind
-        _worker().send(("metric", "family", name, "counter" if kind == self.COUNTER else "gauge", description))
+        _worker().send(("metric", "family", name, kinds[kind], description))
 
     def Metric(self, labels: dict | None = None, buckets=None) -> Metric:
+        if self.kind == self.HISTOGRAM:
+            if not buckets:
+                raise TritonModelException("a histogram metric needs its buckets")
+            bounds = [float(b) for b in buckets]
+            if bounds != sorted(set(bounds)):
+                raise TritonModelException("histogram buckets must be increasing")
+            return Metric(self, labels or {}, bounds)
         if buckets is not None:
-            raise TritonModelException("histogram buckets are not supported by this server")
+            raise TritonModelException("buckets are for histogram metrics only")
         return Metric(self, labels or {})
 
 
 class Metric:
-    def __init__(self, family: MetricFamily, labels: dict):
+    def __init__(self, family: MetricFamily, labels: dict, buckets: list[float] | None = None):
         self._family = family
         self._labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
         self._value = 0.0
+        if buckets is not None:
+            _worker().send(("metric", "buckets", family.name, self._labels, buckets))
 
     def increment(self, value: float) -> None:
+        if self._family.kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("a histogram is not incremented: observe its values")
         if self._family.kind == MetricFamily.COUNTER and value < 0:
             raise TritonModelException("a counter cannot be incremented by a negative value")
         self._value += value
@@ -539,10 +554,14 @@ class Metric:
         _worker().send(("metric", "set", self._family.name, self._labels, value))
 
     def value(self) -> float:
+        if self._family.kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("a histogram has no single value")
         return self._value
 
     def observe(self, value: float) -> None:
-        raise TritonModelException("observe is for histograms, which this server does not support")
+        if self._family.kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("only a histogram observes values")
+        _worker().send(("metric", "observe", self._family.name, self._labels, float(value)))
 
 
 # ----------------------------------------------------------------------------- auto-complete

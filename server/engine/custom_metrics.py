@@ -9,6 +9,7 @@ gave them (Triton adds none).
 
 from __future__ import annotations
 
+import bisect
 import threading
 
 _LOCK = threading.Lock()
@@ -18,7 +19,8 @@ _FAMILIES: dict[str, list] = {}
 
 def apply(model: str, version: str, change: tuple) -> None:
     """One change from a model's process: ("family", name, kind, description) or
-    (op, name, labels, value) with op "increment" or "set"."""
+    (op, name, labels, value) with op "increment", "set", "buckets" (a histogram metric's
+    bucket bounds) or "observe"."""
     op = change[0]
     with _LOCK:
         if op == "family":
@@ -35,8 +37,18 @@ def apply(model: str, version: str, change: tuple) -> None:
             samples[key] = samples.get(key, 0.0) + float(value)
         elif op == "set":
             samples[key] = float(value)
-        elif op == "remove":
-            samples.pop(key, None)
+        elif op == "buckets":
+            # [bounds, counts per bound (+Inf last), sum, count]; kept if it exists already
+            bounds = [float(b) for b in value]
+            samples.setdefault(key, [bounds, [0] * (len(bounds) + 1), 0.0, 0])
+        elif op == "observe":
+            histogram = samples.get(key)
+            if histogram is None:
+                return
+            bounds, counts = histogram[0], histogram[1]
+            counts[bisect.bisect_left(bounds, float(value))] += 1
+            histogram[2] += float(value)
+            histogram[3] += 1
 
 
 def families():
@@ -51,8 +63,23 @@ def families():
     for name, kind, description, samples in sorted(snapshot):
         # samples under the family's own name, as Triton exposes a model's metrics (a counter
         # family of prometheus_client's would add "_total" to them)
-        family = Metric(name, description, "counter" if kind == "counter" else "gauge")
+        family = Metric(name, description, kind)
         for sample, value in samples.items():
-            family.add_sample(name, dict(sample), value)
+            labels = dict(sample)
+            if kind != "histogram":
+                family.add_sample(name, labels, value)
+                continue
+            bounds, counts, total, count = value
+            cumulative = 0
+            for bound, n in zip([*bounds, float("inf")], counts):
+                cumulative += n
+                le = "+Inf" if bound == float("inf") else _bound(bound)
+                family.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)
+            family.add_sample(f"{name}_sum", labels, total)
+            family.add_sample(f"{name}_count", labels, count)
         out.append(family)
     return out
+
+
+def _bound(bound: float) -> str:
+    return repr(bound)
