@@ -304,6 +304,40 @@ class TritonPythonModel:
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 3)]) for r in requests]
 """
 
+# a running sum per sequence: START resets it, the correlation id tells sequences apart
+ACCUMULATE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = int(pb_utils.get_input_tensor_by_name(request, "X").as_numpy().sum())
+            key = request.correlation_id()
+            if not key:  # the sequence batcher's filler rows must not reach a Python model
+                raise ValueError("a request outside any sequence")
+            if request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.sums[key] = 0
+            self.sums[key] = self.sums.get(key, 0) + x
+            total = self.sums[key]
+            if request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.sums[key]
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array([[total]], dtype=np.int32))]))
+        return out
+"""
+
+ACCUMULATE_CONFIG = """
+backend: "python"
+max_batch_size: 4
+sequence_batching { max_sequence_idle_microseconds: 60000000 }
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
 BAD_INIT = """
 class TritonPythonModel:
     def initialize(self, args):
@@ -342,6 +376,7 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "numpy_hosted", NUMPY_HOSTED_CONFIG, NUMPY_HOSTED)
     _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
     _model(repo, "bad_init", SCALAR_CONFIG, BAD_INIT)
+    _model(repo, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     _model(repo, "no_class", SCALAR_CONFIG, "x = 1\n")
     return repo
 
@@ -598,6 +633,21 @@ def test_a_failed_stream_leaves_nothing_for_the_next_request(client):
     finally:
         client.stop_stream()
     assert [r.as_numpy("OUT").tolist() for r in got] == [[5], [6], [7]]  # none of 50, 51
+
+
+def test_sequences_reach_the_model_with_their_flags_and_correlation_id(client):
+    def send(value, sequence_id, start=False, end=False):
+        x = grpcclient.InferInput("X", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        r = client.infer("accumulate", [x], sequence_id=sequence_id, sequence_start=start, sequence_end=end)
+        return int(r.as_numpy("SUM")[0, 0])
+
+    assert send(5, 42, start=True) == 5
+    assert send(1, 43, start=True) == 1
+    assert send(7, 42) == 12
+    assert send(2, 43, end=True) == 3
+    assert send(1, 42, end=True) == 13
+    assert send(9, 42, start=True, end=True) == 9  # a new sequence starts from nothing
 
 
 def test_bls_calls_another_model(client):

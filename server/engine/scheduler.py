@@ -387,21 +387,25 @@ class ModelInstance:
         own inputs in, each request's outputs (or error) out, checked and encoded per request."""
         model = self.model
         t0 = time.monotonic_ns()
-        requests = [backend_request(r) for r in batch]
+        # (the sequence batcher's filler rows are for backends that take merged batches)
+        live = [r for r in batch if not r.padding]
+        requests = [backend_request(r) for r in live]
         t1 = time.monotonic_ns()
         try:
             answers = self.backend.execute_requests(requests)
-            if len(answers) != len(batch):
-                raise internal(f"model '{model.name}' answered {len(answers)} of the {len(batch)} requests of a batch")
+            if len(answers) != len(live):
+                raise internal(f"model '{model.name}' answered {len(answers)} of the {len(live)} requests of a batch")
         except BaseException as e:
             log.debug("model %s execute failed", model.name, exc_info=True)
             raise model_failure(model.name, e) from None
         t2 = time.monotonic_ns()
+        answers_left = iter(answers)
         results: list[list[EncodedOutput] | InferenceError | None] = []
-        for r, answer in zip(batch, answers):
+        for r in batch:
             if r.padding:
                 results.append(None)
                 continue
+            answer = next(answers_left)
             try:
                 if isinstance(answer, BaseException):
                     raise answer
