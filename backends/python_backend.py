@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 
+from fpgaserve.server import model_config as mc
 from fpgaserve.server.engine.instance_process import ChildDied, ProcessBackend, failure_from_child
 
 from .base import BackendError, BackendRequest, ExecutionFailed, version_file
@@ -71,8 +72,6 @@ class PythonBackend(ProcessBackend):
         return f"Stub process '{self.instance_name}' is not healthy: "
 
     def load_args(self) -> tuple:
-        from fpgaserve.server import model_config as mc
-
         model_dir = os.path.dirname(os.path.abspath(self.version_dir))
         args = {
             "model_config": json.dumps(mc.triton_json_from_dict(self.config)),

@@ -6,7 +6,9 @@ with ``class TritonPythonModel`` and ``import triton_python_backend_utils as pb_
 crash tests kill the instance's process from inside ``execute`` (``os._exit``, a segfault) and
 check that the batch fails with a message naming the model and how its process ended, that the
 other models keep answering, that the instance comes back, and that it stays down (not ready,
-the repository index saying why) after too many restarts.
+the repository index saying why) after too many restarts. Texts asserted exactly are Triton
+2.51's, checked against the real server (instance names, an exception in execute or
+initialize, BLS to an unknown model, auto-complete conflicts).
 """
 
 from __future__ import annotations

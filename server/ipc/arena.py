@@ -38,6 +38,8 @@ import threading
 
 import numpy as np
 
+from ..engine.instance_channel import register_shared, unregister_shared
+
 ALIGN = 64  # cache-line aligned blocks: numpy views of any dtype are aligned
 PAGE = mmap.PAGESIZE
 #: blocks this large start on a page: a card can DMA them in place (see the module docstring);
@@ -148,8 +150,6 @@ class ArenaReader:
         # cost per request
         self.view = memoryview(self.map).toreadonly()
         # model instance processes read inputs in place here rather than from a copy
-        from ..engine.instance_channel import register_shared
-
         self._shared_token = register_shared(self.map, f"/proc/{pid}/fd/{fd_number}")
 
     def array(self, dtype: np.dtype, offset: int, nbytes: int, shape) -> np.ndarray:
@@ -159,8 +159,6 @@ class ArenaReader:
         return out
 
     def close(self) -> None:
-        from ..engine.instance_channel import unregister_shared
-
         unregister_shared(self._shared_token)
         try:
             self.view.release()
