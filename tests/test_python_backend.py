@@ -114,13 +114,20 @@ class TritonPythonModel:
         return out
 """
 
-PICKY_CONFIG = """
+# (long: the three requests of the batch test must meet in the queue on a loaded machine;
+# the batch goes as soon as they have)
+PICKY_BATCHER = "dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 30000000 }"
+PICKY_CONFIG = (
+    """
 backend: "python"
 max_batch_size: 8
-dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 30000000 }
+"""
+    + PICKY_BATCHER
+    + """
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
+)
 
 RAISER = """
 class TritonPythonModel:
@@ -367,6 +374,7 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "add_sub", ADD_SUB_CONFIG, ADD_SUB)
     _model(repo, "strings", STRINGS_CONFIG, STRINGS)
     _model(repo, "picky", PICKY_CONFIG, PICKY)
+    _model(repo, "picky_alone", PICKY_CONFIG.replace(PICKY_BATCHER, ""), PICKY)
     _model(repo, "raiser", SCALAR_CONFIG, RAISER)
     for name in ("crash_exit", "crash_segv", "crash_loop"):
         _model(repo, name, SCALAR_CONFIG, CRASHER)
@@ -529,6 +537,22 @@ def test_one_requests_error_leaves_the_others_of_its_batch(client):
     assert error is not None
     assert error.status() == "StatusCode.INVALID_ARGUMENT"
     assert error.message() == "negative input in request r1"
+
+
+def test_errors_over_http_carry_their_status(server):
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    x = httpclient.InferInput("X", [1, 1], "INT32")
+    x.set_data_from_numpy(np.array([[-3]], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("picky_alone", [x], request_id="h1")
+    assert e.value.status() == "400"
+    assert e.value.message() == "negative input in request h1"
+    mode = httpclient.InferInput("MODE", [1], "INT32")
+    mode.set_data_from_numpy(np.array([0], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("raiser", [mode])
+    assert e.value.status() == "500"
+    assert e.value.message().startswith("Failed to process the request(s) for model 'raiser_0', message: ValueError")
 
 
 def test_exception_in_execute_fails_the_batch(client):
