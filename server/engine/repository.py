@@ -261,6 +261,9 @@ def _auto_complete(config, backend_cls, version_dir: str) -> None:
     completed = backend_cls.auto_complete(mc.config_dict(config), version_dir)
     if completed is not None:  # the model completed its config itself (Python backend)
         mc.replace_from_dict(config, completed)
+        # Triton's normalizations apply to what the model added (a dynamic batcher's default
+        # preferred size)
+        mc.normalize(config, config.name, backend_cls.default_filename)
         return
     if config.input and config.output:
         return
