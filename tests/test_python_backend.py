@@ -384,6 +384,8 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "auto", 'backend: "python"\n', AUTO)
     _model(repo, "double", DOUBLE_CONFIG, DOUBLE)
     _model(repo, "numpy_hosted", NUMPY_HOSTED_CONFIG, NUMPY_HOSTED)
+    # no backend named: a model.py with TritonPythonModel is a Python-backend model, as in Triton
+    _model(repo, "undeclared", DOUBLE_CONFIG.replace('backend: "python"', ""), DOUBLE)
     _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
     _model(repo, "bad_init", SCALAR_CONFIG, BAD_INIT)
     _model(repo, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
@@ -709,6 +711,16 @@ def test_auto_complete_config(client):
     x = grpcclient.InferInput("X", [1, 2], "FP32")
     x.set_data_from_numpy(np.array([[1, 2]], dtype=np.float32))
     assert client.infer("auto", [x]).as_numpy("Y").tolist() == [[3, 6]]
+
+
+def test_a_config_without_backend_detects_a_triton_python_model(server, client):
+    config = client.get_model_config("undeclared").config
+    assert config.backend == "python"
+    x = grpcclient.InferInput("X", [2], "FP32")
+    x.set_data_from_numpy(np.array([1, 2], dtype=np.float32))
+    r = client.infer("undeclared", [x])
+    assert r.as_numpy("Y").tolist() == [2, 4]
+    assert int(r.as_numpy("PID")[0]) in _children(server.proc.pid)
 
 
 def test_unsupported_settings_are_refused_at_load(client):

@@ -251,9 +251,21 @@ _DETECTED_BACKENDS = (("model.onnx", "onnxruntime_onnx", "onnxruntime"), ("model
 def _detect_backend(config, model_dir: Path) -> None:
     for version in reversed(_available_versions(model_dir)):
         for filename, platform, backend in _DETECTED_BACKENDS:
-            if (model_dir / str(version) / filename).is_file():
+            path = model_dir / str(version) / filename
+            if path.is_file():
+                if filename == "model.py" and _is_triton_python_model(path):
+                    backend = "python"  # Triton's choice for a model.py; ours is numpy's Model
                 config.platform, config.backend = platform, backend
                 return
+
+
+def _is_triton_python_model(path: Path) -> bool:
+    """Whether a model.py is written for Triton's Python backend (defines TritonPythonModel)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return re.search(r"^class\s+TritonPythonModel\b", f.read(), re.MULTILINE) is not None
+    except OSError:
+        return False
 
 
 def _auto_complete(config, backend_cls, version_dir: str) -> None:
