@@ -772,6 +772,53 @@ def test_unload_stops_the_instance_process(server, client):
     assert client.is_model_ready("add_sub")
 
 
+SLEEPER = """
+import os
+import time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.marker = os.path.join(args["model_repository"], "executing")
+
+    def execute(self, requests):
+        open(self.marker, "w").close()  # tells the test it is inside execute
+        time.sleep(3600)  # stuck for good
+        return []
+"""
+
+
+def test_unload_kills_an_instance_stuck_in_execute(tmp_path):
+    repo = tmp_path / "repo"
+    _model(repo, "sleeper", SCALAR_CONFIG, SLEEPER)
+    proc = ServerProcess(
+        [repo],
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "sleeper",
+        "--model-unload-timeout-secs",
+        "1",
+        log_path=tmp_path / "server.log",
+    )
+    with proc:
+        client = grpcclient.InferenceServerClient(proc.url)
+        (child,) = _children(proc.proc.pid)
+        results: queue.Queue = queue.Queue()
+        client.async_infer("sleeper", _mode(0), lambda result, error: results.put(error or result))
+        deadline = time.monotonic() + 60
+        while not (repo / "sleeper" / "executing").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.unload_model("sleeper")
+        error = results.get(timeout=60)
+        assert isinstance(error, InferenceServerException)
+        assert error.status() == "StatusCode.UNAVAILABLE"
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+        assert client.is_server_live()
+
+
 def test_server_exit_leaves_no_instance_process(repo, tmp_path):
     proc = ServerProcess([repo], "--model-control-mode", "explicit", "--load-model", "strings")
     proc.start()
