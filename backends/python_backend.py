@@ -26,6 +26,12 @@ from .base import BackendError, BackendRequest, ExecutionFailed, version_file
 
 _STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stub")
 
+#: request parameters Triton's frontends turn into request fields (flags, correlation id,
+#: priority, timeout, final-response option): a model's ``parameters()`` shows the others only
+_HANDLED_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response")
+)
+
 #: Triton's response flag that ends a decoupled request's responses
 RESPONSE_COMPLETE_FINAL = 1
 
@@ -98,7 +104,7 @@ class PythonBackend(ProcessBackend):
             (
                 r.id,
                 r.flags,
-                r.parameters,
+                {k: v for k, v in r.parameters.items() if k not in _HANDLED_PARAMETERS} if r.parameters else {},
                 [(name, put(array)) for name, array in r.inputs.items()],
                 r.requested_outputs,
                 r.correlation_id,

@@ -13,6 +13,7 @@ initialize, BLS to an unknown model, auto-complete conflicts).
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import textwrap
@@ -335,7 +336,9 @@ class TritonPythonModel:
             total = self.sums[key]
             if request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
                 del self.sums[key]
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array([[total]], dtype=np.int32))]))
+            params = np.array([[request.parameters().encode()]], dtype=object)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array([[total]], dtype=np.int32)),
+                                                   pb_utils.Tensor("PARAMS", params)]))
         return out
 """
 
@@ -344,7 +347,7 @@ backend: "python"
 max_batch_size: 4
 sequence_batching { max_sequence_idle_microseconds: 60000000 }
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 BAD_INIT = """
@@ -475,7 +478,6 @@ def test_add_sub_grpc_and_http(server, client):
 
 
 def test_initialize_gets_tritons_args(server, client):
-    import json
 
     a = np.zeros(4, dtype=np.float32)
     args = json.loads(client.infer("add_sub", _add_sub_inputs(grpcclient, a, a)).as_numpy("ARGS")[0])
@@ -676,6 +678,14 @@ def test_sequences_reach_the_model_with_their_flags_and_correlation_id(client):
     assert send(2, 43, end=True) == 3
     assert send(1, 42, end=True) == 13
     assert send(9, 42, start=True, end=True) == 9  # a new sequence starts from nothing
+    # parameters() holds the client's own parameters only, as in Triton (the sequence ones are
+    # the request's flags and correlation id)
+    x = grpcclient.InferInput("X", [1, 1], "INT32")
+    x.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+    r = client.infer(
+        "accumulate", [x], sequence_id=7, sequence_start=True, sequence_end=True, parameters={"site": "T2_US"}
+    )
+    assert r.as_numpy("PARAMS")[0, 0] == b'{"site":"T2_US"}'  # Triton 2.51's text
 
 
 def test_bls_calls_another_model(client):

@@ -305,7 +305,7 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         params = self._parameters
-        return params if isinstance(params, str) else json.dumps(params or {})
+        return params if isinstance(params, str) else json.dumps(params or {}, separators=(",", ":"))
 
 
 class ResponseSender:
@@ -398,7 +398,8 @@ class InferenceRequest:
         return self._timeout
 
     def parameters(self) -> str:
-        return json.dumps(self._parameters)
+        # compact, as Triton writes it ({"site":"T2_US"})
+        return json.dumps(self._parameters, separators=(",", ":"))
 
     def is_cancelled(self) -> bool:
         return False
