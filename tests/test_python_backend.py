@@ -237,8 +237,13 @@ class TritonPythonModel:
             values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
             stream = pb_utils.InferenceRequest(
                 model_name="repeat", inputs=[pb_utils.Tensor("IN", values)], requested_output_names=["OUT"])
+            responses = list(stream.exec(decoupled=True))
             repeated = [pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0]
-                        for r in stream.exec(decoupled=True) if r.output_tensors()]
+                        for r in responses if r.output_tensors()]
+            sizes = [len(r.output_tensors()) for r in responses]
+            unknown = pb_utils.InferenceRequest(
+                model_name="no_such_model", inputs=[pb_utils.Tensor("IN", values)], requested_output_names=["OUT"])
+            failed = [int(r.has_error()) for r in unknown.exec(decoupled=True)]
             a = np.array([1, 2, 3, 4], dtype=np.float32)
             calls = [pb_utils.InferenceRequest(
                 model_name="add_sub", inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", a * k)],
@@ -246,6 +251,8 @@ class TritonPythonModel:
             sums = [pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy() for r in await asyncio.gather(*calls)]
             out.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("REPEATED", np.array(repeated, dtype=np.int32)),
+                pb_utils.Tensor("SIZES", np.array(sizes, dtype=np.int32)),
+                pb_utils.Tensor("FAILED", np.array(failed, dtype=np.int32)),
                 pb_utils.Tensor("SUMS", np.stack(sums))]))
         return out
 """
@@ -254,7 +261,8 @@ BLS_MORE_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "REPEATED" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "SUMS" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]
+output [ { name: "REPEATED" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "SUMS" data_type: TYPE_FP32 dims: [ 2, 4 ] },
+         { name: "SIZES" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "FAILED" data_type: TYPE_INT32 dims: [ -1 ] } ]
 """
 
 DOUBLE = """
@@ -708,6 +716,9 @@ def test_bls_streams_from_a_decoupled_model_and_awaits_calls(client):
     inp.set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
     r = client.infer("bls_more", [inp])
     assert r.as_numpy("REPEATED").tolist() == [7, 8, 9]
+    # as Triton 2.51: a stream ends with an empty response; a failed one is its error alone
+    assert r.as_numpy("SIZES").tolist() == [1, 1, 1, 0]
+    assert r.as_numpy("FAILED").tolist() == [1]
     assert r.as_numpy("SUMS").tolist() == [[2, 4, 6, 8], [3, 6, 9, 12]]
 
 

@@ -454,7 +454,9 @@ class InferenceRequest:
             for item in _worker().call(self._payload(), stream=True):
                 yield self._response(item)
         except CallFailed as e:
+            # (the error response is the last: Triton 2.51 sends no empty one after it)
             yield InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
+            return
         yield InferenceResponse()  # the final, empty response, as Triton ends a decoupled stream
 
     async def async_exec(self, decoupled: bool = False):
