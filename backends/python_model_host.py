@@ -142,6 +142,13 @@ class PythonModelHost:
                 f"Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{got}\n"
             )
+        for response in responses:
+            if not isinstance(response, pb.InferenceResponse):
+                raise ModelRaised(
+                    f"Failed to process the request(s) for model '{self.instance_name}', message: Expected an "
+                    f"'InferenceResponse' object in the execute function return list, found type "
+                    f"'{type(response)}'."
+                )
         return [self.encode_response(response, request) for response, request in zip(responses, requests)]
 
     def encode_response(self, response: Any, request) -> tuple:

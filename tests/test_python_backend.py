@@ -358,6 +358,26 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
+# what execute returns, by MODE: None, no response, a response without the output, a
+# response whose output has another data type than declared, something else than a response
+ODD = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        mode = int(pb_utils.get_input_tensor_by_name(requests[0], "MODE").as_numpy()[0])
+        if mode == 0:
+            return None
+        if mode == 1:
+            return []
+        if mode == 2:
+            return [pb_utils.InferenceResponse([])]
+        if mode == 3:
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([1.5], dtype=np.float32))])]
+        return ["not a response"]
+"""
+
 BAD_INIT = """
 class TritonPythonModel:
     def initialize(self, args):
@@ -399,6 +419,7 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "undeclared", DOUBLE_CONFIG.replace('backend: "python"', ""), DOUBLE)
     _model(repo, "conda", CONDA_CONFIG, ADD_SUB)
     _model(repo, "bad_init", SCALAR_CONFIG, BAD_INIT)
+    _model(repo, "odd", SCALAR_CONFIG, ODD)
     _model(repo, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     _model(repo, "no_class", SCALAR_CONFIG, "x = 1\n")
     return repo
@@ -580,6 +601,30 @@ def test_exception_in_execute_fails_the_batch(client):
         f"At:\n  {path}(4): execute\n"
     )
     assert client.is_model_ready("raiser")
+
+
+def test_what_execute_returns_is_checked(client):
+    def failure(mode):
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("odd", _mode(mode))
+        assert e.value.status() == "StatusCode.INTERNAL"
+        return e.value.message()
+
+    prefix = "Failed to process the request(s) for model 'odd_0', message: "
+    # Triton 2.51's texts
+    assert failure(1) == prefix + (
+        "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+        "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0\n"
+    )
+    assert failure(4) == prefix + (
+        "Expected an 'InferenceResponse' object in the execute function return list, found type '<class 'str'>'."
+    )
+    # as Triton, a response may leave out a requested output: the client gets the others
+    assert client.infer("odd", _mode(2)).get_response().outputs == []
+    # deliberately not as Triton: None (Triton never answers the request) and an output that
+    # is not the declared data type (Triton passes it on as it is) fail the request
+    assert failure(0).startswith(prefix + "Number of InferenceResponse objects do not match")
+    assert failure(3) == "output 'PID' of model 'odd' has data type float32, but the model configuration declares INT64"
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import logging
 import queue
 import threading
@@ -407,13 +408,23 @@ class ModelInstance:
                 continue
             answer = next(answers_left)
             try:
-                if isinstance(answer, BaseException):
-                    raise answer
-                results.append(r.encode(r, self._check_outputs(answer, [r], r.batch_size)))
+                results.append(self._encode_answer(r, answer))
             except BaseException as e:  # this request only
                 results.append(model_failure(model.name, e))
         t3 = time.monotonic_ns()
         return results, BatchTimings(t1 - t0, t2 - t1, t3 - t2)
+
+    def _encode_answer(self, request: InferenceRequest, answer) -> list[EncodedOutput]:
+        """One request's answer from a request-level backend, checked and encoded. Outputs the
+        model left out of its response are left out of the answer, as Triton's Python backend
+        answers with the outputs the model gave (what it gives is checked like any output)."""
+        if isinstance(answer, BaseException):
+            raise answer
+        if isinstance(answer, dict) and any(o.spec.name not in answer for o in request.outputs):
+            given = [o for o in request.outputs if o.spec.name in answer]
+            shown = dataclasses.replace(request, outputs=given)
+            return shown.encode(shown, self._check_outputs(answer, [shown], request.batch_size))
+        return request.encode(request, self._check_outputs(answer, [request], request.batch_size))
 
     def run_alone(self, batch: list[InferenceRequest]) -> list[tuple]:
         """Requests that each execute alone (no dynamic batcher), handed to a request-level
@@ -448,9 +459,7 @@ class ModelInstance:
                 outcomes.append((r, None, None, model_failure(model.name, answer.error)))
                 continue
             try:
-                if isinstance(answer, BaseException):
-                    raise answer
-                result: object = r.encode(r, self._check_outputs(answer, [r], r.batch_size))
+                result: object = self._encode_answer(r, answer)
             except BaseException as e:  # this request only
                 result = model_failure(model.name, e)
             outcomes.append((r, result, BatchTimings(input_ns, infer_ns, time.monotonic_ns() - t), None))
