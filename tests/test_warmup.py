@@ -287,3 +287,37 @@ def test_hostile_override_refused_without_allocating(server, grpc, dims, batch_s
     assert text in e.value.message()
     assert e.value.message().startswith("load failed for model 'plain': version 1 is at UNAVAILABLE state: ")
     assert server.http_status("/v2/health/live") == 200
+
+
+def test_card_model_is_warmed_on_every_compute_unit(tmp_path_factory, csim_cache):
+    """hls4ml in hardware mode on a simulated card with four compute units and four instances:
+    warm-up alone (no client request) runs a kernel on every CU before the model is READY,
+    and the log line names the instances and their CUs."""
+    import shutil
+
+    from test_fpga_serving import BUNDLED_REPO, _abi_model, _serve, _stats, _xclbin
+
+    if shutil.which("g++") is None:
+        pytest.skip("the simulated kernels run hls4ml's C-simulation (g++)")
+    repo = tmp_path_factory.mktemp("warmup_card_repo")
+    version = repo / "jets" / "1"
+    shutil.copytree(BUNDLED_REPO / "jet_tagger" / "1", version)
+    _xclbin(version, "krnl_rtl", cus=4)
+    _abi_model(repo, "jets", version, 16, 5, 4, 64)
+    with (repo / "jets" / "config.pbtxt").open("a") as f:
+        f.write(
+            'model_warmup [{ name: "cus" batch_size: 2 count: 3 inputs { key: "x" value '
+            "{ data_type: TYPE_FP32 dims: [16] random_data: true } } }]\n"
+        )
+    server = _serve(repo, tmp_path_factory, "warmup-card", "hardware", 1)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.load_model("jets")
+            assert client.is_model_ready("jets")
+        cus = _stats(server, 0)["cus"]
+        assert sorted(cus) == [f"krnl_rtl_{i}" for i in range(1, 5)]
+        assert all(c["completed"] >= 3 for c in cus.values()), cus
+        log = server.log_path.read_text()
+        assert "model jets: warm-up 'cus' x 3 on 4 instances [0 (card 0 krnl_rtl_1), 1 (card 0 " in log
+    finally:
+        assert server.stop() == 0, server.log()
