@@ -131,7 +131,38 @@ def repo(tmp_path_factory) -> Path:
         "{ data_type: TYPE_FP32 dims: [-1] zero_data: true } } }]",
     )
     _model(repo, "plain", "TYPE_FP32", "[-1]", "")
+    for name, last_rows in (("stream", 1), ("stream_bad", 2)):
+        d = repo / name
+        (d / "1").mkdir(parents=True)
+        (d / "1" / "model.py").write_text(STREAMING_MODEL.format(last_rows=last_rows))
+        (d / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "numpy"\nmax_batch_size: 0\n'
+            "model_transaction_policy { decoupled: true }\n"
+            'input [{ name: "IN" data_type: TYPE_INT32 dims: [3] }]\n'
+            'output [{ name: "OUT" data_type: TYPE_INT32 dims: [1] }]\n'
+            'model_warmup [{ name: "stream" batch_size: 1 inputs { key: "IN" value '
+            "{ data_type: TYPE_INT32 dims: [3] zero_data: true } } }]\n"
+        )
     return repo
+
+
+# A decoupled model: three responses per request, the last one with ``last_rows`` rows (2: not
+# the declared shape); it notes each response the server took from it.
+STREAMING_MODEL = """
+import os
+import numpy as np
+
+class Model:
+    def initialize(self, config, version_dir):
+        self.path = os.path.join(os.path.dirname(version_dir), "record.jsonl")
+
+    def execute(self, inputs):
+        for i in range(3):
+            rows = {last_rows} if i == 2 else 1
+            yield {{"OUT": np.zeros(rows, dtype=np.int32)}}
+            with open(self.path, "a") as f:
+                f.write(f"[{{i}}]\\n")
+"""
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +352,15 @@ def test_card_model_is_warmed_on_every_compute_unit(tmp_path_factory, csim_cache
         assert "model jets: warm-up 'cus' x 3 on 4 instances [0 (card 0 krnl_rtl_1), 1 (card 0 " in log
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_decoupled_warmup_takes_every_response(grpc, repo):
+    grpc.load_model("stream")
+    assert _records(repo / "stream") == [[0], [1], [2]]
+    with pytest.raises(InferenceServerException) as e:
+        grpc.load_model("stream_bad")
+    assert e.value.message() == (
+        "load failed for model 'stream_bad': version 1 is at UNAVAILABLE state: Invalid argument: failed to run "
+        "warmup sample 'stream': output 'OUT' of model 'stream_bad' has shape [2], but the model configuration "
+        "declares [1]; ;\n"
+    )
