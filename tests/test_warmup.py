@@ -304,8 +304,10 @@ def _override(dims: str, batch_size: int = 1) -> str:
 @pytest.mark.parametrize(
     ("dims", "batch_size", "text"),
     [
-        ("[100000000000000]", 1, "need 400000000000000 bytes, more than the 67108864 a warm-up input may have"),
-        ("[4294967296, 4294967296]", 1, "more than the 67108864 a warm-up input may have"),
+        ("[100000000000000]", 1, "bring the sample to 400000000000000 bytes, more than the 67108864 a warm-up sample"),
+        ("[4294967296, 4294967296]", 1, "more than the 67108864 a warm-up sample may have"),
+        # each row is within the bound, the batch of 8 rows is not
+        ("[4194304]", 8, "with batch_size 8 bring the sample to 134217728 bytes, more than the 67108864"),
         ("[4]", 9, "batch_size 9 exceeds the model's max_batch_size 8"),
     ],
 )

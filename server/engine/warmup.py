@@ -25,9 +25,10 @@ from fpgaserve.backends.base import BackendError, path_inside
 
 from .. import datatypes
 
-# Upper bound on one warm-up input's bytes (one row): warm-up data is small by nature, and
-# the bound is what keeps a hostile config from making the server allocate without limit.
-MAX_WARMUP_INPUT_BYTES = 64 * 1024 * 1024
+# Upper bound on one warm-up sample's input bytes, all its inputs and the batch of its
+# batch_size rows together: warm-up data is small by nature, and the bound is what keeps a
+# hostile config from making the server allocate without limit.
+MAX_WARMUP_SAMPLE_BYTES = 64 * 1024 * 1024
 # Upper bound on batch_size x count for one sample, so a config cannot keep a load busy forever.
 MAX_WARMUP_RUNS = 1 << 20
 
@@ -101,7 +102,7 @@ def _read_file(model_dir: str, name: str, needed: int, where: str) -> bytes:
         raise WarmupError(f"failed to open text file for read {shown}: {e.strerror}", "Internal") from None
 
 
-def build_samples(config, model_dir: str, limit: int = MAX_WARMUP_INPUT_BYTES) -> list[WarmupSample]:
+def build_samples(config, model_dir: str, limit: int = MAX_WARMUP_SAMPLE_BYTES) -> list[WarmupSample]:
     """The config's warm-up samples, validated against its inputs (with Triton's texts where
     Triton has one); WarmupError says why not. Nothing is allocated before its size is known
     to be under ``limit``."""
@@ -122,6 +123,9 @@ def build_samples(config, model_dir: str, limit: int = MAX_WARMUP_INPUT_BYTES) -
         if setting.batch_size * count > MAX_WARMUP_RUNS:
             raise WarmupError(f"{where}: batch_size x count is more than {MAX_WARMUP_RUNS} requests")
         inputs: dict[str, np.ndarray] = {}
+        sample_bytes = 0
+        # a batching model gets the batch_size rows concatenated: the sample costs that much
+        copies = max(setting.batch_size, 1) if batched else 1
         for name, spec in setting.inputs.items():
             here = f"{where}, input '{name}'"
             tensor = declared.get(name)
@@ -151,11 +155,12 @@ def build_samples(config, model_dir: str, limit: int = MAX_WARMUP_INPUT_BYTES) -
             dtype = datatypes.BY_CONFIG[pb.DataType.Name(spec.data_type)]
             # bounded before anything is allocated (math.prod of Python ints cannot overflow)
             elements = math.prod(dims)
-            per_element = dtype.itemsize or 4  # a BYTES element is at least its 4-byte length
-            if elements * per_element > limit:
+            per_element = dtype.itemsize or 8  # a BYTES element: one object reference
+            sample_bytes += elements * per_element * copies
+            if sample_bytes > limit:
                 raise WarmupError(
-                    f"{here}: dims {dims} need {elements * per_element} bytes, more than the {limit} a warm-up "
-                    "input may have"
+                    f"{here}: dims {dims} of {dtype.wire} with batch_size {setting.batch_size} bring the sample to "
+                    f"{sample_bytes} bytes, more than the {limit} a warm-up sample may have"
                 )
             shape = ([1] if batched else []) + dims
             kind = spec.WhichOneof("input_data_type")
