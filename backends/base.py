@@ -159,5 +159,10 @@ class Backend(ABC):
         any of its instances is healthy."""
         return None
 
+    def location(self) -> str | None:
+        """Where this instance computes, for log lines (e.g. "card 2 cu_1"); None: nowhere
+        in particular (the host's CPU)."""
+        return None
+
     def close(self) -> None:  # noqa: B027  (optional hook: a backend without resources keeps this)
         """Release resources; called once when the model version is unloaded."""

@@ -321,6 +321,10 @@ class Hls4mlBackend(Backend):
         y = y.astype(self.output_dtype, copy=False)
         return {self.output_name: y.reshape(shape)}
 
+    def location(self) -> str | None:
+        home = getattr(self._runner, "home", None)  # a card's runner; an emulator has none
+        return f"card {home.card.index} {home.cu}" if home is not None else None
+
     def close(self) -> None:
         close = getattr(self._runner, "close", None)
         if close is not None:

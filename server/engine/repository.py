@@ -35,6 +35,7 @@ from .. import datatypes
 from .. import model_config as mc
 from ..errors import (
     InferenceError,
+    Status,
     escape_control,
     internal,
     invalid_argument,
@@ -42,7 +43,7 @@ from ..errors import (
     permission_denied,
     unavailable,
 )
-from . import bls, ensemble
+from . import bls, ensemble, warmup
 from .batcher import DynamicBatcher
 from .instance_process import ProcessBackend, hosted
 from .latency import LatencyConfig, LatencyRecorder
@@ -58,6 +59,22 @@ CONTROL_MODES = ("none", "explicit", "poll")
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 # a config parameter that runs any backend's instances in their own processes
 INSTANCE_PROCESS_PARAMETER = "instance_process"
+
+
+class VersionLoadError(InferenceError):
+    """A version that failed its load after its instances were built (its warm-up), in
+    Triton's text: INVALID_ARGUMENT "load failed for model 'm': version 1 is at UNAVAILABLE
+    state: <reason>;\n", the index showing the version UNAVAILABLE with ``reason``."""
+
+    __slots__ = ("reason", "version")
+
+    def __init__(self, name: str, version: int, reason: str):
+        super().__init__(
+            Status.INVALID_ARG,
+            f"load failed for model '{name}': version {version} is at UNAVAILABLE state: {reason};\n",
+        )
+        self.version = version
+        self.reason = reason
 
 
 def check_model_name(name: str) -> None:
@@ -482,6 +499,8 @@ class ModelRepository:
             entry.state = READY if entry.versions else UNAVAILABLE
             if not entry.versions:
                 entry.version_states = dict.fromkeys(entry.version_states, (UNAVAILABLE, reason)) or {}
+                if isinstance(e, VersionLoadError):  # the index names the version and its reason
+                    entry.version_states = {e.version: (UNAVAILABLE, e.reason)}
             log.error("failed to load '%s': %s", name, reason)
             if isinstance(e, InferenceError):
                 raise
@@ -735,6 +754,12 @@ class ModelRepository:
                     if bind is not None:
                         bind(loop, functools.partial(bls.engine_call, self.get))
                     index += 1
+            if config.model_warmup:
+                await self._warm_up(mv, instances)
+        except warmup.WarmupError as e:
+            for inst in instances:
+                await loop.run_in_executor(None, inst.close)
+            raise VersionLoadError(name, version, e.reason) from None
         except BackendError as e:
             for inst in instances:
                 await loop.run_in_executor(None, inst.close)
@@ -747,6 +772,44 @@ class ModelRepository:
         mv.scheduler = make_scheduler(mv, instances)
         mv.scheduler.start()
         return mv
+
+    async def _warm_up(self, mv: ModelVersion, instances: list[ModelInstance]) -> None:
+        """Run the config's ``model_warmup`` samples on every instance before the version is
+        READY (on a card each instance is a compute unit, so every CU is exercised). Samples
+        run in the config's order; the instances run each one side by side. The executions
+        are counted in the statistics, as Triton counts them. WarmupError: the first
+        instance's (in index order) failure."""
+        loop = asyncio.get_running_loop()
+        samples = await loop.run_in_executor(None, warmup.build_samples, mv.config, mv.model_dir)
+        where = ", ".join(
+            f"{i.index}" + (f" ({i.backend.location()})" if i.backend.location() else "") for i in instances
+        )
+        for sample in samples:
+            start = time.monotonic()
+
+            def run(instance: ModelInstance, sample=sample) -> list:
+                return [instance.warm_up(sample) for _ in range(sample.count)]
+
+            outcomes = await asyncio.gather(
+                *(loop.run_in_executor(i.executor, run, i) for i in instances), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            for outcome in outcomes:
+                for executed in outcome:  # type: ignore[union-attr]
+                    for rows, timings, duration_ns in executed:
+                        mv.stats.record_execution(rows, timings)
+                        mv.stats.record_successes(rows, duration_ns * rows, [0] * rows, timings)
+            log.info(
+                "model %s: warm-up '%s' x %d on %d instances [%s] in %.3f s",
+                mv.name,
+                sample.name,
+                sample.count,
+                len(instances),
+                where,
+                time.monotonic() - start,
+            )
 
     async def _drain(self, name: str, versions: list) -> None:
         """Let retired versions finish what they hold, up to --model-unload-timeout-secs; an

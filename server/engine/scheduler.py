@@ -28,7 +28,7 @@ from fpgaserve.backends import Backend, BackendRequest, DeviceUnavailableError
 from fpgaserve.backends.base import ExecutionFailed
 
 from ..errors import InferenceError, internal, unavailable
-from .request import EncodedOutput, InferenceRequest
+from .request import EncodedOutput, InferenceRequest, RequestedOutput
 from .statistics import BatchTimings
 
 log = logging.getLogger("fpgaserve.scheduler")
@@ -567,6 +567,50 @@ class ModelInstance:
             checked[name] = array
         return checked
 
+    def warm_up(self, sample) -> list[tuple[int, BatchTimings, int]]:
+        """Run one warm-up sample's ``batch_size`` requests (``warmup.WarmupSample``) through
+        ``run_batch``, as one batch, as Triton does; on this instance's thread. Goes through
+        ``run_batch`` so that any backend an instance hosts is warmed the way it serves.
+
+        Returns (rows, timings, duration ns) of each execution, for the statistics (Triton
+        counts warm-up there); raises ``warmup.WarmupError`` with every request's error
+        (Triton's text: each one followed by "; ")."""
+        from .warmup import WarmupError
+
+        model = self.model
+        outputs = [RequestedOutput(spec) for spec in model.outputs.values()]
+        requests = [
+            InferenceRequest(
+                model,
+                dict(sample.inputs),
+                outputs,
+                1,
+                encode=_keep_slices,
+                emit=_discard_response if model.decoupled else None,
+            )
+            for _ in range(sample.batch_size)
+        ]
+        # a decoupled model, or one without batching, gets each request alone (as the
+        # schedulers hand them out); a batching model gets them as one batch
+        alone = model.decoupled or model.max_batch_size == 0
+        batches = [[r] for r in requests] if alone else [requests]
+        errors: list[str] = []
+        executed = []
+        for batch in batches:
+            start = time.monotonic_ns()
+            try:
+                results, timings = self.run_batch(batch)
+            except InferenceError as e:
+                errors.extend([e.message] * len(batch))
+                continue
+            failed = [r.message for r in results if isinstance(r, InferenceError)]
+            errors.extend(failed)
+            if not failed:
+                executed.append((len(batch), timings, time.monotonic_ns() - start))
+        if errors:
+            raise WarmupError(f"failed to run warmup sample '{sample.name}': " + "".join(f"{e}; " for e in errors))
+        return executed
+
     def close(self) -> None:
         try:
             self.executor.submit(self.backend.close).result()
@@ -590,6 +634,15 @@ class ModelInstance:
             self.backend.close()
         except BaseException:
             log.exception("closing abandoned instance %d of model %s", self.index, self.model.name)
+
+
+def _keep_slices(request: InferenceRequest, slices: dict[str, np.ndarray]):
+    """A warm-up request's "encoding": its checked output slices, which nobody reads."""
+    return slices
+
+
+def _discard_response(outputs) -> None:
+    """A decoupled warm-up request's responses: taken (all of them, as Triton does), unused."""
 
 
 class Scheduler:
