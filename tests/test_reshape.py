@@ -513,3 +513,28 @@ def test_reshape_matches_triton(tmp_path):
     finally:
         stop_tritonserver(triton)
     shutil.rmtree(triton_repo, ignore_errors=True)
+
+
+@pytest.mark.timeout(240)
+def test_hls4ml_output_reshape(tmp_path):
+    """The hls4ml backend makes an output with its reshape shape: FACILE with its [1] output
+    reshaped to a scalar per row answers exactly as FACILE does (numpy emulation)."""
+    from server_process import BUNDLED_REPO
+
+    shutil.copytree(BUNDLED_REPO / "facile", tmp_path / "facile")
+    shutil.copytree(BUNDLED_REPO / "facile", tmp_path / "facile_scalar")
+    config = (tmp_path / "facile" / "config.pbtxt").read_text()
+    config = config.replace('name: "facile"', 'name: "facile_scalar"')
+    config = config.replace("dims: [ 1 ]", "dims: [ 1 ]\n    reshape: { shape: [ ] }")
+    assert "reshape" in config
+    (tmp_path / "facile_scalar" / "config.pbtxt").write_text(config)
+    x = np.random.default_rng(5).standard_normal((5, 47)).astype(np.float32)
+    results = {}
+    with ServerProcess([tmp_path], "--fpga-mode", "numpy", log_path=tmp_path / "server.log") as proc:
+        for model in ("facile", "facile_scalar"):
+            inp = grpcclient.InferInput("input", [5, 47], "FP32")
+            inp.set_data_from_numpy(x)
+            with grpcclient.InferenceServerClient(proc.url) as client:
+                results[model] = client.infer(model, [inp]).as_numpy("output/BiasAdd")
+    assert results["facile_scalar"].shape == (5, 1)
+    np.testing.assert_array_equal(results["facile_scalar"], results["facile"])
