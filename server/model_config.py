@@ -62,10 +62,27 @@ class TensorSpec:
     allow_ragged_batch: bool = False
     is_shape_tensor: bool = False
     label_filename: str = ""
+    #: the config's ``reshape.shape``: the shape the backend sees (clients see ``dims``); None
+    #: when the tensor has no reshape (``()`` is a reshape to a scalar per batch row)
+    reshape: tuple[int, ...] | None = None
 
     @property
     def has_variable_dims(self) -> bool:
         return any(d < 0 for d in self.dims)
+
+    @property
+    def backend_dims(self) -> tuple[int, ...]:
+        """The shape (batch dimension apart) the backend consumes or produces."""
+        return self.dims if self.reshape is None else self.reshape
+
+
+def map_variable_dims(shape: tuple[int, ...], source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` (which matches ``source``) as ``target`` describes it: the sizes ``shape``
+    has at the -1s of ``source`` fill the -1s of ``target`` in order, as Triton maps between
+    ``dims`` and ``reshape.shape``. ``validate`` has made sure both have as many -1s and the
+    same element count between them, so the result always holds as many elements."""
+    variable = iter([size for size, d in zip(shape, source) if d == -1])
+    return tuple(next(variable) if d == -1 else d for d in target)
 
 
 def parse_config_text(text: str, source: str) -> ModelConfig:
@@ -202,6 +219,11 @@ def validate(config: ModelConfig, model_name: str, source: str) -> None:
             for d in t.dims:
                 if d == 0 or d < -1:
                     raise ConfigError(f"{source}: {kind} '{t.name}' dims must be positive or -1, got {list(t.dims)}")
+            if t.HasField("reshape"):
+                _validate_reshape(
+                    tuple(t.dims), tuple(t.reshape.shape), config.max_batch_size, f"{source}: {kind} '{t.name}'"
+                )
+    _validate_batch_outputs(config, source)
     if config.HasField("dynamic_batching"):
         for p in config.dynamic_batching.preferred_batch_size:
             if p < 1 or (config.max_batch_size > 0 and p > config.max_batch_size):
@@ -228,6 +250,74 @@ def validate(config: ModelConfig, model_name: str, source: str) -> None:
             f"{source}: sequence batching keeps a slot per batch row; max_batch_size {config.max_batch_size} "
             f"exceeds {MAX_SEQUENCE_SLOTS}"
         )
+
+
+def _variable_chunks(dims: tuple[int, ...]) -> list[int]:
+    """The element counts between the -1s of ``dims`` (Triton compares these: [2, 4, -1, 6]
+    may become [8, -1, 1, 6], as 2 * 4 = 8 and 6 = 1 * 6)."""
+    chunks = [1]
+    for d in dims:
+        if d == -1:
+            chunks.append(1)
+        else:
+            chunks[-1] *= d
+    return chunks
+
+
+def _validate_reshape(dims: tuple[int, ...], reshape: tuple[int, ...], max_batch_size: int, what: str) -> None:
+    """Triton's rules (core ValidateIOShape): the reshape holds the same elements as ``dims``
+    for every size the variable dims take, so the server can map one onto the other per
+    request without looking at the data."""
+    if not reshape and max_batch_size == 0:
+        # a non-batching model's tensor would then always be a scalar, which has no batch
+        # row to carry it: Triton refuses it too
+        raise ConfigError(f"{what} cannot have an empty reshape in a model without batching (max_batch_size 0)")
+    for d in reshape:
+        if d == 0 or d < -1:
+            raise ConfigError(f"{what} reshape dimensions must be positive or -1, got {list(reshape)}")
+    dims_chunks, reshape_chunks = _variable_chunks(dims), _variable_chunks(reshape)
+    if len(dims_chunks) != len(reshape_chunks):
+        raise ConfigError(
+            f"{what} has a different number of variable-size dimensions in dims {list(dims)} and "
+            f"reshape {list(reshape)}"
+        )
+    if dims_chunks != reshape_chunks:
+        raise ConfigError(f"{what} has a different element count in dims {list(dims)} and reshape {list(reshape)}")
+
+
+def _validate_batch_outputs(config: ModelConfig, source: str) -> None:
+    """``batch_output`` (Triton's ragged_batching.md): each entry scatters model outputs to the
+    requests of a batch with the shape of one of their inputs. Only Triton's one kind exists."""
+    inputs = {t.name for t in config.input}
+    outputs = {t.name for t in config.output}
+    targeted: set[str] = set()
+    for index, bo in enumerate(config.batch_output):
+        what = f"{source}: batch_output {index}"
+        try:
+            kind = pb.BatchOutput.Kind.Name(bo.kind)
+        except ValueError:
+            kind = str(bo.kind)
+        if kind != "BATCH_SCATTER_WITH_INPUT_SHAPE":
+            raise ConfigError(f"{what} has unsupported kind {kind}; the only kind is BATCH_SCATTER_WITH_INPUT_SHAPE")
+        if config.max_batch_size == 0:
+            raise ConfigError(f"{what} needs a batching model (max_batch_size > 0)")
+        if not bo.target_name:
+            raise ConfigError(f"{what} must specify 'target_name'")
+        if len(bo.source_input) != 1:
+            raise ConfigError(f"{what} must name exactly one 'source_input', got {len(bo.source_input)}")
+        if bo.source_input[0] not in inputs:
+            raise ConfigError(f"{what} source_input '{bo.source_input[0]}' is not an input of the model")
+        for target in bo.target_name:
+            if target not in outputs:
+                raise ConfigError(f"{what} target_name '{target}' is not an output of the model")
+            if target in targeted:
+                raise ConfigError(f"{what} target_name '{target}' is the target of another batch_output")
+            targeted.add(target)
+
+
+def batch_output_sources(config: ModelConfig) -> dict[str, str]:
+    """Output name -> the input whose per-request shape it is scattered with (validated)."""
+    return {target: bo.source_input[0] for bo in config.batch_output for target in bo.target_name}
 
 
 def validate_ensemble(config: ModelConfig) -> None:
@@ -319,6 +409,7 @@ def input_specs(config: ModelConfig) -> dict[str, TensorSpec]:
             optional=t.optional,
             allow_ragged_batch=t.allow_ragged_batch,
             is_shape_tensor=t.is_shape_tensor,
+            reshape=tuple(t.reshape.shape) if t.HasField("reshape") else None,
         )
         for t in config.input
     }
@@ -332,6 +423,7 @@ def output_specs(config: ModelConfig) -> dict[str, TensorSpec]:
             dims=tuple(t.dims),
             is_shape_tensor=t.is_shape_tensor,
             label_filename=t.label_filename,
+            reshape=tuple(t.reshape.shape) if t.HasField("reshape") else None,
         )
         for t in config.output
     }

@@ -1,8 +1,9 @@
-"""Ragged batching with batch_input tensors (Triton's ragged_batching.md).
+"""Ragged batching with batch_input and batch_output tensors (Triton's ragged_batching.md).
 
 Requests of different lengths share a batch; the model receives the ragged input as one
 1-D tensor plus the batch_input tensors the config asks for, and must be able to split it
-back per request. Whatever batches the load produces, every request's answer has to come
+back per request, or returns one tensor for the whole batch that the server scatters back
+(batch_output). Whatever batches the load produces, every request's answer has to come
 from its own elements.
 """
 
@@ -12,7 +13,9 @@ import asyncio
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+from tritonclient.utils import InferenceServerException
 
 from server_process import ServerProcess
 
@@ -47,12 +50,44 @@ class Model:
 """
 
 
+# batch_output: the model answers the whole ragged batch with one tensor, element for element
+# (Y = 2 X + the request's index in the batch, so a request given another's elements, or the
+# right elements in the wrong order, gets wrong values); the server scatters Y to each request
+# shaped as that request's X
+SCATTER_CONFIG = """
+name: "ragged_scatter"
+backend: "numpy"
+max_batch_size: 64
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+batch_input [
+  { kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO target_name: "OFFSETS" data_type: TYPE_INT32 source_input: "X" }
+]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+batch_output [ { target_name: "Y" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "X" } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+"""
+
+SCATTER_PY = """
+import numpy as np
+
+class Model:
+    def execute(self, inputs):
+        x, offsets = inputs["X"], inputs["OFFSETS"]
+        assert x.ndim == 1 and offsets[-1] == x.size
+        index = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)).astype(np.float32)
+        return {"Y": 2 * x + index}
+"""
+
+
 @pytest.fixture(scope="module")
 def ragged_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("ragged")
     (repo / "ragged_sum" / "1").mkdir(parents=True)
     (repo / "ragged_sum" / "config.pbtxt").write_text(CONFIG)
     (repo / "ragged_sum" / "1" / "model.py").write_text(MODEL_PY)
+    (repo / "ragged_scatter" / "1").mkdir(parents=True)
+    (repo / "ragged_scatter" / "config.pbtxt").write_text(SCATTER_CONFIG)
+    (repo / "ragged_scatter" / "1" / "model.py").write_text(SCATTER_PY)
     with ServerProcess([repo], log_path=repo / "server.log") as proc:
         yield proc
 
@@ -86,3 +121,79 @@ def test_each_request_gets_its_own_slice(ragged_server):
     s = stats["model_stats"][0]
     assert int(s["inference_count"]) == len(lengths)
     print("executions:", s["execution_count"], "for", len(lengths), "requests")
+
+
+@pytest.mark.timeout(60)
+def test_batch_output_scatters_with_each_request_shape(ragged_server):
+    """Requests of 1 or 2 rows and different lengths: each gets Y shaped as its own X, made
+    from its own elements (2 X + its place in the batch, so the place must be consistent)."""
+    rng = np.random.default_rng(11)
+    shapes = [(int(r), int(n)) for r, n in zip(rng.integers(1, 3, size=80), rng.integers(1, 30, size=80))]
+
+    async def run():
+        client = aioclient.InferenceServerClient(ragged_server.url)
+
+        async def one(shape):
+            x = rng.integers(0, 1000, size=shape).astype(np.float32)
+            inp = aioclient.InferInput("X", list(shape), "FP32")
+            inp.set_data_from_numpy(x)
+            r = await client.infer("ragged_scatter", [inp])
+            return x, r.get_output("Y").shape, r.as_numpy("Y")
+
+        try:
+            return await asyncio.gather(*[one(s) for s in shapes])
+        finally:
+            await client.close()
+
+    for x, shape, y in asyncio.run(run()):
+        assert shape == list(x.shape)
+        place = y - 2 * x
+        # the same whole number everywhere: the request's index within its batch
+        assert np.all(place == place.flat[0]) and place.flat[0] == int(place.flat[0]) >= 0
+
+
+BAD_BATCH_OUTPUTS = {
+    "unknown_target": (
+        'batch_output [ { target_name: "NOPE" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "X" } ]',
+        "batch_output 0 target_name 'NOPE' is not an output of the model",
+    ),
+    "unknown_source": (
+        'batch_output [ { target_name: "Y" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "Z" } ]',
+        "batch_output 0 source_input 'Z' is not an input of the model",
+    ),
+    "two_sources": (
+        'batch_output [ { target_name: "Y" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: [ "X", "X" ] } ]',
+        "batch_output 0 must name exactly one 'source_input', got 2",
+    ),
+    "unknown_kind": (
+        'batch_output [ { target_name: "Y" kind: 7 source_input: "X" } ]',
+        "batch_output 0 has unsupported kind 7; the only kind is BATCH_SCATTER_WITH_INPUT_SHAPE",
+    ),
+    "no_target": (
+        'batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "X" } ]',
+        "batch_output 0 must specify 'target_name'",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def explicit_server(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("ragged_bad")
+    for name, (block, _) in BAD_BATCH_OUTPUTS.items():
+        config = SCATTER_CONFIG.replace("ragged_scatter", name)
+        config = config[: config.index("batch_output")] + block + "\n"
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+        (repo / name / "1" / "model.py").write_text(SCATTER_PY)
+    with ServerProcess([repo], "--model-control-mode=explicit", log_path=repo / "server.log") as proc:
+        yield proc
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", list(BAD_BATCH_OUTPUTS))
+def test_bad_batch_output_fails_the_load(explicit_server, name):
+    with grpcclient.InferenceServerClient(explicit_server.url) as client:
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model(name)
+        assert BAD_BATCH_OUTPUTS[name][1] in e.value.message()
+        assert client.is_server_live()

@@ -168,7 +168,10 @@ class Hls4mlBackend(Backend):
                     f"{port.name}[] has {port.size}"
                 )
         self.output_dtype = _FLOAT_TYPES[outs[0]["data_type"]]
-        self.output_dims = tuple(int(d) for d in outs[0].get("dims", []))
+        # the output's shape as the backend makes it: its reshape where it has one (the server
+        # presents the config's dims to clients; an empty reshape is a scalar per row)
+        made = out["reshape"].get("shape", []) if "reshape" in out else out.get("dims", [])
+        self.output_dims = tuple(int(d) for d in made)
         self.max_batch_size = int(config.get("max_batch_size", 0))
 
     def _make_runner(self):

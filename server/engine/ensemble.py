@@ -83,7 +83,9 @@ class _Node(NamedTuple):
 
 
 def _node(model: str, batching: bool, tensor) -> _Node:
-    dims = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else tuple(tensor.dims)
+    # the dims a client of the model sees: a step's tensors pass between models in that shape
+    # (the reshape is the backend's own view; Triton 2.51 compares dims too, probed 2026-11-28)
+    dims = tuple(tensor.dims)
     return _Node(model, tensor.data_type, dims, ((-1,) if batching else ()) + dims)
 
 

@@ -17,6 +17,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import logging
+import math
 import queue
 import threading
 import time
@@ -27,6 +28,7 @@ import numpy as np
 from fpgaserve.backends import Backend, BackendRequest, DeviceUnavailableError
 from fpgaserve.backends.base import ExecutionFailed
 
+from .. import model_config as mc
 from ..errors import InferenceError, internal, unavailable
 from .request import EncodedOutput, InferenceRequest, RequestedOutput
 from .statistics import BatchTimings
@@ -284,8 +286,9 @@ def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.nd
     return (shapes.reshape(-1) if kind.endswith("FLATTEN") else shapes).astype(dtype)
 
 
-def backend_request(request: InferenceRequest) -> BackendRequest:
-    """A request as a request-level backend sees it (no wire, no engine state)."""
+def backend_request(request: InferenceRequest, inputs: dict[str, np.ndarray] | None = None) -> BackendRequest:
+    """A request as a request-level backend sees it (no wire, no engine state); ``inputs``:
+    the request's inputs as the backend sees them (given the config's reshapes), if not as sent."""
     parameters = request.parameters
     flags = 0
     correlation: int | str = 0
@@ -293,7 +296,7 @@ def backend_request(request: InferenceRequest) -> BackendRequest:
         flags = (1 if parameters.get("sequence_start") else 0) | (2 if parameters.get("sequence_end") else 0)
         correlation = parameters.get("sequence_id", 0)
     return BackendRequest(
-        request.inputs,
+        request.inputs if inputs is None else inputs,
         tuple(o.spec.name for o in request.outputs),
         parameters,
         request.id,
@@ -313,16 +316,70 @@ class ModelInstance:
             s.name for s in model.inputs.values() if s.allow_ragged_batch and model.max_batch_size > 0
         )
         self.batch_inputs = _batch_input_specs(model.config)
+        # batch_output targets: output -> the input whose per-request shape it is scattered with
+        self.batch_outputs = mc.batch_output_sources(model.config)
+        # reshape (model_config.proto): the backend sees reshape.shape where clients see dims.
+        # A ragged input reaches the backend flattened, so there is nothing to reshape.
+        self._input_reshapes = {
+            s.name: (s.dims, s.reshape)
+            for s in model.inputs.values()
+            if s.reshape is not None and s.name not in self.ragged_inputs
+        }
+        self._output_reshapes = {
+            s.name: (s.reshape, s.dims)
+            for s in model.outputs.values()
+            if s.reshape is not None and s.name not in self.batch_outputs
+        }
         self.executor = InstanceThread(f"{model.name}-{index}")
         self.busy = False  # inside run_batch (set and read on the event loop)
         # what an output must look like to skip the full check (_check_outputs): numeric, the
-        # declared dtype, and its shape fixed by the configuration (batch dimension apart)
+        # declared dtype, and its shape fixed by the configuration (batch dimension apart),
+        # that is the reshape's shape where it has one: the backend produces that
         batched = model.max_batch_size > 0
         self._exact_outputs = {
-            s.name: (s.datatype.dtype, tuple(s.dims), int(batched), len(s.dims) + int(batched))
+            s.name: (s.datatype.dtype, s.backend_dims, int(batched), len(s.backend_dims) + int(batched))
             for s in model.outputs.values()
-            if s.datatype.wire != "BYTES" and not s.is_shape_tensor and all(d >= 0 for d in s.dims)
+            if s.datatype.wire != "BYTES"
+            and not s.is_shape_tensor
+            and all(d >= 0 for d in s.backend_dims)
+            and s.name not in self.batch_outputs
         }
+
+    def _reshaped(self, arrays: dict[str, np.ndarray], reshapes) -> dict[str, np.ndarray]:
+        """``arrays`` with each tensor of ``reshapes`` (name -> (its dims now, the dims wanted))
+        given the wanted dims, the batch dimension kept: views on the same elements (the
+        arrays are contiguous, so no copy). A new dict: the request's own stays as sent."""
+        if not reshapes:
+            return arrays
+        out = dict(arrays)
+        lead = 1 if self.model.max_batch_size > 0 else 0
+        for name, (source, target) in reshapes.items():
+            array = out.get(name)
+            if array is None:
+                continue
+            shape = array.shape[:lead] + mc.map_variable_dims(array.shape[lead:], source, target)
+            out[name] = array.reshape(shape)
+        return out
+
+    def _scatter(self, array: np.ndarray, name: str, batch: list[InferenceRequest]) -> list[np.ndarray]:
+        """batch_output BATCH_SCATTER_WITH_INPUT_SHAPE: the backend's one tensor for the whole
+        batch, read as the requests' elements one after another, each request's part shaped as
+        its source input (batch dimension included), as Triton's backends scatter it."""
+        source = self.batch_outputs[name]
+        shapes = [r.inputs[source].shape if source in r.inputs else (0,) for r in batch]
+        counts = [math.prod(shape) for shape in shapes]
+        if array.size != sum(counts):
+            raise internal(
+                f"output '{name}' of model '{self.model.name}' has {array.size} elements, but its batch_output "
+                f"scatters {sum(counts)} (the elements of input '{source}' in the batch)"
+            )
+        flat = array.reshape(-1)
+        parts = []
+        offset = 0
+        for shape, count in zip(shapes, counts):
+            parts.append(flat[offset : offset + count].reshape(shape))
+            offset += count
+        return parts
 
     # ------------------------------------------------------------------ worker thread
     def run_batch(self, batch: list[InferenceRequest]):
@@ -350,9 +407,11 @@ class ModelInstance:
                 name: np.concatenate([r.inputs[name].reshape(-1) if name in ragged else r.inputs[name] for r in batch])
                 for name in batch[0].inputs
             }
+        inputs = self._reshaped(inputs, self._input_reshapes)
         for target, kind, dtype, source in self.batch_inputs:
             inputs[target] = _batch_input(kind, dtype, [r.inputs[source] for r in batch if source in r.inputs])
         t1 = time.monotonic_ns()
+        scattered: dict[str, list[np.ndarray]] = {}
         try:
             outputs = self.backend.execute(inputs)
             t2 = time.monotonic_ns()
@@ -360,19 +419,25 @@ class ModelInstance:
             outputs = self._check_outputs(
                 outputs, batch, batch[0].batch_size if len(batch) == 1 else sum(r.batch_size for r in batch)
             )
+            for name in self.batch_outputs.keys() & outputs.keys():
+                scattered[name] = self._scatter(outputs.pop(name), name, batch)
         except BaseException as e:
             log.debug("model %s execute failed", model.name, exc_info=True)
             raise model_failure(model.name, e) from None
         results: list[list[EncodedOutput] | InferenceError | None] = []  # None: a padding row
         offset = 0
         sliced = model.max_batch_size > 0 and len(batch) > 1  # a lone request gets them all
-        for r in batch:
+        for index, r in enumerate(batch):
             if sliced:
                 rows = r.batch_size
                 mine = {k: v[offset : offset + rows] for k, v in outputs.items()}
                 offset += rows
             else:
                 mine = outputs
+            if scattered:
+                mine = dict(mine)
+                for name, parts in scattered.items():
+                    mine[name] = parts[index]
             if r.padding:
                 results.append(None)
                 continue
@@ -390,7 +455,7 @@ class ModelInstance:
         t0 = time.monotonic_ns()
         # (the sequence batcher's filler rows are for backends that take merged batches)
         live = [r for r in batch if not r.padding]
-        requests = [backend_request(r) for r in live]
+        requests = [backend_request(r, self._reshaped(r.inputs, self._input_reshapes)) for r in live]
         t1 = time.monotonic_ns()
         try:
             answers = self.backend.execute_requests(requests)
@@ -437,7 +502,7 @@ class ModelInstance:
         of the call's gather and execute time: the backend ran them in one go."""
         model = self.model
         t0 = time.monotonic_ns()
-        requests = [backend_request(r) for r in batch]
+        requests = [backend_request(r, self._reshaped(r.inputs, self._input_reshapes)) for r in batch]
         t1 = time.monotonic_ns()
         try:
             answers = self.backend.execute_requests(requests, alone=True)
@@ -471,10 +536,11 @@ class ModelInstance:
         infer_ns = output_ns = 0
         t = time.monotonic_ns()
         try:
+            inputs = self._reshaped(request.inputs, self._input_reshapes)
             if self.backend.request_level:
-                produced = self.backend.execute_requests([backend_request(request)])[0]
+                produced = self.backend.execute_requests([backend_request(request, inputs)])[0]
             else:
-                produced = self.backend.execute(request.inputs)
+                produced = self.backend.execute(inputs)
             it = iter([produced] if isinstance(produced, dict) else produced)
             while True:
                 try:
@@ -549,23 +615,33 @@ class ModelInstance:
                         f"{spec.datatype.wire}, the data type the model configuration declares"
                     )
             batched = model.max_batch_size > 0
+            if name in self.batch_outputs:
+                # one tensor for the whole batch, its shape given by the inputs (see _scatter)
+                if array.dtype != dtype and spec.datatype.wire != "BYTES":
+                    array = array.astype(dtype)
+                checked[name] = array
+                continue
             if batched and (array.ndim == 0 or array.shape[0] != total_rows):
                 raise internal(
                     f"output '{name}' of model '{model.name}' has shape {list(array.shape)}, "
                     f"expected a leading batch dimension of {total_rows}"
                 )
             if not spec.is_shape_tensor:
+                # the backend produces the reshape's shape where the output has one
+                dims = spec.backend_dims
                 got = array.shape[1:] if batched else array.shape
-                if len(got) != len(spec.dims) or any(d not in (-1, g) for d, g in zip(spec.dims, got)):
-                    declared = ([-1] if batched else []) + list(spec.dims)
+                if len(got) != len(dims) or any(d not in (-1, g) for d, g in zip(dims, got)):
+                    declared = ([-1] if batched else []) + list(dims)
                     raise internal(
                         f"output '{name}' of model '{model.name}' has shape {list(array.shape)}, but the "
                         f"model configuration declares {declared}"
+                        + (" (its reshape: the shape the model produces)" if spec.reshape is not None else "")
                     )
             if array.dtype != dtype and spec.datatype.wire != "BYTES":
                 array = array.astype(dtype)
             checked[name] = array
-        return checked
+        # clients get the config's dims (the response, shared memory and an ensemble's next step)
+        return self._reshaped(checked, self._output_reshapes)
 
     def warm_up(self, sample) -> list[tuple[int, BatchTimings, int]]:
         """Run one warm-up sample's ``batch_size`` requests (``warmup.WarmupSample``) through
