@@ -131,6 +131,14 @@ def repo(tmp_path_factory) -> Path:
         "{ data_type: TYPE_FP32 dims: [-1] zero_data: true } } }]",
     )
     _model(repo, "plain", "TYPE_FP32", "[-1]", "")
+    _model(
+        repo,
+        "batch_zero",
+        "TYPE_FP32",
+        "[4]",
+        'model_warmup [{ name: "w" batch_size: 0 count: 5 inputs { key: "INPUT0" value '
+        "{ data_type: TYPE_FP32 dims: [4] zero_data: true } } }]",
+    )
     for name, last_rows in (("stream", 1), ("stream_bad", 2)):
         d = repo / name
         (d / "1").mkdir(parents=True)
@@ -208,6 +216,12 @@ def test_statistics_count_warmup(grpc):
     assert int(stats["execution_count"]) == 6
     sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
     assert sizes == {3: 4, 1: 2}
+
+
+def test_batch_size_zero_runs_nothing(grpc, repo):
+    grpc.load_model("batch_zero")  # Triton 2.51 loads it and executes nothing
+    assert grpc.is_model_ready("batch_zero")
+    assert _records(repo / "batch_zero") == []
 
 
 def test_model_without_batching_gets_requests_alone(grpc, repo):
