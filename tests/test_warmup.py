@@ -131,6 +131,14 @@ def repo(tmp_path_factory) -> Path:
         "{ data_type: TYPE_FP32 dims: [-1] zero_data: true } } }]",
     )
     _model(repo, "plain", "TYPE_FP32", "[-1]", "")
+    _model(
+        repo,
+        "batch_zero",
+        "TYPE_FP32",
+        "[4]",
+        'model_warmup [{ name: "w" batch_size: 0 count: 5 inputs { key: "INPUT0" value '
+        "{ data_type: TYPE_FP32 dims: [4] zero_data: true } } }]",
+    )
     for name, last_rows in (("stream", 1), ("stream_bad", 2)):
         d = repo / name
         (d / "1").mkdir(parents=True)
@@ -208,6 +216,12 @@ def test_statistics_count_warmup(grpc):
     assert int(stats["execution_count"]) == 6
     sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
     assert sizes == {3: 4, 1: 2}
+
+
+def test_batch_size_zero_runs_nothing(grpc, repo):
+    grpc.load_model("batch_zero")  # Triton 2.51 loads it and executes nothing
+    assert grpc.is_model_ready("batch_zero")
+    assert _records(repo / "batch_zero") == []
 
 
 def test_model_without_batching_gets_requests_alone(grpc, repo):
@@ -366,3 +380,33 @@ def test_decoupled_warmup_takes_every_response(grpc, repo):
         "warmup sample 'stream': output 'OUT' of model 'stream_bad' has shape [2], but the model configuration "
         "declares [1]; ;\n"
     )
+
+
+@pytest.mark.parametrize("mode", ["numpy", "csim", "onnx"])
+def test_hls4ml_model_is_warmed_in_every_emulated_mode(tmp_path, csim_cache, mode):
+    """The bundled jet tagger (hls4ml) in each --fpga-mode without a card: warm-up runs through
+    the same instance path, and its executions are in the statistics before any request."""
+    import shutil
+
+    from server_process import BUNDLED_REPO
+
+    if mode == "csim" and shutil.which("g++") is None:
+        pytest.skip("hls4ml's C-simulation needs g++")
+    repo = tmp_path / "repo"
+    shutil.copytree(BUNDLED_REPO / "jet_tagger", repo / "jet_tagger")
+    with (repo / "jet_tagger" / "config.pbtxt").open("a") as f:
+        f.write(
+            'model_warmup [{ name: "events" batch_size: 4 count: 2 inputs { key: "input" value '
+            "{ data_type: TYPE_FP32 dims: [16] random_data: true } } }]\n"
+        )
+    server = ServerProcess(
+        [repo], "--fpga-mode", mode, "--model-control-mode", "explicit", log_path=tmp_path / "fpgaserve.log"
+    ).start(timeout=240)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.load_model("jet_tagger")
+            stats = client.get_inference_statistics("jet_tagger", as_json=True)["model_stats"][0]
+        assert (int(stats["inference_count"]), int(stats["execution_count"])) == (8, 2)
+        assert "model jet_tagger: warm-up 'events' x 2 on 1 instances [0] in " in server.log()
+    finally:
+        assert server.stop() == 0, server.log()

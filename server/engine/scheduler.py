@@ -653,6 +653,8 @@ class ModelInstance:
         (Triton's text: each one followed by "; ")."""
         from .warmup import WarmupError
 
+        if not sample.batch_size:  # no request to send (Triton then executes nothing)
+            return []
         model = self.model
         outputs = [RequestedOutput(spec) for spec in model.outputs.values()]
         requests = [
