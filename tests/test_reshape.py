@@ -151,12 +151,36 @@ def _write(repo, name, config, code=None):
         (repo / name / "1" / "model.py").write_text(code)
 
 
+# reports whether the backend's X owns its memory: a reshape made as a view never does (a
+# lone request's X is a view on the request bytes, a batch's on the joined batch)
+VIEWER_CONFIG = """
+name: "viewer"
+backend: "numpy"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 6 ] reshape: { shape: [ 3, 2 ] } } ]
+output [ { name: "OWNS" data_type: TYPE_BOOL dims: [ 1 ] }, { name: "Y" data_type: TYPE_INT32 dims: [ 6 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+"""
+
+VIEWER_NUMPY = """
+import numpy as np
+
+
+class Model:
+    def execute(self, inputs):
+        x = inputs["X"]
+        assert x.shape[1:] == (3, 2)
+        return {"OWNS": np.full((len(x), 1), x.flags.owndata), "Y": x.reshape(len(x), 6)}
+"""
+
+
 def write_numpy_repo(repo):
     batcher = "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
     _write(repo, "reshaper", f'name: "reshaper"\nbackend: "numpy"\n{RESHAPER_IO}{batcher}', RESHAPER_NUMPY)
     _write(repo, "variable", f'name: "variable"\nbackend: "numpy"\n{VARIABLE_IO}', VARIABLE_NUMPY)
     _write(repo, "reshape_pipeline", ENSEMBLE)
     (repo / "reshape_pipeline" / "1").mkdir(exist_ok=True)
+    _write(repo, "viewer", VIEWER_CONFIG, VIEWER_NUMPY)
 
 
 def write_triton_repo(repo):
@@ -217,6 +241,30 @@ def test_grpc_batched_requests_see_reshaped_tensors(server):
         np.testing.assert_allclose(r.as_numpy("Y"), y, rtol=1e-6)
         np.testing.assert_allclose(r.as_numpy("T"), t, rtol=1e-5)
         assert r.as_numpy("SHAPES").tolist() == shapes.tolist()
+
+
+@pytest.mark.timeout(60)
+def test_inputs_are_reshaped_as_views(server):
+    """Alone or batched with others, the backend's reshaped X is a view, not a copy."""
+
+    async def run():
+        client = aioclient.InferenceServerClient(server.url)
+
+        async def one(i):
+            x = np.arange(6 * i, 6 * i + 12, dtype=np.int32).reshape(2, 6)
+            inp = aioclient.InferInput("X", [2, 6], "INT32")
+            inp.set_data_from_numpy(x)
+            r = await client.infer("viewer", [inp])
+            return x, r.as_numpy("OWNS"), r.as_numpy("Y")
+
+        try:
+            return await asyncio.gather(*[one(i) for i in range(8)])
+        finally:
+            await client.close()
+
+    for x, owns, y in asyncio.run(run()):
+        assert not owns.any()
+        np.testing.assert_array_equal(y, x)
 
 
 @pytest.mark.timeout(60)
