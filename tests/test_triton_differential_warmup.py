@@ -77,6 +77,14 @@ MODELS = {
         + ZERO.format(t="TYPE_FP32", d="[4]")
         + " } }",
     ),
+    "batch_zero": (
+        "TYPE_FP32",
+        "[4]",
+        1,
+        '{ name: "w" batch_size: 0 count: 2 inputs { key: "INPUT0" value '
+        + ZERO.format(t="TYPE_FP32", d="[4]")
+        + " } }",
+    ),
     "variable": (
         "TYPE_FP32",
         "[-1]",
@@ -187,9 +195,11 @@ def _by_instance(records) -> list:
     return sorted(instances.values())
 
 
-@pytest.mark.parametrize("name", ["rec", "strings", "failing"])
+@pytest.mark.parametrize("name", ["rec", "strings", "failing", "batch_zero"])
 def test_requests_each_instance_receives(observed, name):
     triton, ours = observed["triton"], observed["ours"]
+    if name != "failing":  # (its load error: test_failing_sample_load_error)
+        assert ours[name] == triton[name] == "loaded"
     assert _by_instance(ours[f"{name} executions"]) == _by_instance(triton[f"{name} executions"])
 
 
@@ -212,4 +222,5 @@ def test_failing_sample_load_error(observed):
     # 'failing_0_0', message: ValueError: warm-up broke it\n\nAt:\n  <traceback>\n"
     model_error = re.compile(r"Failed to process the request\(s\) for model 'failing_0_0', message: [^;]*", re.S)
     assert model_error.sub("warm-up broke it", triton_text) == text
+    assert text.endswith("failed to run warmup sample 'w': warm-up broke it; warm-up broke it; ;\n")
     assert observed["ours"]["index"]["failing"] == observed["triton"]["index"]["failing"] == "UNAVAILABLE"

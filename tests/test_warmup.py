@@ -342,7 +342,7 @@ def test_card_model_is_warmed_on_every_compute_unit(tmp_path_factory, csim_cache
     and the log line names the instances and their CUs."""
     import shutil
 
-    from test_fpga_serving import BUNDLED_REPO, _abi_model, _serve, _stats, _xclbin
+    from test_fpga_serving import BUNDLED_REPO, _abi_model, _serve, _stats_after, _xclbin
 
     if shutil.which("g++") is None:
         pytest.skip("the simulated kernels run hls4ml's C-simulation (g++)")
@@ -361,7 +361,9 @@ def test_card_model_is_warmed_on_every_compute_unit(tmp_path_factory, csim_cache
         with grpcclient.InferenceServerClient(server.url) as client:
             client.load_model("jets")
             assert client.is_model_ready("jets")
-        cus = _stats(server, 0)["cus"]
+        # 4 instances x 3 runs, one kernel call each (the simulator writes its stats shortly
+        # after a change: waited for, not read at once)
+        cus = _stats_after(server, 0, {"kernel_completions": 0}, 12)["cus"]
         assert sorted(cus) == [f"krnl_rtl_{i}" for i in range(1, 5)]
         assert all(c["completed"] >= 3 for c in cus.values()), cus
         log = server.log_path.read_text()
