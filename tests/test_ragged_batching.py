@@ -197,3 +197,48 @@ def test_bad_batch_output_fails_the_load(explicit_server, name):
             client.load_model(name)
         assert BAD_BATCH_OUTPUTS[name][1] in e.value.message()
         assert client.is_server_live()
+
+
+# a ragged input with a reshape: its BATCH_ITEM_SHAPE is each request's shape as the backend
+# sees it, reshaped ([n, 4] -> [n, 2, 2]), as Triton's batch inputs read the normalized shape
+ITEMS_CONFIG = """
+name: "ragged_items"
+backend: "numpy"
+max_batch_size: 64
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] reshape: { shape: [ -1, 2, 2 ] } allow_ragged_batch: true } ]
+batch_input [ { kind: BATCH_ITEM_SHAPE target_name: "SHAPES" data_type: TYPE_INT32 source_input: "X" } ]
+output [ { name: "ITEMS" data_type: TYPE_INT32 dims: [ 3 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+"""
+
+ITEMS_PY = """
+class Model:
+    def execute(self, inputs):
+        assert inputs["X"].ndim == 1
+        return {"ITEMS": inputs["SHAPES"]}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_item_shape_of_a_reshaped_ragged_input(tmp_path):
+    (tmp_path / "ragged_items" / "1").mkdir(parents=True)
+    (tmp_path / "ragged_items" / "config.pbtxt").write_text(ITEMS_CONFIG)
+    (tmp_path / "ragged_items" / "1" / "model.py").write_text(ITEMS_PY)
+    lengths = [1, 3, 7, 2, 5, 9, 4, 6]
+
+    async def run(url):
+        client = aioclient.InferenceServerClient(url)
+
+        async def one(n):
+            inp = aioclient.InferInput("X", [1, n, 4], "FP32")
+            inp.set_data_from_numpy(np.zeros((1, n, 4), dtype=np.float32))
+            return (await client.infer("ragged_items", [inp])).as_numpy("ITEMS")
+
+        try:
+            return await asyncio.gather(*[one(n) for n in lengths])
+        finally:
+            await client.close()
+
+    with ServerProcess([tmp_path], log_path=tmp_path / "server.log") as proc:
+        items = asyncio.run(run(proc.url))
+    assert [i.tolist() for i in items] == [[[n, 2, 2]] for n in lengths]
