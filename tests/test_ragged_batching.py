@@ -185,8 +185,35 @@ def explicit_server(tmp_path_factory):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(config)
         (repo / name / "1" / "model.py").write_text(SCATTER_PY)
+    (repo / "scatter_short" / "1").mkdir(parents=True)
+    (repo / "scatter_short" / "config.pbtxt").write_text(SCATTER_CONFIG.replace("ragged_scatter", "scatter_short"))
+    (repo / "scatter_short" / "1" / "model.py").write_text(SHORT_PY)
     with ServerProcess([repo], "--model-control-mode=explicit", log_path=repo / "server.log") as proc:
         yield proc
+
+
+# one element short of what the batch's X hold: nothing to scatter from
+SHORT_PY = """
+class Model:
+    def execute(self, inputs):
+        return {"Y": inputs["X"][:-1]}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_batch_output_of_the_wrong_size_fails_the_request(explicit_server):
+    with grpcclient.InferenceServerClient(explicit_server.url) as client:
+        client.load_model("scatter_short")
+        inp = grpcclient.InferInput("X", [1, 5], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 5), dtype=np.float32))
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("scatter_short", [inp])
+        assert e.value.status() == "StatusCode.INTERNAL"
+        assert (
+            "output 'Y' of model 'scatter_short' has 4 elements, but its batch_output scatters 5 "
+            "(the elements of input 'X' in the batch)" in e.value.message()
+        )
+        assert client.is_model_ready("scatter_short")
 
 
 @pytest.mark.timeout(60)
