@@ -10,6 +10,7 @@ from its own elements.
 from __future__ import annotations
 
 import asyncio
+import queue
 
 import numpy as np
 import pytest
@@ -269,3 +270,47 @@ def test_item_shape_of_a_reshaped_ragged_input(tmp_path):
     with ServerProcess([tmp_path], log_path=tmp_path / "server.log") as proc:
         items = asyncio.run(run(proc.url))
     assert [i.tolist() for i in items] == [[[n, 2, 2]] for n in lengths]
+
+
+DECOUPLED_SCATTER_CONFIG = """
+name: "decoupled_scatter"
+backend: "numpy"
+max_batch_size: 8
+model_transaction_policy { decoupled: true }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+batch_output [ { target_name: "Y" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "X" } ]
+"""
+
+# two responses, each one flat tensor for the request's elements
+DECOUPLED_SCATTER_PY = """
+class Model:
+    def execute(self, inputs):
+        x = inputs["X"].reshape(-1)
+        yield {"Y": x + 1}
+        yield {"Y": x + 2}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_batch_output_of_a_decoupled_model(tmp_path):
+    """Each response a decoupled model yields is scattered with the request's X shape."""
+    (tmp_path / "decoupled_scatter" / "1").mkdir(parents=True)
+    (tmp_path / "decoupled_scatter" / "config.pbtxt").write_text(DECOUPLED_SCATTER_CONFIG)
+    (tmp_path / "decoupled_scatter" / "1" / "model.py").write_text(DECOUPLED_SCATTER_PY)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    responses: queue.Queue = queue.Queue()
+    with ServerProcess([tmp_path], log_path=tmp_path / "server.log") as proc:
+        client = grpcclient.InferenceServerClient(proc.url)
+        client.start_stream(callback=lambda result, error: responses.put(error or result))
+        try:
+            inp = grpcclient.InferInput("X", [2, 3], "FP32")
+            inp.set_data_from_numpy(x)
+            client.async_stream_infer("decoupled_scatter", [inp])
+            got = [responses.get(timeout=30) for _ in range(2)]
+        finally:
+            client.stop_stream()
+            client.close()
+    for step, result in enumerate(got, start=1):
+        assert not isinstance(result, Exception), result
+        np.testing.assert_array_equal(result.as_numpy("Y"), x + step)

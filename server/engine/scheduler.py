@@ -330,8 +330,9 @@ class ModelInstance:
 
     def _reshaped(self, arrays: dict[str, np.ndarray], reshapes) -> dict[str, np.ndarray]:
         """``arrays`` with each tensor of ``reshapes`` (name -> (its dims now, the dims wanted))
-        given the wanted dims, the batch dimension kept: views on the same elements (the
-        arrays are contiguous, so no copy). A new dict: the request's own stays as sent."""
+        given the wanted dims, the batch dimension kept: views on the same elements wherever
+        the layout allows (request inputs and joined batches are contiguous: never a copy).
+        A new dict: the request's own stays as sent."""
         if not reshapes:
             return arrays
         out = dict(arrays)
@@ -454,6 +455,8 @@ class ModelInstance:
                 t1 = time.monotonic_ns()
                 infer_ns += t1 - t
                 outputs = self._check_outputs(outputs, [request], request.batch_size)
+                for name in self.batch_outputs.keys() & outputs.keys():
+                    outputs[name] = self._scatter(outputs[name], name, [request])[0]
                 emit = request.emit
                 assert emit is not None  # decoupled requests always carry one
                 if not request.first_response_ns:
