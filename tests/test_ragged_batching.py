@@ -10,6 +10,7 @@ from its own elements.
 from __future__ import annotations
 
 import asyncio
+import queue
 
 import numpy as np
 import pytest
@@ -185,8 +186,35 @@ def explicit_server(tmp_path_factory):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(config)
         (repo / name / "1" / "model.py").write_text(SCATTER_PY)
+    (repo / "scatter_short" / "1").mkdir(parents=True)
+    (repo / "scatter_short" / "config.pbtxt").write_text(SCATTER_CONFIG.replace("ragged_scatter", "scatter_short"))
+    (repo / "scatter_short" / "1" / "model.py").write_text(SHORT_PY)
     with ServerProcess([repo], "--model-control-mode=explicit", log_path=repo / "server.log") as proc:
         yield proc
+
+
+# one element short of what the batch's X hold: nothing to scatter from
+SHORT_PY = """
+class Model:
+    def execute(self, inputs):
+        return {"Y": inputs["X"][:-1]}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_batch_output_of_the_wrong_size_fails_the_request(explicit_server):
+    with grpcclient.InferenceServerClient(explicit_server.url) as client:
+        client.load_model("scatter_short")
+        inp = grpcclient.InferInput("X", [1, 5], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 5), dtype=np.float32))
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("scatter_short", [inp])
+        assert e.value.status() == "StatusCode.INTERNAL"
+        assert (
+            "output 'Y' of model 'scatter_short' has 4 elements, but its batch_output scatters 5 "
+            "(the elements of input 'X' in the batch)" in e.value.message()
+        )
+        assert client.is_model_ready("scatter_short")
 
 
 @pytest.mark.timeout(60)
@@ -197,3 +225,92 @@ def test_bad_batch_output_fails_the_load(explicit_server, name):
             client.load_model(name)
         assert BAD_BATCH_OUTPUTS[name][1] in e.value.message()
         assert client.is_server_live()
+
+
+# a ragged input with a reshape: its BATCH_ITEM_SHAPE is each request's shape as the backend
+# sees it, reshaped ([n, 4] -> [n, 2, 2]), as Triton's batch inputs read the normalized shape
+ITEMS_CONFIG = """
+name: "ragged_items"
+backend: "numpy"
+max_batch_size: 64
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] reshape: { shape: [ -1, 2, 2 ] } allow_ragged_batch: true } ]
+batch_input [ { kind: BATCH_ITEM_SHAPE target_name: "SHAPES" data_type: TYPE_INT32 source_input: "X" } ]
+output [ { name: "ITEMS" data_type: TYPE_INT32 dims: [ 3 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+"""
+
+ITEMS_PY = """
+class Model:
+    def execute(self, inputs):
+        assert inputs["X"].ndim == 1
+        return {"ITEMS": inputs["SHAPES"]}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_item_shape_of_a_reshaped_ragged_input(tmp_path):
+    (tmp_path / "ragged_items" / "1").mkdir(parents=True)
+    (tmp_path / "ragged_items" / "config.pbtxt").write_text(ITEMS_CONFIG)
+    (tmp_path / "ragged_items" / "1" / "model.py").write_text(ITEMS_PY)
+    lengths = [1, 3, 7, 2, 5, 9, 4, 6]
+
+    async def run(url):
+        client = aioclient.InferenceServerClient(url)
+
+        async def one(n):
+            inp = aioclient.InferInput("X", [1, n, 4], "FP32")
+            inp.set_data_from_numpy(np.zeros((1, n, 4), dtype=np.float32))
+            return (await client.infer("ragged_items", [inp])).as_numpy("ITEMS")
+
+        try:
+            return await asyncio.gather(*[one(n) for n in lengths])
+        finally:
+            await client.close()
+
+    with ServerProcess([tmp_path], log_path=tmp_path / "server.log") as proc:
+        items = asyncio.run(run(proc.url))
+    assert [i.tolist() for i in items] == [[[n, 2, 2]] for n in lengths]
+
+
+DECOUPLED_SCATTER_CONFIG = """
+name: "decoupled_scatter"
+backend: "numpy"
+max_batch_size: 8
+model_transaction_policy { decoupled: true }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+batch_output [ { target_name: "Y" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "X" } ]
+"""
+
+# two responses, each one flat tensor for the request's elements
+DECOUPLED_SCATTER_PY = """
+class Model:
+    def execute(self, inputs):
+        x = inputs["X"].reshape(-1)
+        yield {"Y": x + 1}
+        yield {"Y": x + 2}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_batch_output_of_a_decoupled_model(tmp_path):
+    """Each response a decoupled model yields is scattered with the request's X shape."""
+    (tmp_path / "decoupled_scatter" / "1").mkdir(parents=True)
+    (tmp_path / "decoupled_scatter" / "config.pbtxt").write_text(DECOUPLED_SCATTER_CONFIG)
+    (tmp_path / "decoupled_scatter" / "1" / "model.py").write_text(DECOUPLED_SCATTER_PY)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    responses: queue.Queue = queue.Queue()
+    with ServerProcess([tmp_path], log_path=tmp_path / "server.log") as proc:
+        client = grpcclient.InferenceServerClient(proc.url)
+        client.start_stream(callback=lambda result, error: responses.put(error or result))
+        try:
+            inp = grpcclient.InferInput("X", [2, 3], "FP32")
+            inp.set_data_from_numpy(x)
+            client.async_stream_infer("decoupled_scatter", [inp])
+            got = [responses.get(timeout=30) for _ in range(2)]
+        finally:
+            client.stop_stream()
+            client.close()
+    for step, result in enumerate(got, start=1):
+        assert not isinstance(result, Exception), result
+        np.testing.assert_array_equal(result.as_numpy("Y"), x + step)

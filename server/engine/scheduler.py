@@ -271,9 +271,10 @@ def _batch_input_specs(config) -> list[tuple[str, str, np.dtype, str]]:
     return specs
 
 
-def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.ndarray:
-    """Triton's batch_input kinds (ragged_batching.md), one entry per request of the batch."""
-    counts = np.array([a.size for a in sources], dtype=np.int64)
+def _batch_input(kind: str, dtype: np.dtype, sources: list[tuple[int, ...]]) -> np.ndarray:
+    """Triton's batch_input kinds (ragged_batching.md), one entry per request of the batch,
+    from each request's source input shape (as the backend sees it: reshaped)."""
+    counts = np.array([math.prod(shape) for shape in sources], dtype=np.int64)
     if kind == "BATCH_ELEMENT_COUNT":
         return counts.astype(dtype)
     if kind == "BATCH_ACCUMULATED_ELEMENT_COUNT":
@@ -282,7 +283,7 @@ def _batch_input(kind: str, dtype: np.dtype, sources: list[np.ndarray]) -> np.nd
         return np.concatenate([[0], np.cumsum(counts)]).astype(dtype)
     if kind == "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE":
         return np.zeros(int(counts.max()) if counts.size else 0, dtype=dtype)
-    shapes = np.array([a.shape[1:] for a in sources], dtype=np.int64)  # BATCH_ITEM_SHAPE(_FLATTEN)
+    shapes = np.array([shape[1:] for shape in sources], dtype=np.int64)  # BATCH_ITEM_SHAPE(_FLATTEN)
     return (shapes.reshape(-1) if kind.endswith("FLATTEN") else shapes).astype(dtype)
 
 
@@ -325,6 +326,9 @@ class ModelInstance:
             for s in model.inputs.values()
             if s.reshape is not None and s.name not in self.ragged_inputs
         }
+        # every reshaped input, ragged ones too: the shape each request's input has for the
+        # backend, which batch_input item shapes and batch_output scatter use (as Triton's do)
+        self._request_reshapes = {s.name: (s.dims, s.reshape) for s in model.inputs.values() if s.reshape is not None}
         self._output_reshapes = {
             s.name: (s.reshape, s.dims)
             for s in model.outputs.values()
@@ -347,8 +351,9 @@ class ModelInstance:
 
     def _reshaped(self, arrays: dict[str, np.ndarray], reshapes) -> dict[str, np.ndarray]:
         """``arrays`` with each tensor of ``reshapes`` (name -> (its dims now, the dims wanted))
-        given the wanted dims, the batch dimension kept: views on the same elements (the
-        arrays are contiguous, so no copy). A new dict: the request's own stays as sent."""
+        given the wanted dims, the batch dimension kept: views on the same elements wherever
+        the layout allows (request inputs and joined batches are contiguous: never a copy).
+        A new dict: the request's own stays as sent."""
         if not reshapes:
             return arrays
         out = dict(arrays)
@@ -361,12 +366,20 @@ class ModelInstance:
             out[name] = array.reshape(shape)
         return out
 
+    def _backend_shape(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape a request's input ``name`` of ``shape`` has for the backend."""
+        reshape = self._request_reshapes.get(name)
+        if reshape is None:
+            return shape
+        lead = 1 if self.model.max_batch_size > 0 else 0
+        return shape[:lead] + mc.map_variable_dims(shape[lead:], *reshape)
+
     def _scatter(self, array: np.ndarray, name: str, batch: list[InferenceRequest]) -> list[np.ndarray]:
         """batch_output BATCH_SCATTER_WITH_INPUT_SHAPE: the backend's one tensor for the whole
         batch, read as the requests' elements one after another, each request's part shaped as
         its source input (batch dimension included), as Triton's backends scatter it."""
         source = self.batch_outputs[name]
-        shapes = [r.inputs[source].shape if source in r.inputs else (0,) for r in batch]
+        shapes = [self._backend_shape(source, r.inputs[source].shape) if source in r.inputs else (0,) for r in batch]
         counts = [math.prod(shape) for shape in shapes]
         if array.size != sum(counts):
             raise internal(
@@ -409,7 +422,8 @@ class ModelInstance:
             }
         inputs = self._reshaped(inputs, self._input_reshapes)
         for target, kind, dtype, source in self.batch_inputs:
-            inputs[target] = _batch_input(kind, dtype, [r.inputs[source] for r in batch if source in r.inputs])
+            shapes = [self._backend_shape(source, r.inputs[source].shape) for r in batch if source in r.inputs]
+            inputs[target] = _batch_input(kind, dtype, shapes)
         t1 = time.monotonic_ns()
         scattered: dict[str, list[np.ndarray]] = {}
         try:
@@ -550,6 +564,8 @@ class ModelInstance:
                 t1 = time.monotonic_ns()
                 infer_ns += t1 - t
                 outputs = self._check_outputs(outputs, [request], request.batch_size)
+                for name in self.batch_outputs.keys() & outputs.keys():
+                    outputs[name] = self._scatter(outputs[name], name, [request])[0]
                 emit = request.emit
                 assert emit is not None  # decoupled requests always carry one
                 if not request.first_response_ns:
