@@ -42,7 +42,7 @@ from ..errors import (
     permission_denied,
     unavailable,
 )
-from . import ensemble
+from . import config_support, ensemble
 from .batcher import DynamicBatcher
 from .latency import LatencyConfig, LatencyRecorder
 from .repoagents import RepositoryAgentError, run_load_agents
@@ -501,6 +501,7 @@ class ModelRepository:
         """(the new versions, their config, the folder's signature, replaced versions of
         composing models an ensemble's load (re)loaded, to drain)."""
         loop = asyncio.get_running_loop()
+        unacted: list[str | None] = []
 
         def prepare():
             path = mc.config_path(model_dir, self.model_config_name)
@@ -510,6 +511,8 @@ class ModelRepository:
                 source = f"config override of '{name}'"
             else:
                 config = mc.read_config_file(path)
+            # named from the config as written: normalization sets fields of its own
+            unacted.append(config_support.load_warning(name, config))
             try:  # before anything reads the model's files (tritonserver runs them at poll)
                 run_load_agents(config, model_dir)
             except RepositoryAgentError as e:
@@ -562,6 +565,10 @@ class ModelRepository:
         except mc.ConfigError as e:
             # Triton's text, then the reason (which names the file and the problem)
             raise internal(f"failed to load '{name}', failed to poll from model repository: {e}") from None
+        # once per load, before the versions build (a failing build still had the fields)
+        for warning in unacted:
+            if warning:
+                log.warning("%s", warning)
 
         if cls is None:  # an ensemble: its composing models first, then its versions
             steps, composing_old = await self._load_composing(name, config, chain)
