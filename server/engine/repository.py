@@ -165,6 +165,9 @@ class ModelEntry:
     # unloaded because one of them went (it comes back when that one is loaded again)
     depends_on: tuple[str, ...] = ()
     dependency_unloaded: bool = False
+    # loaded by a load request (or at startup) rather than only as an ensemble's composing
+    # model: an unload with unload_dependents leaves such a model loaded, as Triton does
+    explicit: bool = False
 
     def ready_versions(self) -> list[int]:
         return sorted(self.versions)
@@ -416,6 +419,7 @@ class ModelRepository:
             check_model_name(name)
         async with self._lock:
             old = await self._load_locked(name, config_json, files)
+            self.models[name].explicit = True
             old += await self._reload_dependents(name, {name})
         # Versions the load replaced finish their requests outside the lock, so a model stuck
         # in execute() never blocks other loads, unloads or the index.
@@ -744,7 +748,11 @@ class ModelRepository:
                     self.unload_timeout_secs,
                 )
 
-    async def unload(self, name: str, _internal: bool = False) -> None:
+    async def unload(self, name: str, _internal: bool = False, unload_dependents: bool = False) -> None:
+        """Unload ``name``; the loaded ensembles that use it are retired with it. With
+        ``unload_dependents`` (an ensemble's unload), its composing models go too, and theirs,
+        as in Triton: each one no other loaded model still uses and that was loaded only as a
+        composing model (one a load request named stays)."""
         if not _internal:
             self.check_explicit()
             check_model_name(name)
@@ -753,27 +761,59 @@ class ModelRepository:
             if entry is None:
                 # Triton accepts unloading a model it does not know
                 return
-            old = list(entry.versions.values())
-            entry.state = UNLOADING
-            entry.versions = {}
-            entry.generation += 1
-            generation = entry.generation
-            entry.version_states = {v.version: (UNLOADING, "") for v in old}
-            for v in old:
-                self._notify("unload", v)
-            temp_dir, entry.temp_dir = entry.temp_dir, None
-            entry.dependency_unloaded = False
+            taken = [self._take_down(entry)]
+            if unload_dependents:
+                taken += [self._take_down(e) for e in self._unused_composing(entry)]
             dependents: list = []
-            self._retire_dependents(name, dependents)
+            for down in taken:
+                self._retire_dependents(down[0].name, dependents)
         # drained outside the lock: loads, unloads and the index go on meanwhile
         await self._drain(name, dependents)
-        await self._drain(name, old)
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-        if entry.generation == generation:
-            entry.state, entry.reason = UNAVAILABLE, "unloaded"
-            entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
-        log.info("unloaded model '%s'", name)
+        for down_entry, old, temp_dir, generation in taken:
+            await self._drain(down_entry.name, old)
+            if temp_dir:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            if down_entry.generation == generation:
+                down_entry.state, down_entry.reason = UNAVAILABLE, "unloaded"
+                down_entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
+            log.info("unloaded model '%s'", down_entry.name)
+
+    def _take_down(self, entry: ModelEntry) -> tuple[ModelEntry, list, str | None, int]:
+        """Withdraw ``entry``'s versions (under the lock): (entry, its versions to drain, its
+        temp dir to remove, the generation the unload set)."""
+        old = list(entry.versions.values())
+        entry.state = UNLOADING
+        entry.versions = {}
+        entry.generation += 1
+        entry.version_states = {v.version: (UNLOADING, "") for v in old}
+        for v in old:
+            self._notify("unload", v)
+        temp_dir, entry.temp_dir = entry.temp_dir, None
+        entry.dependency_unloaded = False
+        entry.explicit = False
+        return entry, old, temp_dir, entry.generation
+
+    def _unused_composing(self, ensemble_entry: ModelEntry) -> list[ModelEntry]:
+        """The composing models an unload_dependents unload of ``ensemble_entry`` takes with
+        it, ensembles before their own composing models: loaded, not loaded by a request of
+        their own, and used by no loaded model that stays."""
+        going = {ensemble_entry.name}
+        out: list[ModelEntry] = []
+        changed = True
+        while changed:  # until stable: a model may be freed only by a later one going
+            changed = False
+            for entry in list(self.models.values()):
+                if entry.name in going or not entry.versions or entry.explicit:
+                    continue
+                users = [other.name for other in self.models.values() if entry.name in other.depends_on]
+                if not any(u in going for u in users):
+                    continue  # not a composing model of what goes
+                if any(self.models[u].versions and u not in going for u in users):
+                    continue  # still used by a model that stays
+                going.add(entry.name)
+                out.append(entry)
+                changed = True
+        return out
 
     def _cleanup_temp(self, entry: ModelEntry) -> None:
         if entry.temp_dir:
