@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -188,3 +190,85 @@ def test_docs_table_lists_every_entry():
     for entry in config_support.FIELDS:
         assert f"| `{entry.path}` |" in text
         assert "|" not in entry.note  # (it would split the table's row and the warning's fields)
+
+
+# ----------------------------------------------------------------------------- model_metrics
+
+REQUEST_HIST = "nv_inference_request_duration_histogram_us"
+COMPUTE_HIST = "nv_inference_compute_duration_histogram_us"
+
+
+def _with_metrics(name: str, controls: str) -> str:
+    return CLEAN.replace('name: "clean"', f'name: "{name}"') + f"model_metrics {{ metric_control [ {controls} ] }}\n"
+
+
+def _control(family: str, buckets: str) -> str:
+    return f'{{ metric_identifier {{ family: "{family}" }} histogram_options {{ buckets: [ {buckets} ] }} }}'
+
+
+def _infer(client, model: str, n: int) -> None:
+    for _ in range(n):
+        inp = grpcclient.InferInput("IN", [1, 4], "INT32")
+        inp.set_data_from_numpy(np.arange(4, dtype=np.int32).reshape(1, 4))
+        client.infer(model, [inp])
+
+
+def _bucket_bounds(port: int, family: str, model: str) -> list[str]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    bounds = []
+    for labels in re.findall(rf"^{family}_bucket\{{([^}}]*)\}}", text, re.MULTILINE):
+        pairs = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if pairs.get("model") == model:
+            bounds.append(pairs["le"])
+    return bounds
+
+
+def test_model_metrics_buckets_on_metrics(tmp_path):
+    repo = tmp_path / "repo"
+    _model(repo, "custom", _with_metrics("custom", _control(REQUEST_HIST, "2, 20.5, 1000")))
+    _model(repo, "clean", CLEAN)
+    log_path = tmp_path / "server.log"
+    server = ServerProcess([repo], "--metrics-config=histogram_latencies=true", log_path=log_path)
+    server.start()
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            _infer(client, "custom", 3)
+            _infer(client, "clean", 3)
+        port = server.metrics_port
+        assert _bucket_bounds(port, REQUEST_HIST, "custom") == ["2", "20.5", "1000", "+Inf"]
+        # the family the config does not name keeps the defaults, which resolve microseconds
+        default = _bucket_bounds(port, COMPUTE_HIST, "custom")
+        assert default[:4] == ["5", "10", "25", "50"] and default[-1] == "+Inf"
+        assert _bucket_bounds(port, REQUEST_HIST, "clean") == default
+    finally:
+        assert server.stop() == 0
+    assert _warnings_of(log_path.read_text(), "custom") == []  # model_metrics is acted on
+
+
+BAD_BUCKETS = {
+    "unsorted": (_control(REQUEST_HIST, "10, 5"), "strictly increasing"),
+    "repeated": (_control(REQUEST_HIST, "5, 5"), "strictly increasing"),
+    "infinite": (_control(REQUEST_HIST, "1, inf"), "finite"),
+    "empty": (_control(REQUEST_HIST, ""), "1 to 64 buckets, got 0"),
+    "too_many": (_control(REQUEST_HIST, ", ".join(str(i) for i in range(1, 66))), "1 to 64 buckets, got 65"),
+    "unknown_family": (_control("nv_inference_queue_summary_us", "1"), "not a histogram family"),
+    "twice": (_control(REQUEST_HIST, "1") + ", " + _control(REQUEST_HIST, "2"), "more than once"),
+}
+
+
+def test_bad_model_metrics_buckets_refused_at_load(tmp_path):
+    repo = tmp_path / "repo"
+    for name, (controls, _) in BAD_BUCKETS.items():
+        _model(repo, name, _with_metrics(name, controls))
+    _model(repo, "clean", CLEAN)
+    server = ServerProcess([repo], "--strict-readiness=false", log_path=tmp_path / "server.log")
+    server.start()
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+            for name, (_, text) in BAD_BUCKETS.items():
+                assert index[name]["state"] == "UNAVAILABLE", index[name]
+                assert text in index[name]["reason"] and "model_metrics" in index[name]["reason"], index[name]
+            assert client.is_model_ready("clean")  # the server keeps serving
+    finally:
+        assert server.stop() == 0

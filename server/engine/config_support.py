@@ -132,7 +132,11 @@ FIELDS: tuple[FieldSupport, ...] = (
     _on("model_transaction_policy.decoupled", "decoupled (streaming) responses"),
     _on("model_repository_agents", "repository agents run at load (checksum)"),
     _off("response_cache", "no response cache in fpgaserve; every request runs"),
-    _off("model_metrics", "latency histograms use fpgaserve's default buckets"),
+    _on(
+        "model_metrics",
+        "histogram buckets of nv_inference_first_response_histogram_ms and fpgaserve's request and "
+        "compute duration histograms",
+    ),
 )
 
 BY_PATH: dict[str, FieldSupport] = {f.path: f for f in FIELDS}

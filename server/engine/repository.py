@@ -580,7 +580,7 @@ class ModelRepository:
             for version in versions:
                 mv = ModelVersion(name, version, config, str(model_dir / str(version)), str(model_dir), labels)
                 if self.latency.any_distribution:
-                    mv.stats.latencies = LatencyRecorder(self.latency)
+                    mv.stats.latencies = LatencyRecorder(self.latency, buckets=mc.histogram_buckets(config))
                 mv.scheduler = ensemble.EnsembleScheduler(mv, steps, self.get)
                 mv.scheduler.start()
                 pipelines.append(mv)
@@ -695,7 +695,9 @@ class ModelRepository:
         version_dir = str(model_dir / str(version))
         mv = ModelVersion(name, version, config, version_dir, str(model_dir), labels)
         if self.latency.any_distribution:
-            mv.stats.latencies = LatencyRecorder(self.latency, decoupled=mv.decoupled)
+            mv.stats.latencies = LatencyRecorder(
+                self.latency, decoupled=mv.decoupled, buckets=mc.histogram_buckets(config)
+            )
         cfg_dict = mc.config_dict(config)
         backend_settings = self.backend_config.get(mc.backend_name(config), {})
         instances: list[ModelInstance] = []
