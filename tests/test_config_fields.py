@@ -38,7 +38,7 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 4 ] format: FORMAT_NHWC is_no
         { name: "IN2" data_type: TYPE_INT32 dims: [ 4 ] optional: true is_non_linear_format_io: true } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 100 preserve_ordering: true }
-instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] passive: true host_policy: "numa0"
+instance_group [ { name: "group0" count: 2 kind: KIND_GPU gpus: [ 0 ] passive: true host_policy: "numa0"
                    rate_limiter { resources [ { name: "R1" count: 2 } ] priority: 1 } } ]
 optimization { graph { level: 1 } input_pinned_memory { enable: false } }
 response_cache { enable: true }
@@ -52,6 +52,7 @@ EXPECTED_UNACTED = {
     "runtime",
     "input.format",
     "input.is_non_linear_format_io",
+    "instance_group.name",
     "instance_group.kind: KIND_GPU",
     "instance_group.rate_limiter",
     "instance_group.gpus",

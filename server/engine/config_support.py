@@ -107,7 +107,7 @@ FIELDS: tuple[FieldSupport, ...] = (
         "ensemble_scheduling.max_inflight_requests",
         "ensemble steps are not throttled; every request runs its steps as soon as their inputs are ready",
     ),
-    _on("instance_group.name", "names the instances"),
+    _off("instance_group.name", "shown in the model's config only; instances are numbered, not named after it"),
     _on(
         "instance_group.kind",
         "instances run as host threads that drive the backend (the card, for hls4ml)",
