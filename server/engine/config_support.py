@@ -162,7 +162,7 @@ def unacted_fields(config: Any) -> list[tuple[str, str]]:
                 if not entry.acted_on:
                     found.setdefault(path, entry.note)
                 elif entry.ignored_values:
-                    values = value if field.label == field.LABEL_REPEATED else [value]
+                    values = value if field.is_repeated else [value]
                     for v in values:
                         enum_name = field.enum_type.values_by_number[v].name
                         if enum_name in entry.ignored_values:
@@ -173,7 +173,7 @@ def unacted_fields(config: Any) -> list[tuple[str, str]]:
                 # test keeps this from happening); say so rather than drop it
                 found.setdefault(path, "not classified; fpgaserve does not act on it")
                 continue
-            items = value if field.label == field.LABEL_REPEATED else [value]
+            items = value if field.is_repeated else [value]
             for item in items:
                 walk(item, path + ".")
 
