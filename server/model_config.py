@@ -9,7 +9,9 @@ Triton's normalizations added (see ``normalize``). Backends never see the messag
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -201,6 +203,7 @@ def validate(config: ModelConfig, model_name: str, source: str) -> None:
         raise ConfigError(f"{source}: model name '{config.name}' does not match its directory name '{model_name}'")
     if config.max_batch_size < 0:
         raise ConfigError(f"{source}: max_batch_size must be >= 0, got {config.max_batch_size}")
+    histogram_buckets(config, source)
     if not backend_name(config):
         raise ConfigError(f"{source}: must specify 'platform' or 'backend'")
     seen: set[tuple[str, str]] = set()
@@ -490,3 +493,31 @@ def triton_json_from_dict(config: dict) -> dict:
     message = ModelConfig()
     json_format.ParseDict(config, message)
     return triton_json(message)
+
+
+def histogram_buckets(config: ModelConfig, source: str = "model_metrics") -> dict[str, tuple[float, ...]]:
+    """The ``model_metrics`` histogram buckets of the config: family -> bounds. A family
+    fpgaserve does not export, buckets that are not finite and strictly increasing, none or
+    more than ``MAX_BUCKETS``, or a family named twice is a ``ConfigError``: a dashboard
+    built on buckets the server silently did not use would show wrong quantiles."""
+    from .engine.latency import HISTOGRAM_FAMILIES, MAX_BUCKETS
+
+    out: dict[str, tuple[float, ...]] = {}
+    for control in config.model_metrics.metric_control:
+        family = control.metric_identifier.family
+        where = f"{source}: model_metrics metric_control of family '{family}'"
+        if family not in HISTOGRAM_FAMILIES:
+            raise ConfigError(
+                f"{where}: not a histogram family whose buckets can be set (one of: {', '.join(HISTOGRAM_FAMILIES)})"
+            )
+        if family in out:
+            raise ConfigError(f"{where}: the family is given more than once")
+        buckets = tuple(control.histogram_options.buckets)
+        if not 1 <= len(buckets) <= MAX_BUCKETS:
+            raise ConfigError(f"{where}: histogram_options needs 1 to {MAX_BUCKETS} buckets, got {len(buckets)}")
+        if not all(math.isfinite(b) for b in buckets):
+            raise ConfigError(f"{where}: every bucket bound must be a finite number")
+        if any(b >= c for b, c in itertools.pairwise(buckets)):
+            raise ConfigError(f"{where}: bucket bounds must be strictly increasing, got {list(buckets)}")
+        out[family] = buckets
+    return out

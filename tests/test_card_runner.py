@@ -778,6 +778,10 @@ def test_telemetry_families_and_values(sim, pool, versions, monkeypatch):
         power = _one(second, "fpga_power_usage_watts", device=dev)
         assert 10 < power < 225  # an Alveo U250's range
         assert _one(second, "nv_gpu_power_usage", gpu_uuid=dev) == pytest.approx(power, abs=1e-3)
+        if API == "pynq":  # xclDeviceInfo2 carries no power limit: none is made up
+            assert not second.get("nv_gpu_power_limit"), second.get("nv_gpu_power_limit")
+        else:  # XRT's electrical report: power_consumption_max_watts of the simulated U250
+            assert _one(second, "nv_gpu_power_limit", gpu_uuid=dev) == 225
         energy = _one(second, "fpga_energy_consumption_joules_total", device=dev)
         assert energy > 0 and _one(second, "nv_energy_consumption", gpu_uuid=dev) == energy
         assert second["fpga_temperature_celsius"] and all(20 < v < 110 for _, v in second["fpga_temperature_celsius"])
@@ -830,6 +834,7 @@ def test_unreadable_sensors_are_left_out_not_zero(sim, pool, versions, monkeypat
     assert reading.error and not reading.rails and not reading.temperatures and reading.fan_rpm is None
     names = {s.name for m in FpgaTelemetryCollector(pool).collect() for s in m.samples}
     assert "fpga_power_usage_watts" not in names and "fpga_temperature_celsius" not in names
+    assert reading.power_limit_watts is None and "nv_gpu_power_limit" not in names  # no sensors: no limit either
     assert "fpga_healthy" in names
 
 

@@ -145,6 +145,7 @@ def test_emulated_device_after_load(csim_server):
     # nothing measured, nothing exported: no power, energy or memory for an emulation
     for name in (
         "nv_gpu_power_usage",
+        "nv_gpu_power_limit",
         "nv_gpu_memory_used_bytes",
         "nv_gpu_memory_total_bytes",
         "nv_energy_consumption",

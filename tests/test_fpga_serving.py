@@ -578,7 +578,8 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     # the GPU aliases perf_analyzer reads: exactly the gpu_uuid label, plain decimals
     for text in (first_text, second_text):
         lines = [line for line in text.splitlines() if line.startswith("nv_gpu_")]
-        assert len(lines) == 4 * len(uids), lines
+        # utilization, power usage and limit, memory used and total: XRT reports the limit
+        assert len(lines) == 5 * len(uids), lines
         parsed = {}
         for line in lines:
             m = GPU_SAMPLE.match(line)
@@ -591,6 +592,8 @@ def test_telemetry_on_the_metrics_endpoint(hw, repo, csim_cache):
     assert float(parsed[("nv_gpu_power_usage", dev)]) == pytest.approx(
         _one(second, "fpga_power_usage_watts", device=dev), abs=1e-3
     )
+    # the simulated U250's power_consumption_max_watts, what SuperSONIC's power panel divides by
+    assert float(parsed[("nv_gpu_power_limit", dev)]) == 225
 
 
 def test_perf_analyzer_collects_card_metrics(hw, tmp_path):

@@ -176,8 +176,8 @@ class DataPlane(DataPlaneAPI):
     async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
         await self.repository.load(name, config_json, files or None)
 
-    async def unload(self, name: str) -> None:
-        await self.repository.unload(name)
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        await self.repository.unload(name, unload_dependents=unload_dependents)
 
     # ------------------------------------------------------------------ shared memory
     async def shm_status(self, name: str = "") -> list[Region]:

@@ -128,7 +128,7 @@ class DataPlaneAPI(ABC):
         """Load or reload ``name``, with a config override (JSON) and files to serve it from."""
 
     @abstractmethod
-    async def unload(self, name: str) -> None: ...
+    async def unload(self, name: str, unload_dependents: bool = False) -> None: ...
 
     # ------------------------------------------------------------------ shared memory
     @abstractmethod

@@ -10,9 +10,11 @@ tritonserver reports cumulative latency counters by default. ``--metrics-config`
   Triton's 0.5, 0.9, 0.95, 0.99 and 0.999.
 * ``histogram_latencies=true``: ``nv_inference_first_response_histogram_ms`` for decoupled
   models, Triton's buckets 100, 500, 2000 and 5000 ms. Beyond Triton, also histograms of
-  request and compute duration per model (µs, the queue histogram's buckets), so a Grafana
-  panel can show p50/p99 with ``histogram_quantile`` across replicas. Summaries cannot be
-  aggregated across replicas.
+  request and compute duration per model (µs), so a Grafana panel can show p50/p99 with
+  ``histogram_quantile`` across replicas. Summaries cannot be aggregated across replicas.
+  A model's ``model_metrics { metric_control { metric_identifier { family } histogram_options
+  { buckets } } }`` replaces the buckets of that family for that model (Triton 2.51 honours it
+  for the first-response histogram; here for all three).
 * ``counter_latencies=false`` drops the cumulative duration counters.
 
 **How the quantiles are computed.** prometheus-cpp keeps a CKMS sketch per age bucket. Here
@@ -36,8 +38,15 @@ from dataclasses import dataclass, field
 
 DEFAULT_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
 FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
-# request and compute histograms: the queue histogram's bounds (µs), see statistics.py
+# request and compute histograms (µs). They start at 5 µs, below the queue histogram's
+# 100 µs: an hls4ml design computes in a few µs and a request over loopback takes tens, so
+# 100 µs as the first bound would put every request of a fast model in one bucket and
+# histogram_quantile could not tell 5 µs from 90 µs.
 DURATION_BUCKETS_US = (
+    5,
+    10,
+    25,
+    50,
     100,
     250,
     500,
@@ -52,6 +61,14 @@ DURATION_BUCKETS_US = (
     1_000_000,
     5_000_000,
 )
+#: histogram families a model's ``model_metrics`` may set buckets for -> the default buckets
+HISTOGRAM_FAMILIES: dict[str, tuple[float, ...]] = {
+    "nv_inference_first_response_histogram_ms": FIRST_RESPONSE_BUCKETS_MS,
+    "nv_inference_request_duration_histogram_us": DURATION_BUCKETS_US,
+    "nv_inference_compute_duration_histogram_us": DURATION_BUCKETS_US,
+}
+#: buckets one histogram may have: every bucket is a series per model version on /metrics
+MAX_BUCKETS = 64
 MAX_AGE_S = 60.0
 AGE_BUCKETS = 5
 SAMPLE = 4096
@@ -197,15 +214,21 @@ class LatencyRecorder:
     request_hist: Histogram | None = None
     compute_hist: Histogram | None = None
     first_response_hist: Histogram | None = None
+    # the model's model_metrics buckets: family -> bounds (the others keep the defaults)
+    buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.config.summaries:
             self.summaries = {name: WindowedSummary() for name in SUMMARIES}
         if self.config.histograms:
-            self.request_hist = Histogram(DURATION_BUCKETS_US)
-            self.compute_hist = Histogram(DURATION_BUCKETS_US)
+
+            def bounds(family: str) -> tuple[float, ...]:
+                return self.buckets.get(family, HISTOGRAM_FAMILIES[family])
+
+            self.request_hist = Histogram(bounds("nv_inference_request_duration_histogram_us"))
+            self.compute_hist = Histogram(bounds("nv_inference_compute_duration_histogram_us"))
             if self.decoupled:
-                self.first_response_hist = Histogram(FIRST_RESPONSE_BUCKETS_MS)
+                self.first_response_hist = Histogram(bounds("nv_inference_first_response_histogram_ms"))
 
     def observe(self, request_ns, queue_ns, input_ns, infer_ns, output_ns) -> None:
         """Successful requests: five parallel sequences of nanoseconds, one entry each."""

@@ -43,7 +43,7 @@ from ..errors import (
     permission_denied,
     unavailable,
 )
-from . import bls, ensemble, warmup
+from . import bls, config_support, ensemble, warmup
 from .batcher import DynamicBatcher
 from .instance_process import ProcessBackend, hosted
 from .latency import LatencyConfig, LatencyRecorder
@@ -185,6 +185,9 @@ class ModelEntry:
     # unloaded because one of them went (it comes back when that one is loaded again)
     depends_on: tuple[str, ...] = ()
     dependency_unloaded: bool = False
+    # loaded by a load request (or at startup) rather than only as an ensemble's composing
+    # model: an unload with unload_dependents leaves such a model loaded, as Triton does
+    explicit: bool = False
 
     def ready_versions(self) -> list[int]:
         return sorted(self.versions)
@@ -455,6 +458,7 @@ class ModelRepository:
             check_model_name(name)
         async with self._lock:
             old = await self._load_locked(name, config_json, files)
+            self.models[name].explicit = True
             old += await self._reload_dependents(name, {name})
         # Versions the load replaced finish their requests outside the lock, so a model stuck
         # in execute() never blocks other loads, unloads or the index.
@@ -542,6 +546,7 @@ class ModelRepository:
         """(the new versions, their config, the folder's signature, replaced versions of
         composing models an ensemble's load (re)loaded, to drain)."""
         loop = asyncio.get_running_loop()
+        unacted: list[str | None] = []
 
         def prepare():
             path = mc.config_path(model_dir, self.model_config_name)
@@ -551,6 +556,8 @@ class ModelRepository:
                 source = f"config override of '{name}'"
             else:
                 config = mc.read_config_file(path)
+            # named from the config as written: normalization sets fields of its own
+            unacted.append(config_support.load_warning(name, config))
             try:  # before anything reads the model's files (tritonserver runs them at poll)
                 run_load_agents(config, model_dir)
             except RepositoryAgentError as e:
@@ -607,6 +614,10 @@ class ModelRepository:
         except mc.ConfigError as e:
             # Triton's text, then the reason (which names the file and the problem)
             raise internal(f"failed to load '{name}', failed to poll from model repository: {e}") from None
+        # once per load, before the versions build (a failing build still had the fields)
+        for warning in unacted:
+            if warning:
+                log.warning("%s", warning)
 
         if cls is None:  # an ensemble: its composing models first, then its versions
             steps, composing_old = await self._load_composing(name, config, chain)
@@ -614,7 +625,7 @@ class ModelRepository:
             for version in versions:
                 mv = ModelVersion(name, version, config, str(model_dir / str(version)), str(model_dir), labels)
                 if self.latency.any_distribution:
-                    mv.stats.latencies = LatencyRecorder(self.latency)
+                    mv.stats.latencies = LatencyRecorder(self.latency, buckets=mc.histogram_buckets(config))
                 mv.scheduler = ensemble.EnsembleScheduler(mv, steps, self.get)
                 mv.scheduler.start()
                 pipelines.append(mv)
@@ -729,7 +740,9 @@ class ModelRepository:
         version_dir = str(model_dir / str(version))
         mv = ModelVersion(name, version, config, version_dir, str(model_dir), labels)
         if self.latency.any_distribution:
-            mv.stats.latencies = LatencyRecorder(self.latency, decoupled=mv.decoupled)
+            mv.stats.latencies = LatencyRecorder(
+                self.latency, decoupled=mv.decoupled, buckets=mc.histogram_buckets(config)
+            )
         cfg_dict = mc.config_dict(config)
         backend_settings = self.backend_config.get(mc.backend_name(config), {})
         instances: list[ModelInstance] = []
@@ -830,7 +843,11 @@ class ModelRepository:
                     self.unload_timeout_secs,
                 )
 
-    async def unload(self, name: str, _internal: bool = False) -> None:
+    async def unload(self, name: str, _internal: bool = False, unload_dependents: bool = False) -> None:
+        """Unload ``name``; the loaded ensembles that use it are retired with it. With
+        ``unload_dependents`` (an ensemble's unload), its composing models go too, and theirs,
+        as in Triton: each one no other loaded model still uses and that was loaded only as a
+        composing model (one a load request named stays)."""
         if not _internal:
             self.check_explicit()
             check_model_name(name)
@@ -839,27 +856,59 @@ class ModelRepository:
             if entry is None:
                 # Triton accepts unloading a model it does not know
                 return
-            old = list(entry.versions.values())
-            entry.state = UNLOADING
-            entry.versions = {}
-            entry.generation += 1
-            generation = entry.generation
-            entry.version_states = {v.version: (UNLOADING, "") for v in old}
-            for v in old:
-                self._notify("unload", v)
-            temp_dir, entry.temp_dir = entry.temp_dir, None
-            entry.dependency_unloaded = False
+            taken = [self._take_down(entry)]
+            if unload_dependents:
+                taken += [self._take_down(e) for e in self._unused_composing(entry)]
             dependents: list = []
-            self._retire_dependents(name, dependents)
+            for down in taken:
+                self._retire_dependents(down[0].name, dependents)
         # drained outside the lock: loads, unloads and the index go on meanwhile
         await self._drain(name, dependents)
-        await self._drain(name, old)
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-        if entry.generation == generation:
-            entry.state, entry.reason = UNAVAILABLE, "unloaded"
-            entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
-        log.info("unloaded model '%s'", name)
+        for down_entry, old, temp_dir, generation in taken:
+            await self._drain(down_entry.name, old)
+            if temp_dir:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            if down_entry.generation == generation:
+                down_entry.state, down_entry.reason = UNAVAILABLE, "unloaded"
+                down_entry.version_states = {v.version: (UNAVAILABLE, "unloaded") for v in old}
+            log.info("unloaded model '%s'", down_entry.name)
+
+    def _take_down(self, entry: ModelEntry) -> tuple[ModelEntry, list, str | None, int]:
+        """Withdraw ``entry``'s versions (under the lock): (entry, its versions to drain, its
+        temp dir to remove, the generation the unload set)."""
+        old = list(entry.versions.values())
+        entry.state = UNLOADING
+        entry.versions = {}
+        entry.generation += 1
+        entry.version_states = {v.version: (UNLOADING, "") for v in old}
+        for v in old:
+            self._notify("unload", v)
+        temp_dir, entry.temp_dir = entry.temp_dir, None
+        entry.dependency_unloaded = False
+        entry.explicit = False
+        return entry, old, temp_dir, entry.generation
+
+    def _unused_composing(self, ensemble_entry: ModelEntry) -> list[ModelEntry]:
+        """The composing models an unload_dependents unload of ``ensemble_entry`` takes with
+        it, ensembles before their own composing models: loaded, not loaded by a request of
+        their own, and used by no loaded model that stays."""
+        going = {ensemble_entry.name}
+        out: list[ModelEntry] = []
+        changed = True
+        while changed:  # until stable: a model may be freed only by a later one going
+            changed = False
+            for entry in list(self.models.values()):
+                if entry.name in going or not entry.versions or entry.explicit:
+                    continue
+                users = [other.name for other in self.models.values() if entry.name in other.depends_on]
+                if not any(u in going for u in users):
+                    continue  # not a composing model of what goes
+                if any(self.models[u].versions and u not in going for u in users):
+                    continue  # still used by a model that stays
+                going.add(entry.name)
+                out.append(entry)
+                changed = True
+        return out
 
     def _cleanup_temp(self, entry: ModelEntry) -> None:
         if entry.temp_dir:

@@ -367,7 +367,13 @@ class InferenceServicer:
 
     async def RepositoryModelUnload(self, request, context):
         common.refuse_repository_name(request.repository_name)
-        await self.dataplane.unload(request.model_name)
+        unload_dependents = False
+        if "unload_dependents" in request.parameters:
+            param = request.parameters["unload_dependents"]
+            if param.WhichOneof("parameter_choice") != "bool_param":
+                raise invalid_argument("invalid value type for 'unload_dependents' parameter, expected bool_param.")
+            unload_dependents = param.bool_param
+        await self.dataplane.unload(request.model_name, unload_dependents)
         return pb.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ shared memory

@@ -607,9 +607,10 @@ class HttpFrontend:
         if action == "unload":
             req = self._json_body(body, "unload model")
             params = req.get("parameters") or {}
+            unload_dependents = False
             if isinstance(params, dict) and "unload_dependents" in params:
-                codec.as_bool(params["unload_dependents"], "unload_dependents")
-            await self.dataplane.unload(name)
+                unload_dependents = codec.as_bool(params["unload_dependents"], "unload_dependents")
+            await self.dataplane.unload(name, unload_dependents)
             return web.Response(status=200, content_type=_JSON)
         req = self._json_body(body, "load model")
         params = req.get("parameters", {})

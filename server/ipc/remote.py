@@ -415,8 +415,8 @@ class RemoteDataPlane(DataPlaneAPI):
     async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
         await self._call("load", name, config_json, files)
 
-    async def unload(self, name: str) -> None:
-        await self._call("unload", name)
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        await self._call("unload", name, unload_dependents)
 
     # ------------------------------------------------------------------ shared memory
     async def shm_status(self, name: str = "") -> Sequence[RegionStatus]:

@@ -174,6 +174,10 @@ class FpgaTelemetryCollector:
             labels=["gpu_uuid"],
         )
         nv_power = GaugeMetricFamily("nv_gpu_power_usage", "FPGA card power usage in watts", labels=["gpu_uuid"])
+        # Triton's name and help; SuperSONIC's power panel divides usage by it
+        nv_power_limit = GaugeMetricFamily(
+            "nv_gpu_power_limit", "FPGA card power management limit in watts", labels=["gpu_uuid"]
+        )
         nv_used = GaugeMetricFamily(
             "nv_gpu_memory_used_bytes", "FPGA card memory used by fpgaserve, in bytes", labels=["gpu_uuid"]
         )
@@ -217,6 +221,8 @@ class FpgaTelemetryCollector:
             if p is not None:
                 power.add_metric([uid], p)
                 nv_power.add_metric([uid], round(p, 3))
+            if reading.power_limit_watts is not None:  # never a made-up limit
+                nv_power_limit.add_metric([uid], round(reading.power_limit_watts, 3))
             energy.add_metric([uid], total_energy)
             nv_energy.add_sample("nv_energy_consumption", {"gpu_uuid": uid}, total_energy)
             for rail, values in sorted(reading.rails.items()):
@@ -266,6 +272,7 @@ class FpgaTelemetryCollector:
             device_info,
             nv_util,
             nv_power,
+            nv_power_limit,
             nv_used,
             nv_total,
             nv_energy,

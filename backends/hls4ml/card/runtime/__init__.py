@@ -71,6 +71,9 @@ class SensorReading:
     fan_rpm: float | None = None
     clocks: dict[str, float] = field(default_factory=dict)  # name -> MHz
     power_watts: float | None = None  # the card's draw, when the runtime reports it directly
+    # the board's power limit (XRT's electrical ``power_consumption_max_watts``); None when the
+    # runtime gives none (PYNQ's xclDeviceInfo2 has no such field, XRT says "N/A")
+    power_limit_watts: float | None = None
     error: str | None = None  # why nothing could be read, for doctor
 
     @property

@@ -316,6 +316,10 @@ def _electrical(data: dict, reading: SensorReading) -> None:
     watts = finite_number(data.get("power_consumption_watts"))
     if watts:
         reading.power_watts = watts
+    # "N/A" when XRT cannot query the card's max power level; 0 would be no limit either
+    limit = finite_number(data.get("power_consumption_max_watts"))
+    if limit and limit > 0:
+        reading.power_limit_watts = limit
 
 
 def _thermal(data: dict, reading: SensorReading) -> None:
