@@ -156,7 +156,9 @@ def observed(tritonserver_path, tmp_path_factory):  # noqa: F811
 
 
 def _observe(http_port: int, repo: Path, per_request: bool) -> dict:
-    client = httpclient.InferenceServerClient(f"localhost:{http_port}")
+    # (a load starts one Python stub per instance in Triton: on two busy cores that can take
+    # longer than the client's default 60 s)
+    client = httpclient.InferenceServerClient(f"localhost:{http_port}", connection_timeout=300, network_timeout=300)
     seen: dict = {}
     try:
         for name in MODELS:
