@@ -33,6 +33,10 @@ tomllib = pytest.importorskip("tomllib", reason="tomllib (Python 3.11+) reads py
 SCANNED = ("server", "backends", "pack", "protos")
 
 # Imported by the code but not a PyPI distribution, with the reason.
+# modules fpgaserve itself ships outside its package: the Python backend's
+# triton_python_backend_utils, put on sys.path only in a model's instance process
+SHIPPED = {path.stem for path in (ROOT / "backends" / "python_stub").glob("*.py")}
+
 NOT_ON_PYPI = {
     # XRT's own Python binding, installed with XRT (/opt/xilinx/xrt/python); the card runtime
     # imports it only with --fpga-mode hardware on an XRT host
@@ -86,7 +90,7 @@ def _third_party_imports() -> list[tuple[str, str, bool]]:
                     continue
                 for module in modules:
                     top = module.split(".")[0]
-                    if top in sys.stdlib_module_names or top == "fpgaserve":
+                    if top in sys.stdlib_module_names or top == "fpgaserve" or top in SHIPPED:
                         continue
                     found.append((str(path.relative_to(ROOT)), top, id(node) in eager))
     return found
