@@ -17,6 +17,7 @@ import math
 import queue
 import random
 import subprocess
+import time
 import urllib.request
 from functools import partial
 
@@ -126,6 +127,22 @@ def _families(port: int) -> dict:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
+def _settled_families(port: int, model: str, count: int) -> dict:
+    """The families once every summary of ``model`` counts ``count`` observations.
+
+    Triton records a request's compute times after its response has left (the Python
+    backend reports them from the stub's release path), so a scrape right after the last
+    response can still miss them; wait up to 10 s for the counts to settle.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        fams = _families(port)
+        counts = [_samples(fams, n, model).get((f"{n}_count", None, None)) for n in SUMMARIES if n in fams]
+        if counts.count(count) == len(SUMMARIES) or time.monotonic() > deadline:
+            return fams
+        time.sleep(0.1)
+
+
 def _samples(fams, name: str, model: str) -> dict:
     return {
         (s.name, s.labels.get("quantile"), s.labels.get("le")): s.value
@@ -196,12 +213,12 @@ def test_summary_families_match_tritons(tritonserver_path, tmp_path, extra):  # 
     triton = start_tritonserver(repo, *ports, extra_args=args, log_path=tmp_path / "triton.log")
     try:
         _simple(grpcclient.InferenceServerClient(f"127.0.0.1:{ports[0]}"), 3)
-        theirs = _families(ports[2])
+        theirs = _settled_families(ports[2], "simple", 3)
     finally:
         stop_tritonserver(triton)
     with ServerProcess([CONFORMANCE_REPO], *args, log_path=tmp_path / "s.log") as s:
         _simple(grpcclient.InferenceServerClient(s.url), 3)
-        ours = _families(s.metrics_port)
+        ours = _settled_families(s.metrics_port, "simple", 3)
 
     def shape(fams):
         return {
