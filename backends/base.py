@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import NamedTuple, overload
 
 import numpy as np
@@ -59,6 +60,10 @@ class BackendRequest(NamedTuple):
     id: str
     flags: int  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) / _END (2)
     correlation_id: int | str
+    #: whether the client has withdrawn the request (cancelled its RPC or stream, or its
+    #: deadline passed): a model may then stop early (Triton's ``is_cancelled()``); its answer
+    #: is discarded. None when nobody can withdraw it (warm-up).
+    cancelled: Callable[[], bool] | None = None
 
 
 def path_inside(root: str | os.PathLike, base: str | os.PathLike, name: str, what: str) -> str:

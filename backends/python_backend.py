@@ -72,6 +72,8 @@ class PythonBackend(ProcessBackend):
         _refuse_unsupported(config, backend_config or {})
         self.model_path = _model_path(config, version_dir)
         self._exec_id = 0  # numbers the batches sent to the child
+        # the running batch's requests' cancellation checks: (exec id, [check or None, ...])
+        self._cancel_checks: tuple[int, list] = (0, [])
         super().__init__(config, version_dir, instance_index, backend_config)
 
     def _unhealthy_prefix(self) -> str:
@@ -111,6 +113,7 @@ class PythonBackend(ProcessBackend):
             )
             for r in requests
         ]
+        self._cancel_checks = (exec_id, [r.cancelled for r in requests])
         try:
             self._send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
@@ -131,6 +134,12 @@ class PythonBackend(ProcessBackend):
             else:
                 answers.append(failure_from_child(result))
         return answers
+
+    def request_cancelled(self, exec_id: int, index: int) -> bool:
+        running, checks = self._cancel_checks
+        if exec_id != running or not 0 <= index < len(checks) or checks[index] is None:
+            return False  # a batch that has been answered (its late question), or warm-up
+        return bool(checks[index]())
 
     def _reply(self, exec_id: int) -> tuple:
         """The child's answer to batch ``exec_id`` (what an earlier batch's stream left unread is skipped)."""

@@ -102,12 +102,14 @@ class PythonModelHost:
             raise ModelRaised(python_error_text(e)) from None
 
     # ------------------------------------------------------------------ execute
-    def execute_requests(self, messages: list, decoupled: bool, exec_id: int = 0) -> list | None:
+    def execute_requests(self, messages: list, decoupled: bool, exec_id: int = 0, first: int = 0) -> list | None:
+        """``messages``: the requests at positions ``first``, ``first + 1``, ... of batch
+        ``exec_id`` (how the engine names a request when the model asks about it)."""
         pb = self.pb
         worker = current()
         get = worker.get
         requests = []
-        for index, (request_id, flags, parameters, inputs, requested, correlation_id) in enumerate(messages):
+        for index, (request_id, flags, parameters, inputs, requested, correlation_id) in enumerate(messages, first):
             # a decoupled model may read its inputs after execute returns (from its own
             # threads): those get their own copy; others are views on the engine's segment
             tensors = [pb.Tensor(name, get(ref, copy=decoupled)) for name, ref in inputs]

@@ -393,6 +393,66 @@ parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DI
 """
 
 
+# waits, while its client is there, for the client to withdraw the request (X == 1), and
+# writes down what is_cancelled() said; X == 0 answers at once
+PATIENT = """
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.path = os.path.join(args["model_repository"], "cancelled.txt")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            if int(pb_utils.get_input_tensor_by_name(request, "X").as_numpy()[0]) == 1:
+                deadline = time.monotonic() + 60
+                while not request.is_cancelled() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                with open(self.path, "a") as f:
+                    f.write(f"{request.request_id()} {request.is_cancelled()}\\n")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([7], dtype=np.int32))]))
+        return responses
+"""
+
+PATIENT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+# a decoupled model that streams until its client cancels the stream (Triton's way to stop
+# a generator early), then ends it with the final flag
+TICKER = """
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.path = os.path.join(args["model_repository"], "cancelled.txt")
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            deadline = time.monotonic() + 60
+            tick = 0
+            while not sender.is_cancelled() and time.monotonic() < deadline:
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([tick], dtype=np.int32))]))
+                tick += 1
+                time.sleep(0.02)
+            with open(self.path, "a") as f:
+                f.write(f"{request.request_id()} {sender.is_cancelled()}\\n")
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+TICKER_CONFIG = PATIENT_CONFIG + "model_transaction_policy { decoupled: true }\n"
+
+
 def _model(repo: Path, name: str, config: str, code: str) -> None:
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n' + textwrap.dedent(config))
@@ -422,6 +482,8 @@ def repo(tmp_path_factory) -> Path:
     _model(repo, "odd", SCALAR_CONFIG, ODD)
     _model(repo, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     _model(repo, "no_class", SCALAR_CONFIG, "x = 1\n")
+    _model(repo, "patient", PATIENT_CONFIG, PATIENT)
+    _model(repo, "ticker", TICKER_CONFIG, TICKER)
     return repo
 
 
@@ -716,6 +778,71 @@ def test_a_failed_stream_leaves_nothing_for_the_next_request(client):
     finally:
         client.stop_stream()
     assert [r.as_numpy("OUT").tolist() for r in got] == [[5], [6], [7]]  # none of 50, 51
+
+
+def _x(value: int):
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return [x]
+
+
+def _cancellation_seen(repo: Path, model: str, request_id: str) -> str:
+    """What the model wrote down for ``request_id`` (it writes once it saw the cancellation or
+    gave up waiting)."""
+    path = repo / model / "cancelled.txt"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        for line in path.read_text().splitlines() if path.exists() else []:
+            if line.startswith(request_id + " "):
+                return line.split(" ", 1)[1]
+        time.sleep(0.05)
+    return "nothing written"
+
+
+@pytest.fixture(params=["frontend-processes-2", "in-process"])
+def cancellable(request, repo, server, tmp_path):
+    """(repository, client) of the shared server (frontends in their own processes, the
+    engine hears of a cancellation by message) and of one with the frontends in the engine's
+    process (the request's future is cancelled)."""
+    if request.param == "frontend-processes-2":
+        yield repo, grpcclient.InferenceServerClient(server.url)
+        return
+    own = tmp_path / "repo"
+    _model(own, "patient", PATIENT_CONFIG, PATIENT)
+    _model(own, "ticker", TICKER_CONFIG, TICKER)
+    with ServerProcess([own], "--frontend-processes", "1", log_path=tmp_path / "server.log") as s:
+        yield own, grpcclient.InferenceServerClient(s.url)
+
+
+def test_a_request_whose_client_gave_up_is_cancelled(cancellable):
+    repo, client = cancellable
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("patient", _x(1), request_id="gave-up", client_timeout=1.0)
+    assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED", e.value.message()
+    assert _cancellation_seen(repo, "patient", "gave-up") == "True"
+    assert client.infer("patient", _x(0)).as_numpy("Y").tolist() == [7]  # the instance serves on
+
+
+def test_a_decoupled_model_stops_when_its_stream_is_cancelled(cancellable):
+    repo, client = cancellable
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), results))
+    try:
+        client.async_stream_infer("ticker", _x(1), request_id="stopped")
+        first = [results.get(timeout=60) for _ in range(2)]
+    finally:
+        client.stop_stream(cancel_requests=True)
+    assert [r.as_numpy("Y").tolist() for r in first] == [[0], [1]]
+    assert _cancellation_seen(repo, "ticker", "stopped") == "True"
+    # the instance is free again: a new stream gets its own responses
+    results = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), results))
+    try:
+        client.async_stream_infer("ticker", _x(1), request_id="again")
+        assert results.get(timeout=60).as_numpy("Y").tolist() == [0]
+    finally:
+        client.stop_stream(cancel_requests=True)
+    assert _cancellation_seen(repo, "ticker", "again") == "True"
 
 
 def test_sequences_reach_the_model_with_their_flags_and_correlation_id(client):

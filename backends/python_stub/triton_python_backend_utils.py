@@ -325,7 +325,7 @@ class ResponseSender:
             self._closed = True
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._request.is_cancelled()
 
 
 # ----------------------------------------------------------------------------- requests
@@ -402,7 +402,11 @@ class InferenceRequest:
         return json.dumps(self._parameters, separators=(",", ":"))
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client has withdrawn this request (cancelled the call or stream, or its
+        deadline passed): asked of the server each time, as Triton's stub asks its core."""
+        if not isinstance(self._index, tuple):
+            return False  # a request the model built (BLS), not one it received
+        return bool(_worker().call(("is_cancelled", *self._index)))
 
     def get_response_sender(self) -> ResponseSender:
         if not self._decoupled:

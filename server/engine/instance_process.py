@@ -347,9 +347,22 @@ class ProcessBackend(Backend):
         self._loop = loop
         self._engine_call = engine_call
 
+    def request_cancelled(self, exec_id: int, index: int) -> bool:
+        """Whether request ``index`` of batch ``exec_id`` (still running in the child) has been
+        withdrawn by its client: overridden by backends that hand the child their requests."""
+        return False
+
     def _serve_call(self, call_id: int, payload: Any, stream: bool) -> None:
         channel = self._channel
         assert channel is not None
+        if isinstance(payload, tuple) and payload and payload[0] == "is_cancelled":
+            # answered here, on the thread reading the child (it runs that very batch): no
+            # hop to the event loop for a question the model may ask in a loop
+            try:
+                channel.send(("reply", call_id, ("ok", self.request_cancelled(payload[1], payload[2]))))
+            except OSError:
+                pass
+            return
 
         def reply(item: tuple) -> None:
             # from the event loop's thread; the channel's send is locked against the instance thread

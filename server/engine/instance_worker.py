@@ -202,9 +202,9 @@ class Worker:
         self.segment.reset()
         if alone:  # each request its own execution: a failure is that request's alone
             results: list = []
-            for request in requests:
+            for position, request in enumerate(requests):
                 try:
-                    results += self.host.execute_requests([request], decoupled, exec_id)
+                    results += self.host.execute_requests([request], decoupled, exec_id, position)
                 except BaseException as e:
                     results.append(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
             self.channel.send(("done_requests", results, exec_id))

@@ -396,12 +396,13 @@ class _Reply:
     cancelled while it executed, then finished) are dropped, as a done future drops them.
     The engine's CPU per small request went down ~2 µs with it (bench_engine.py)."""
 
-    __slots__ = ("_done", "fe", "token")
+    __slots__ = ("_cancelled", "_done", "fe", "token")
 
     def __init__(self, fe: _Frontend, token: int):
         self.fe = fe
         self.token = token
         self._done = False
+        self._cancelled = False
 
     def done(self) -> bool:
         return self._done  # read by instance threads too: one attribute
@@ -429,9 +430,13 @@ class _Reply:
             log.error("request from frontend %d failed: %s", self.fe.pid, type(e).__name__, exc_info=e)
             self.fe.send(("error", self.token, "INTERNAL", f"internal error in ModelInfer ({type(e).__name__})"))
 
+    def cancelled(self) -> bool:
+        return self._cancelled  # read by instance threads too (a model's is_cancelled())
+
     def cancel(self) -> bool:
         if self._done:
             return False
+        self._cancelled = True
         self._finish().discard(self.token)
         self.fe.send(("error", self.token, Status.CANCELLED.name, "the request was cancelled"))
         return True
