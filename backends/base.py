@@ -149,7 +149,9 @@ class Backend(ABC):
         """Run one batch given as its requests (``request_level`` backends): per request its
         outputs (a dict of arrays) or an ``Exception`` that fails only that request. Raising
         fails the whole batch. For a decoupled model the single request's answer is an
-        iterator of output dicts, one per response, which the scheduler sends as they come.
+        iterator of output dicts, one per response, which the scheduler sends as they come;
+        an ``Exception`` in it is an error response that fails neither the request nor the
+        responses after it (a decoupled model may answer with errors between results).
 
         ``alone``: the requests are not a batch but each its own execution (at most
         ``carries_requests`` of them), run one after another; a request whose own execution

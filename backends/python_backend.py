@@ -151,7 +151,11 @@ class PythonBackend(ProcessBackend):
     def _responses(self, exec_id: int):
         """A decoupled request's responses as the model sends them, until it sends the final
         flag and its execute has returned. Messages of an earlier batch (a stream the scheduler
-        stopped reading, having failed it) are skipped."""
+        stopped reading, having failed it) are skipped.
+
+        An error response without the final flag is yielded as its exception and the stream
+        goes on: Triton sends it to the client and then the model's later responses and final
+        flag. One with the final flag ends the request with that error."""
         final = done = False
         while not (final and done):
             try:
@@ -170,7 +174,10 @@ class PythonBackend(ProcessBackend):
                 continue
             _, _, outputs, error, flags = message
             if error is not None:
-                raise failure_from_child(("error", *error))
+                if flags & RESPONSE_COMPLETE_FINAL:
+                    raise failure_from_child(("error", *error))
+                yield failure_from_child(("error", *error))
+                continue
             if outputs is not None:
                 peer = self._peer
                 assert peer is not None

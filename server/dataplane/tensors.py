@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import datatypes
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
-from ..errors import invalid_argument
+from ..errors import InferenceError, invalid_argument
 from ..model_config import TensorSpec
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ class WireRequest:
     parameters: dict[str, Any]  # Triton's and custom ones, passed on to the model
     priority: int = 0
     timeout_us: int = 0
-    # decoupled models: called from the instance thread with each response as it comes
-    emit: Callable[[list[EncodedOutput]], object] | None = None
+    # decoupled models: called from the instance thread with each response as it comes (an
+    # InferenceError for an error response the stream goes on after)
+    emit: Callable[[list[EncodedOutput] | InferenceError], object] | None = None
     # the client's W3C trace context (gRPC metadata / HTTP header), collected only while
     # tracing is on (``DataPlaneAPI.tracing_active``)
     traceparent: str = ""

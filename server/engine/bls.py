@@ -87,7 +87,11 @@ async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> 
         )
         request.encode = _slices
         if stream:
-            request.emit = lambda produced: reply(("ok", _outputs(instance, produced)))
+            request.emit = lambda produced: reply(
+                ("error", produced.status.name, produced.message)
+                if isinstance(produced, InferenceError)
+                else ("ok", _outputs(instance, produced))
+            )
         # (with ``_slices`` as its encode, the request resolves to its output arrays)
         produced: Any = await model.scheduler.submit(request)
         if not stream:

@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..model_config import TensorSpec
+
+if TYPE_CHECKING:
+    from ..errors import InferenceError
 
 
 class ShmTarget(NamedTuple):
@@ -58,8 +61,9 @@ class InferenceRequest:
     # sends the answer to the frontend at once (no callback to schedule per request)
     future: asyncio.Future = None  # type: ignore[assignment]
     # decoupled models: called from the instance thread with each response's
-    # list[EncodedOutput] as the model yields it (the future then resolves to [])
-    emit: Callable[[list[EncodedOutput]], object] | None = None
+    # list[EncodedOutput] as the model yields it, or the InferenceError of an error response
+    # the stream goes on after (the future then resolves to [])
+    emit: Callable[[list[EncodedOutput] | InferenceError], object] | None = None
     # a filler row the sequence batcher adds to keep batch slots in place (never answered)
     padding: bool = False
     # set by a batcher at enqueue: queue deadline (0 = none) and arrival sequence number

@@ -565,11 +565,15 @@ class ModelInstance:
                     break
                 t1 = time.monotonic_ns()
                 infer_ns += t1 - t
+                emit = request.emit
+                assert emit is not None  # decoupled requests always carry one
+                if isinstance(outputs, BaseException):  # an error response; the stream goes on
+                    emit(model_failure(self.model.name, outputs))
+                    t = time.monotonic_ns()
+                    continue
                 outputs = self._check_outputs(outputs, [request], request.batch_size)
                 for name in self.batch_outputs.keys() & outputs.keys():
                     outputs[name] = self._scatter(outputs[name], name, [request])[0]
-                emit = request.emit
-                assert emit is not None  # decoupled requests always carry one
                 if not request.first_response_ns:
                     request.first_response_ns = time.monotonic_ns()
                 emit(request.encode(request, outputs))

@@ -249,6 +249,13 @@ class InferenceServicer:
         wire = self._collect(request, model, context)
 
         def put(encoded):
+            if isinstance(encoded, InferenceError):
+                # an error response between results: in-stream, as a failed request's (Triton
+                # 2.51 echoes only the id), and the request's later responses still follow
+                msg = pb.ModelStreamInferResponse(error_message=encoded.message)
+                msg.infer_response.id = request.id
+                responses.put_nowait((msg, encoded))
+                return
             msg = pb.ModelStreamInferResponse()
             msg.infer_response.CopyFrom(codec.build_response(model, request.id, encoded, final_flag=False))
             responses.put_nowait((msg, None))

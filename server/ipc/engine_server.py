@@ -378,7 +378,7 @@ class EngineServer:
                 ireq.trace = tracer.start(name, traceparent)
             if mv.decoupled:
                 loop = asyncio.get_running_loop()
-                ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, ("emit", token, encoded))
+                ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, _emitted(token, encoded))
                 ireq.encode = functools.partial(encode_outputs, shm=self.dataplane.shm)
             self.dataplane.submit(ireq)
         except InferenceError as e:
@@ -386,6 +386,14 @@ class EngineServer:
         except Exception as e:
             log.exception("request from frontend %d failed", fe.pid)
             reply.set_exception(e)
+
+
+def _emitted(token, encoded) -> tuple:
+    """The message that carries a decoupled response to its frontend: its encoded outputs, or
+    the status and text of an error response (sent as plain values, never a pickled exception)."""
+    if isinstance(encoded, InferenceError):
+        return ("emit_error", token, encoded.status.name, encoded.message)
+    return ("emit", token, encoded)
 
 
 class _Reply:

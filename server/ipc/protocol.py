@@ -34,6 +34,7 @@ engine -> frontend
                                        (offset, nbytes) in the response arena for large ones
   ("error", token, status, message)    an InferenceError (its Status member name), re-raised as is
   ("emit", token, encoded)             one response of a decoupled model
+  ("emit_error", token, status, message)  an error response of a decoupled model; its stream goes on
   ("stale", token)                     the model snapshot used to decode is out of date
   ("shm", token, op, args)             mirror a registry change, then ack
 """

@@ -231,6 +231,10 @@ class RemoteDataPlane(DataPlaneAPI):
             p = self._pending.get(message[1])
             if p is not None and p.emit is not None:
                 p.emit(message[2])
+        elif kind == "emit_error":
+            p = self._pending.get(message[1])
+            if p is not None and p.emit is not None:
+                p.emit(InferenceError(Status[message[2]], message[3]))
         elif kind == "shm":
             _, token, op, args = message
             self._mirror(op, args)
