@@ -186,6 +186,26 @@ class TritonPythonModel:
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
+# an error response for each negative value, and the stream goes on with the next values
+REPEAT_ERRORS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        sender = requests[0].get_response_sender()
+        for i, v in enumerate(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy().tolist()):
+            if v < 0:
+                sender.send(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative %d" % v, pb_utils.TritonError.INVALID_ARG)))
+                continue
+            sender.send(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array([v], dtype=np.int32)),
+                pb_utils.Tensor("IDX", np.array([i], dtype=np.uint32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
 REPEAT_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -470,6 +490,7 @@ def repo(tmp_path_factory) -> Path:
     for name in ("crash_exit", "crash_segv", "crash_loop"):
         _model(repo, name, SCALAR_CONFIG, CRASHER)
     _model(repo, "repeat", REPEAT_CONFIG, REPEAT)
+    _model(repo, "repeat_errors", REPEAT_CONFIG, REPEAT_ERRORS)
     _model(repo, "bls", BLS_CONFIG, BLS)
     _model(repo, "bls_more", BLS_MORE_CONFIG, BLS_MORE)
     _model(repo, "auto", 'backend: "python"\n', AUTO)
@@ -760,6 +781,24 @@ def test_decoupled_responses_stream(client):
         assert not isinstance(r, InferenceServerException), r
     assert [r.as_numpy("OUT").tolist() for r in got] == [[4], [5], [6]]
     assert [r.as_numpy("IDX").tolist() for r in got] == [[0], [1], [2]]
+
+
+def test_error_responses_between_results_keep_the_stream_going(client):
+    """As in Triton: an error response without the final flag reaches the client in-stream,
+    and the model's later responses and its final flag still follow."""
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), results))
+    try:
+        inp = grpcclient.InferInput("IN", [4], "INT32")
+        inp.set_data_from_numpy(np.array([3, -1, -2, 4], dtype=np.int32))
+        client.async_stream_infer("repeat_errors", [inp], request_id="mixed", enable_empty_final_response=True)
+        got = [results.get(timeout=60) for _ in range(5)]
+    finally:
+        client.stop_stream()
+    assert [g.message() for g in got[1:3]] == ["negative -1", "negative -2"]
+    assert [g.as_numpy("OUT").tolist() for g in (got[0], got[3])] == [[3], [4]]
+    final = got[4].get_response()
+    assert final.id == "mixed" and final.parameters["triton_final_response"].bool_param is True
 
 
 def test_a_failed_stream_leaves_nothing_for_the_next_request(client):
