@@ -595,14 +595,6 @@ def test_error_responses_fail_only_their_request(triton, ours, protocol):
     assert mine == theirs
 
 
-def _without_frames(text: str) -> str:
-    """The text before the traceback Triton's Python backend appends to a model's exception
-    ("\n\nAt:\n" and the frames): within a load error it is followed by the warm-up's own
-    wording, which each server words around the model's message; the frames' lines are the
-    model's, compared in test_execute_that_raises_fails_every_request."""
-    return text.split("\n\nAt:\n", 1)[0]
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_execute_that_raises_fails_every_request(triton, ours, protocol):
     tensors = {"IN": np.array([[1], [2]], dtype=np.int32)}
@@ -660,7 +652,8 @@ def test_metadata_and_config(triton, ours, protocol, model):
 # --------------------------------------------------------------------------- warm-up
 
 
-REFERENCE_ATTEMPTS = 6
+# (it crashed in 2 of 3 loads here once: enough attempts that all failing is unlikely)
+REFERENCE_ATTEMPTS = 10
 
 
 @pytest.fixture(scope="module")
@@ -688,7 +681,8 @@ def test_failing_warmup_fails_the_load(triton_warmup_failure, ours):
     assert mine[0] == theirs[0] == 400
     their_text, my_text = theirs[1]["error"], mine[1]["error"]
     assert "warmup_fails: the warm-up sample breaks it" in their_text
-    assert "\n\nAt:\n" in their_text and "\n\nAt:\n" in my_text
-    assert _without_frames(my_text) == _without_frames(their_text)
+    # the whole text, the model's traceback included (the same file on both)
+    assert "\n\nAt:\n" in their_text
+    assert my_text == their_text
     # the others keep serving
     assert _infer(ours, "grpc", "add_sub", {"INPUT0": A, "INPUT1": B}, ["OUTPUT0"])[0] == "ok"
