@@ -25,11 +25,13 @@ CPU other processes used during each run. The last line is
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,10 +156,20 @@ class Run:
     loadavg_1m: float
     other_cores: float
     cmd: str
+    cpu_us_per_request: float | None = None  # the server's processes (all of them), per request served
     note: str = ""
 
 
-def measure(url: str, server_pid: int, load: Load, variant: str, rnd: int, args, workdir: Path) -> Run:
+def requests_served(http_port: int, model: str) -> int:
+    """The model's successful requests so far (its statistics, over HTTP)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/{model}/stats", timeout=10) as r:
+        stats = json.load(r)["model_stats"]
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+def measure(server: ServerProcess, load: Load, variant: str, rnd: int, args, workdir: Path) -> Run:
+    assert server.proc is not None
+    url = server.url
     model = load.model if variant == "python" else f"{load.model}_numpy"
     csv_path = workdir / f"{model}-r{rnd}.csv"
     csv_path.unlink(missing_ok=True)
@@ -169,10 +181,14 @@ def measure(url: str, server_pid: int, load: Load, variant: str, rnd: int, args,
     ]
     loadavg = float(Path("/proc/loadavg").read_text().split()[0])
     common.log(f"round {rnd} {variant:6} {load.key} b{load.batch} c{load.concurrency} (load average {loadavg:.2f})")
-    attempt, _ = common.run_pa(cmd, timeout=60 + 4 * args.windows * args.window_ms / 1000, pids=[server_pid])
+    served = requests_served(server.http_port, model)
+    attempt, _ = common.run_pa(cmd, timeout=60 + 4 * args.windows * args.window_ms / 1000, pids=[server.proc.pid])
+    served = requests_served(server.http_port, model) - served
     row = common._read_csv(csv_path) if attempt.rc == 0 else None
     other = attempt.other_cpu_s / attempt.wall_s if attempt.wall_s else 0.0
     run = Run(load, variant, rnd, common.col(row, "Inferences/Second"), loadavg, other, shlex.join(cmd))
+    if served > 0:
+        run.cpu_us_per_request = 1e6 * attempt.server_cpu_s / served
     if run.infer_s is None:
         tail = attempt.output.strip().splitlines()[-1:] if attempt.output else []
         run.note = f"FAILED rc {attempt.rc}: {tail}"
@@ -197,15 +213,25 @@ def report(runs: list[Run], wall_s: float) -> str:
     out += [f"- {k}: {v}" for k, v in common.machine_info()]
     out += [f"- benchmark wall time: {wall_s:.0f} s", ""]
     out += [
-        "| load | variant | median infer/s | min..max | runs |",
-        "|---|---|---:|---:|---:|",
+        "| load | variant | median infer/s | min..max | runs | median server CPU µs/request |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for load in LOADS:
         for variant in ("python", "numpy"):
             values = [r.infer_s for r in runs if r.load == load and r.variant == variant and r.infer_s]
             med = f"{statistics.median(values):,.0f}" if values else "n/a"
+            cpu = [
+                r.cpu_us_per_request for r in runs if r.load == load and r.variant == variant and r.cpu_us_per_request
+            ]
+            cpu_med = f"{statistics.median(cpu):,.0f}" if cpu else "n/a"
             label = f"{load.key} b{load.batch} c{load.concurrency}"
-            out.append(f"| {label} | {variant} | {med} | {spread(values)} | {len(values)} |")
+            out.append(f"| {label} | {variant} | {med} | {spread(values)} | {len(values)} | {cpu_med} |")
+    out += [
+        "",
+        "Server CPU per request is every server process's CPU time (engine, frontends, instance processes) "
+        "during the run over the requests the model's statistics counted: less disturbed by other work on "
+        "the machine than throughput.",
+    ]
     out += [
         "",
         "Per round (python/numpy of the adjacent pair; load average and other processes' cores at each run):",
@@ -230,6 +256,17 @@ def report(runs: list[Run], wall_s: float) -> str:
     out += ["", "perf_analyzer commands (the CSV path differs per run):", "", "```"]
     out += sorted({r.cmd.rsplit(" -f ", 1)[0] for r in runs})
     out += ["```", ""]
+    cpu_ratios = []
+    for load in LOADS:
+        med = {}
+        for variant in ("python", "numpy"):
+            cpu = [
+                r.cpu_us_per_request for r in runs if r.load == load and r.variant == variant and r.cpu_us_per_request
+            ]
+            med[variant] = statistics.median(cpu) if cpu else None
+        value = f"{med['numpy'] / med['python']:.2f}" if med["numpy"] and med["python"] else "n/a"
+        cpu_ratios.append(f"{load.key}={value}")
+    out.append("server CPU per request, numpy/python (1 = the Python backend costs no more): " + " ".join(cpu_ratios))
     ratios = {load.key: median_ratio(runs, load) for load in LOADS}
     out.append(" ".join(f"{k}_ratio={'n/a' if v is None else f'{v:.2f}'}" for k, v in ratios.items()))
     return "\n".join(out) + "\n"
@@ -260,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             order = ("python", "numpy") if rnd % 2 else ("numpy", "python")
             for load in loads:
                 for variant in order:
-                    runs.append(measure(server.url, server.proc.pid, load, variant, rnd, args, workdir))
+                    runs.append(measure(server, load, variant, rnd, args, workdir))
     text = report(runs, time.monotonic() - t0)
     print(text)
     if args.out:
