@@ -30,6 +30,7 @@ import threading
 import traceback
 from typing import Any
 
+from ..process_memory import keep_freed_memory
 from .instance_channel import Channel, Segment, SegmentReader, TensorRef
 
 _CURRENT: list[Worker] = []  # the worker of this process, once it runs
@@ -243,6 +244,9 @@ def _watch_lifeline(fd: int) -> None:
 
 def main(argv: list[str]) -> None:
     channel_fd, lifeline_fd = int(argv[0]), int(argv[1])
+    # a fresh interpreter: the server's malloc settings are not inherited, and a model that
+    # allocates its activations per batch would fault them in anew each time without them
+    keep_freed_memory()
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), name="lifeline", daemon=True).start()
     worker = Worker(Channel(channel_fd))
     _CURRENT.append(worker)

@@ -23,6 +23,7 @@ from ..engine.latency import parse_metrics_config
 from ..engine.tracing import Tracer, parse_trace_config
 from ..log_settings import LogSettings
 from ..metrics import Metrics
+from ..process_memory import keep_freed_memory
 from ..shared_memory import SystemSharedMemoryManager
 from .engine_server import EngineServer
 from .engines import engine_options
@@ -78,6 +79,8 @@ async def serve(options: ServerOptions, socket_path: str, index: int, count: int
 
 def main(argv: list[str] | None = None) -> int:
     config_path, socket_path, index, count = sys.argv[1:] if argv is None else argv
+    # a fresh interpreter: the main process's malloc settings are not inherited
+    keep_freed_memory()
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))
     log_settings = LogSettings(

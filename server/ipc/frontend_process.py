@@ -24,6 +24,7 @@ from ..frontends.grpc import InferenceServicer
 from ..frontends.grpc_listener import GrpcListener
 from ..frontends.http import HttpFrontend, http_ssl_context
 from ..log_settings import LogSettings
+from ..process_memory import keep_freed_memory
 from .remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.frontend")
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     config_path, socket_path, index, grpc_port, http_port = args[:5]
     engine_sockets = args[5].split(os.pathsep) if len(args) > 5 else []  # --engine-processes N > 1
+    # a fresh interpreter: the main process's malloc settings are not inherited
+    keep_freed_memory()
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))
     options.grpc_port = int(grpc_port)
