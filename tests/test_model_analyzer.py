@@ -75,25 +75,66 @@ def ma_server(tmp_path, model_analyzer):
     )
 
 
-def profile_config(path: Path, cpu_only: bool) -> Path:
-    """The profile config: what the command line cannot say (``cpu_only`` and the manual
-    search are per-model keys). ``cpu_only`` leaves GPU metrics out of the results; the
-    perf_analyzer flags widen the stability band, so a loaded test machine's jitter does not
-    make perf_analyzer give up on a concurrency."""
-    concurrencies = ", ".join(str(c) for c in CONCURRENCIES)
-    path.write_text(
-        f"profile_models:\n"
-        f"  {MODEL}:\n"
-        f"    cpu_only: {str(cpu_only).lower()}\n"
-        f"    parameters:\n"
-        f"      concurrency: [{concurrencies}]\n"
-        f"      batch_sizes: [1]\n"
-        f"    perf_analyzer_flags:\n"
-        f"      measurement-mode: count_windows\n"
-        f"      measurement-request-count: {WINDOW_REQUESTS}\n"
-        f"      stability-percentage: 50\n"
-    )
+def profile_config(path: Path, cpu_only: bool, manual_concurrencies: tuple[int, ...] = ()) -> Path:
+    """The profile config: what the command line cannot say (``cpu_only`` and a manual
+    search's values are per-model keys). ``cpu_only`` leaves GPU metrics out of the results
+    (and makes the automatic search's instance groups KIND_CPU); the perf_analyzer flags widen
+    the stability band, so a loaded test machine's jitter does not make perf_analyzer give up
+    on a concurrency."""
+    lines = ["profile_models:", f"  {MODEL}:", f"    cpu_only: {str(cpu_only).lower()}"]
+    if manual_concurrencies:
+        concurrencies = ", ".join(str(c) for c in manual_concurrencies)
+        lines += ["    parameters:", f"      concurrency: [{concurrencies}]", "      batch_sizes: [1]"]
+    lines += [
+        "    perf_analyzer_flags:",
+        "      measurement-mode: count_windows",
+        f"      measurement-request-count: {WINDOW_REQUESTS}",
+        "      stability-percentage: 50",
+    ]
+    path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def remote_profile(
+    model_analyzer: str, server: ServerProcess, perf_analyzer: str, tmp_path: Path, protocol: str, config: Path
+) -> list[str]:
+    """``model-analyzer profile`` against ``server`` in remote mode, its outputs under tmp_path."""
+    return [
+        model_analyzer,
+        "profile",
+        "--config-file",
+        str(config),
+        "--triton-launch-mode",
+        "remote",
+        "--triton-grpc-endpoint",
+        f"127.0.0.1:{server.grpc_port}",
+        "--triton-http-endpoint",
+        f"127.0.0.1:{server.http_port}",
+        "--triton-metrics-url",
+        f"http://127.0.0.1:{server.metrics_port}/metrics",
+        "--client-protocol",
+        protocol,
+        "--perf-analyzer-path",
+        perf_analyzer,
+        # remote mode reads the model's config from the server, yet wants a repository and an
+        # output folder for the config variants it writes (a config.pbtxt each)
+        "--model-repository",
+        str(BUNDLED_REPO),
+        "--output-model-repository-path",
+        str(tmp_path / "variants"),
+        "--checkpoint-directory",
+        str(tmp_path / "checkpoints"),
+        "--export-path",
+        str(tmp_path / "export"),
+        "--perf-output",
+        "--perf-output-path",
+        str(tmp_path / "perf_analyzer.log"),
+    ]
+
+
+def inference_rows(export: Path) -> list[dict[str, str]]:
+    with open(export / "results" / "metrics-model-inference.csv", newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r["Model"] == MODEL]
 
 
 def run(cmd: list[str], cwd: Path, what: str, server: ServerProcess) -> str:
@@ -145,43 +186,13 @@ def test_profile_remote(model_analyzer, ma_server, perf_analyzer, tmp_path, prot
     assert success_count(ma_server) == 0
     checkpoints = tmp_path / "checkpoints"
     export = tmp_path / "export"
-    profile = [
-        model_analyzer,
-        "profile",
-        "--config-file",
-        str(profile_config(tmp_path / "profile.yaml", cpu_only)),
-        "--triton-launch-mode",
-        "remote",
-        "--triton-grpc-endpoint",
-        f"127.0.0.1:{ma_server.grpc_port}",
-        "--triton-http-endpoint",
-        f"127.0.0.1:{ma_server.http_port}",
-        "--triton-metrics-url",
-        f"http://127.0.0.1:{ma_server.metrics_port}/metrics",
-        "--client-protocol",
-        protocol,
-        "--perf-analyzer-path",
-        perf_analyzer,
-        # it may not read the server's repository; remote mode still wants a folder for the
-        # config variants it writes (only config.pbtxt each)
-        "--model-repository",
-        str(BUNDLED_REPO),
-        "--output-model-repository-path",
-        str(tmp_path / "variants"),
-        "--checkpoint-directory",
-        str(checkpoints),
-        "--export-path",
-        str(export),
-        "--run-config-search-disable",
-        "--perf-output",
-        "--perf-output-path",
-        str(tmp_path / "perf_analyzer.log"),
-    ]
+    config = profile_config(tmp_path / "profile.yaml", cpu_only, CONCURRENCIES)
+    profile = remote_profile(model_analyzer, ma_server, perf_analyzer, tmp_path, protocol, config)
+    profile.append("--run-config-search-disable")
     out = run(profile, tmp_path, "model-analyzer profile", ma_server)
     assert f"Profiled 1 configurations for models: ['{MODEL}']" in out, out[-4000:]
 
-    with open(export / "results" / "metrics-model-inference.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["Model"] == MODEL]
+    rows = inference_rows(export)
     assert sorted(int(r["Concurrency"]) for r in rows) == list(CONCURRENCIES), rows
     for row in rows:
         assert row["Batch"] == "1", row
@@ -221,3 +232,46 @@ def test_profile_remote(model_analyzer, ma_server, perf_analyzer, tmp_path, prot
     detailed = export / "reports" / "detailed" / DEFAULT_VARIANT / "detailed_report.html"
     assert detailed.is_file(), list((export / "reports").rglob("*"))
     assert MODEL in detailed.read_text(errors="replace")
+
+
+def test_automatic_search_reloads_variants(model_analyzer, ma_server, perf_analyzer, tmp_path):
+    """The automatic search, cut to one variant beside the default (one KIND_CPU instance,
+    max_batch_size 2, dynamic batching) at concurrency 1: Model Analyzer reloads the model
+    with each variant's config as a RepositoryModelLoad override, so the server must apply
+    it, not just accept it. It leaves the last variant loaded; the server's config then shows
+    that variant, and the results show both configs measured."""
+    export = tmp_path / "export"
+    config = profile_config(tmp_path / "profile.yaml", cpu_only=True)
+    profile = remote_profile(model_analyzer, ma_server, perf_analyzer, tmp_path, "grpc", config)
+    profile += [
+        "--run-config-search-mode",
+        "brute",
+        "--run-config-search-max-instance-count",
+        "1",
+        "--run-config-search-min-model-batch-size",
+        "2",
+        "--run-config-search-max-model-batch-size",
+        "2",
+        "--run-config-search-max-concurrency",
+        "1",
+    ]
+    out = run(profile, tmp_path, "model-analyzer profile", ma_server)
+    assert f"Profiled 2 configurations for models: ['{MODEL}']" in out, out[-4000:]
+
+    rows = {r["Model Config Path"]: r for r in inference_rows(export)}
+    variant = f"{MODEL}_config_0"
+    assert sorted(rows) == [variant, DEFAULT_VARIANT], rows
+    for row in rows.values():
+        assert row["Concurrency"] == "1", row
+        assert float(row["Throughput (infer/sec)"]) > 0, row
+    # as bundled: one KIND_MODEL instance (Model Analyzer writes the kind without "KIND_")
+    assert (rows[DEFAULT_VARIANT]["Instance Group"], rows[DEFAULT_VARIANT]["Max Batch Size"]) == ("1:MODEL", "16384")
+    assert (rows[variant]["Instance Group"], rows[variant]["Max Batch Size"]) == ("1:CPU", "2")
+
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(ma_server.url) as client:
+        served = client.get_model_config(MODEL, as_json=True)["config"]
+    assert served["max_batch_size"] == 2, served
+    assert [(g["kind"], g["count"]) for g in served["instance_group"]] == [("KIND_CPU", 1)], served
+    assert "dynamic_batching" in served, served
