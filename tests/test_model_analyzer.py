@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -116,6 +117,11 @@ def remote_profile(
         protocol,
         "--perf-analyzer-path",
         perf_analyzer,
+        # Model Analyzer kills perf_analyzer above 80 % of the host's cores by default, a guard
+        # for its measurements' host; on 2 cores shared with the server that trips on load, not
+        # on anything the server does: allow all of them (psutil's figure cannot exceed it)
+        "--perf-analyzer-cpu-util",
+        str(100 * (os.cpu_count() or 1)),
         # remote mode reads the model's config from the server, yet wants a repository and an
         # output folder for the config variants it writes (a config.pbtxt each)
         "--model-repository",
