@@ -1,8 +1,8 @@
 """NVIDIA's Model Analyzer (``model-analyzer``, release 1.58.0) in remote mode against a real fpgaserve.
 
 Model Analyzer cannot start fpgaserve, so it profiles it as a Triton that someone else started
-(``--triton-launch-mode remote``). On the way it uses most of what a Triton client can: health
-and server metadata, the model's config (ModelConfig), a reload of the model with the config
+(``--triton-launch-mode remote``). On the way it uses most of what a Triton client can: readiness,
+the repository index, the model's config (ModelConfig), a reload of the model with the config
 variant it profiles (RepositoryModelLoad with a ``config`` override, which needs
 ``--model-control-mode explicit``), perf_analyzer's load with ``--collect-metrics`` and the
 server-side statistics, and ``/metrics`` (its remote monitor reads the ``nv_gpu_*`` gauges:
@@ -20,10 +20,11 @@ emulation at batch 1, concurrency 1 and 2, with the run-config search off, twice
 
 Each run must exit 0; give a results CSV row per concurrency with a non-zero throughput; leave
 the model's measurements in the checkpoint; have been counted by the server; and
-``model-analyzer report`` must build the detailed report from the checkpoint.
+``model-analyzer report`` must build the detailed report from the checkpoint. A cut-down
+automatic search then checks that the server applies the config variants it is reloaded with.
 
 Model Analyzer lives in its own venv, ``<repo>/.tools/venv-model-analyzer`` (tests/tools.py builds
-it on first use, ~600 MB of wheels); perf_analyzer comes from ``<repo>/.tools/perf-analyzer``. If
+it on first use, ~600 MB installed); perf_analyzer comes from ``<repo>/.tools/perf-analyzer``. If
 either cannot be installed (no network, pip failing) every test here is skipped with the reason.
 """
 
