@@ -6,7 +6,7 @@ working, else ``<repo>/.tools/perf-analyzer/perf_analyzer``, installed (idempote
 name: conftest.py imports it, which registers it for every test module (a fixture imported
 into each test module instead would make each test that uses it redefine the import, F811).
 
-Two virtual environments beside the project's own, built once under ``<repo>/.tools/`` and
+Three virtual environments beside the project's own, built once under ``<repo>/.tools/`` and
 reused (rebuilt when what they install changes):
 
 * ``venv-card``: the ``card`` extra (PYNQ 3.0.1, numpy<2) for the tests that drive the
@@ -15,6 +15,8 @@ reused (rebuilt when what they install changes):
 * ``venv-triton-stub-<X.Y>``: only ``numpy<2``, for NVIDIA's tritonserver (the reference in
   tests/reference_triton.py): its Python-backend stub runs the first ``python3`` on PATH and,
   with numpy 2, silently returns empty outputs. :func:`triton_stub_bin_dir`.
+* ``venv-model-analyzer``: NVIDIA's Model Analyzer (``model-analyzer``) and the tritonclient it
+  profiles through, for tests/test_model_analyzer.py. :func:`model_analyzer_executable`.
 """
 
 from __future__ import annotations
@@ -248,6 +250,43 @@ def triton_stub_bin_dir(version: tuple[int, int]) -> Path:
             f"no Python {version[0]}.{version[1]} with {STUB_REQUIREMENT} for tritonserver's stub: {why}"
         )
     return Path(path).parent
+
+
+# NVIDIA's Model Analyzer for tests/test_model_analyzer.py, in a venv of its own: it drags in
+# numba, matplotlib, optuna, docker and tritonclient[all] (cuda-python), none of which the project
+# needs. 1.58.0 is the release whose floor (grpcio>=1.81.1, tritonclient[all]>=2.4) admits the
+# project's pin tritonclient 2.73.0 with grpcio 1.8x and protobuf 6, so the analyzer's own gRPC
+# client is the one the project tests with; tritonclient is pinned beside it so pip cannot
+# resolve another.
+MODEL_ANALYZER_VENV = TOOLS / "venv-model-analyzer"
+MODEL_ANALYZER_REQUIREMENTS = ("triton-model-analyzer==1.58.0", "tritonclient[all]==2.73.0")
+MODEL_ANALYZER_PYTHONS = ((3, 11), (3, 12), (3, 10))
+
+
+@functools.cache
+def _locate_model_analyzer_venv() -> tuple[str | None, str]:
+    return _build_venv(
+        MODEL_ANALYZER_VENV,
+        MODEL_ANALYZER_PYTHONS,
+        list(MODEL_ANALYZER_REQUIREMENTS),
+        # the console script's module and the client it profiles through
+        "import model_analyzer.entrypoint, tritonclient.grpc, tritonclient.http",
+        timeout=900,
+        with_project=False,
+    )
+
+
+def model_analyzer_executable() -> str:
+    """The ``model-analyzer`` command of ``.tools/venv-model-analyzer`` (Model Analyzer 1.58.0
+    with tritonclient 2.73.0), built on first use; ``pytest.skip`` with the reason when it
+    cannot be built (no Python 3.10-3.12, no network for the wheels, pip failing)."""
+    python, why = _locate_model_analyzer_venv()
+    if python is None:
+        pytest.skip(f"Model Analyzer's venv {MODEL_ANALYZER_VENV} is unavailable: {why}")
+    exe = Path(python).parent / "model-analyzer"
+    if not exe.is_file():
+        pytest.skip(f"Model Analyzer's venv {MODEL_ANALYZER_VENV} was built but has no {exe}")
+    return str(exe)
 
 
 def run_runner_tests(python: str, api: str, *pytest_args: str) -> str:
