@@ -186,8 +186,19 @@ def checkpoint_throughputs(checkpoint_dir: Path) -> list[float]:
     return found
 
 
+# The HTTP run with device metrics repeats the gRPC run's profile (a minute on two cores):
+# it runs with FPGASERVE_LONG_TESTS=1, reported as a skip otherwise.
+_LONG = pytest.mark.skipif(
+    os.environ.get("FPGASERVE_LONG_TESTS") != "1", reason="FPGASERVE_LONG_TESTS=1: the HTTP profile with device metrics"
+)
+
+
 @pytest.mark.parametrize(
-    ("protocol", "cpu_only"), [("grpc", True), ("http", False)], ids=["grpc-cpu_only", "http-device_metrics"]
+    ("protocol", "cpu_only"),
+    [
+        pytest.param("grpc", True, id="grpc-cpu_only"),
+        pytest.param("http", False, id="http-device_metrics", marks=_LONG),
+    ],
 )
 def test_profile_remote(model_analyzer, ma_server, perf_analyzer, tmp_path, protocol, cpu_only):
     assert success_count(ma_server) == 0
