@@ -250,6 +250,71 @@ def test_pack_io_stream_and_serve(tmp_path, tmp_path_factory, csim_cache):
     assert np.array_equal(emulated.view(np.uint32), ref.view(np.uint32))
 
 
+def _keras_separable_file(path: Path) -> None:
+    """A small io_stream separable network saved as .keras: a SeparableConv2D written as hls4ml
+    writes one (a DepthwiseConv2D, then the pointwise 1x1 Conv2D; hls4ml 1.3.0's Keras 3
+    converter cannot read SeparableConv2D itself), then a strided Conv2D."""
+    keras = _keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(11)
+    i = keras.Input((16, 16, 3))
+    x = layers.DepthwiseConv2D(3, bias_initializer="random_normal")(i)
+    x = layers.Conv2D(4, 1, activation="relu", bias_initializer="random_normal")(x)
+    x = layers.Conv2D(4, 3, strides=2)(x)
+    keras.Model(i, layers.Flatten()(x)).save(path)
+
+
+def test_pack_separable_io_stream_serves_in_numpy(tmp_path, tmp_path_factory, csim_cache):
+    """pack leaves hls4ml's generic nnet_code_gen.h out of an io_stream separable network (the
+    stream convolutions never use its fillers): the emulator computes the windows from the
+    layers' parameters, auto mode serves it in numpy, and the answers are csim's bit for bit."""
+    import re
+
+    import tritonclient.grpc as grpcclient
+
+    from test_hls4ml_serving import _serve
+
+    _keras_separable_file(tmp_path / "sep.keras")
+    repo = tmp_path / "repo"
+    done = _pack(
+        "sep", "--keras", str(tmp_path / "sep.keras"), "--io-type", "io_stream", "--max-batch-size", "64",
+        "--repository", str(repo),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    version = repo / "sep" / "1"
+    assert not (version / "firmware" / "nnet_utils").exists(), "pack kept a library file: nothing left out to test"
+    project = Hls4mlProject.load(version)
+    model = FixedPointModel(project)
+    found = {layer.kind for layer in model.graph.layers}
+    assert {"depthwise_conv_2d_cl", "pointwise_conv_2d_cl", "conv_2d_cl"} <= found, found
+    assert all(layer.stream for layer in model.graph.layers)
+    lib = CsimLibrary.load(project, cache_dir=csim_cache)
+    # both emulator paths on the saturating, zero and on-grid rows
+    x = _inputs(model.n_in)
+    ref = lib.predict(x)
+    assert len(np.unique(ref)) > 50
+    assert model._f64
+    for path, got in (("float64", model.predict(x)), ("int64", model._predict_int64(x))):
+        assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), path
+
+    proc = _serve("auto", [repo], tmp_path_factory, csim_cache)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            meta = client.get_model_metadata("sep")
+            [inp], [out] = meta.inputs, meta.outputs
+            shape = [int(d) for d in inp.shape[1:]]
+            rows = np.random.default_rng(4).standard_normal((40, *shape)).astype(np.float32) * 4
+            t = grpcclient.InferInput(inp.name, [40, *shape], "FP32")
+            t.set_data_from_numpy(rows)
+            served = client.infer("sep", [t]).as_numpy(out.name)
+        log = proc.log()
+    finally:
+        proc.stop()
+    assert re.search(r"model sep: .* runs in numpy mode \(auto: ", log), log
+    want = lib.predict(rows.reshape(40, -1).astype(np.float64)).astype(np.float32)
+    assert np.array_equal(served.reshape(40, -1).view(np.uint32), want.view(np.uint32))
+
+
 def test_pack_io_stream_is_refused_for_array_kernels(tmp_path):
     """FaaST's kernel and kernel_wrapper's stand-in move arrays: --io-type io_stream is refused
     before anything is converted, naming the ABIs that carry it."""
