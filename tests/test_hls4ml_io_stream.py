@@ -10,7 +10,10 @@ and a concatenation of the branches, repack_stream (Flatten), tanh, and the stre
 PyTorch MLP is dense layers and activations on streams. fpgaserve's own C-simulation (its
 batch shim calls the stream top function through hls4ml's stream convert_data) is checked
 against the same reference, and one model is packed with ``--io-type io_stream`` and served in
-numpy and csim modes over the real server.
+numpy and csim modes over the real server. A separable network (depthwise and pointwise
+stream convolutions) is packed without hls4ml's generic nnet_code_gen.h and served in auto
+mode: numpy is chosen and equals csim bit for bit. Every case runs by default; the two
+more pack conversions run under ``FPGASERVE_LONG_TESTS=1`` and are a reported skip otherwise.
 """
 
 from __future__ import annotations
@@ -125,19 +128,20 @@ MODELS = {
         | {"repack_stream", "dense", "softmax", "relu"},
     ),
     "torch_mlp": (_convert_torch_stream, {"dense", "relu", "sigmoid"}),
-}
-if os.environ.get("FPGASERVE_LONG_TESTS") == "1":
-    MODELS["keras_1d"] = (
+    # the only csim checks of these stream layers; each is one small conversion and compile,
+    # as the two above (about as long to build), so they run by default
+    "keras_1d": (
         lambda outdir: _convert_keras_stream(outdir, _keras_stream_1d),
         {"zeropad1d_cl", "conv_1d_cl", "normalize", "pooling1d_cl", "global_pooling1d_cl", "concatenate1d"},
-    )
+    ),
     # the strided convolution in hls4ml's encoded implementation (its pixels table replayed)
-    MODELS["torch_conv_encoded"] = (
+    "torch_conv_encoded": (
         lambda outdir: _convert_torch_stream(
             outdir, StreamConv, (2, 8, 8), lambda layers: layers["c2"].update(ConvImplementation="Encoded")
         ),
         {"transpose", "conv_2d_cl"},
-    )
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -159,9 +163,13 @@ def test_io_stream_bit_exact_with_hls4ml_csim(name, workdir):
     x = _inputs(model.n_in)
     ref = np.asarray(hm.predict(np.ascontiguousarray(x))).reshape(len(x), -1)
     assert len(np.unique(ref)) > 50, f"{name}: the firmware's outputs barely vary, the comparison proves little"
-    # the strided PyTorch convolution's auto-sized accumulators are too wide for float64
-    assert model._f64 == (name != "torch_conv_encoded")
-    paths = {"chosen": model.predict(x), "int64": model._predict_int64(x)}
+    assert model._f64
+    if name == "torch_conv_encoded":
+        # the auto-sized Dense accumulator after the strided convolution is too wide for float64:
+        # that layer runs its int64 op inside the float64 chain
+        assert not all(model._step_f64)
+    # each path really runs: predict (chunked), the float64 chain on its own and the int64 chain
+    paths = {"predict": model.predict(x), "float64": model._predict_f64(x), "int64": model._predict_int64(x)}
     if name == "torch_mlp":
         # fpgaserve's C-simulation of a plain io_stream project (its batch shim feeds the stream top
         # function through hls4ml's convert_data); once, as each build is a second compile
@@ -248,6 +256,71 @@ def test_pack_io_stream_and_serve(tmp_path, tmp_path_factory, csim_cache):
     # and the emulator in process equals what the server sent
     emulated = FixedPointModel(project).predict(x.astype(np.float64)).astype(np.float32)
     assert np.array_equal(emulated.view(np.uint32), ref.view(np.uint32))
+
+
+def _keras_separable_file(path: Path) -> None:
+    """A small io_stream separable network saved as .keras: a SeparableConv2D written as hls4ml
+    writes one (a DepthwiseConv2D, then the pointwise 1x1 Conv2D; hls4ml 1.3.0's Keras 3
+    converter cannot read SeparableConv2D itself), then a strided Conv2D."""
+    keras = _keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(11)
+    i = keras.Input((16, 16, 3))
+    x = layers.DepthwiseConv2D(3, bias_initializer="random_normal")(i)
+    x = layers.Conv2D(4, 1, activation="relu", bias_initializer="random_normal")(x)
+    x = layers.Conv2D(4, 3, strides=2)(x)
+    keras.Model(i, layers.Flatten()(x)).save(path)
+
+
+def test_pack_separable_io_stream_serves_in_numpy(tmp_path, tmp_path_factory, csim_cache):
+    """pack leaves hls4ml's generic nnet_code_gen.h out of an io_stream separable network (the
+    stream convolutions never use its fillers): the emulator computes the windows from the
+    layers' parameters, auto mode serves it in numpy, and the answers are csim's bit for bit."""
+    import re
+
+    import tritonclient.grpc as grpcclient
+
+    from test_hls4ml_serving import _serve
+
+    _keras_separable_file(tmp_path / "sep.keras")
+    repo = tmp_path / "repo"
+    done = _pack(
+        "sep", "--keras", str(tmp_path / "sep.keras"), "--io-type", "io_stream", "--max-batch-size", "64",
+        "--repository", str(repo),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    version = repo / "sep" / "1"
+    assert not (version / "firmware" / "nnet_utils").exists(), "pack kept a library file: nothing left out to test"
+    project = Hls4mlProject.load(version)
+    model = FixedPointModel(project)
+    found = {layer.kind for layer in model.graph.layers}
+    assert {"depthwise_conv_2d_cl", "pointwise_conv_2d_cl", "conv_2d_cl"} <= found, found
+    assert all(layer.stream for layer in model.graph.layers)
+    lib = CsimLibrary.load(project, cache_dir=csim_cache)
+    # both emulator paths on the saturating, zero and on-grid rows
+    x = _inputs(model.n_in)
+    ref = lib.predict(x)
+    assert len(np.unique(ref)) > 50
+    assert model._f64
+    for path, got in (("float64", model.predict(x)), ("int64", model._predict_int64(x))):
+        assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), path
+
+    proc = _serve("auto", [repo], tmp_path_factory, csim_cache)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            meta = client.get_model_metadata("sep")
+            [inp], [out] = meta.inputs, meta.outputs
+            shape = [int(d) for d in inp.shape[1:]]
+            rows = np.random.default_rng(4).standard_normal((40, *shape)).astype(np.float32) * 4
+            t = grpcclient.InferInput(inp.name, [40, *shape], "FP32")
+            t.set_data_from_numpy(rows)
+            served = client.infer("sep", [t]).as_numpy(out.name)
+        log = proc.log()
+    finally:
+        proc.stop()
+    assert re.search(r"model sep: .* runs in numpy mode \(auto: ", log), log
+    want = lib.predict(rows.reshape(40, -1).astype(np.float64)).astype(np.float32)
+    assert np.array_equal(served.reshape(40, -1).view(np.uint32), want.view(np.uint32))
 
 
 def test_pack_io_stream_is_refused_for_array_kernels(tmp_path):

@@ -185,15 +185,14 @@ class FirmwareGraph:
     def fill_buffer(self, layer: Layer) -> np.ndarray:
         """The im2col table of a convolution: row p (output pixel, in the order the results are
         written) lists the input index of each buffer slot, -1 for a padding zero. Read from
-        the ``fill_buffer_N`` class hls4ml generates into nnet_utils/nnet_code_gen.h."""
+        the ``fill_buffer_N`` class hls4ml generates into nnet_utils/nnet_code_gen.h (the
+        installed library's when the project has none, as the C-simulation compiles it)."""
         alias = layer.config.get("using", {}).get("fill_buffer", "")
         cls = alias.split("::")[-1]
-        text = self.project.read_firmware("nnet_utils/nnet_code_gen.h")
+        text = self.project.read_generated_template()
         m = re.search(rf"class\s+{re.escape(cls)}\b.*?\n}};", text, re.S) if cls else None
         if m is None:
-            raise UnsupportedLayerError(
-                f"{layer.describe()}: no buffer filler '{alias}' in firmware/nnet_utils/nnet_code_gen.h"
-            )
+            raise UnsupportedLayerError(f"{layer.describe()}: no buffer filler '{alias}' in nnet_utils/nnet_code_gen.h")
         n_pixels = const_int(layer, "n_pixels")
         parts = re.split(r"if\s*\(\s*partition\s*==\s*(\d+)\s*\)", m.group(0))
         rows: dict[tuple[int, int], dict[int, int]] = {}

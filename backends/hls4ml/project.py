@@ -198,6 +198,21 @@ class Hls4mlProject:
         except OSError as e:
             raise ProjectError(f"hls4ml project {self.path}: cannot read firmware/{relpath}: {e.strerror}") from None
 
+    def read_generated_template(self) -> str:
+        """nnet_utils/nnet_code_gen.h as the C-simulation compiles it: the project's own (hls4ml
+        writes it per model; pack keeps it only where it differs from the installed one), else
+        the installed hls4ml's generic one, which csim.py's copy of the library provides."""
+        if (self.firmware_dir / GENERATED_TEMPLATE_FILE).is_file():
+            return self.read_firmware(GENERATED_TEMPLATE_FILE)
+        path = installed_templates_dir() / GENERATED_TEMPLATE_FILE
+        try:
+            return path.read_text()
+        except OSError as e:
+            raise ProjectError(
+                f"hls4ml project {self.path}: no firmware/{GENERATED_TEMPLATE_FILE} and the installed hls4ml's "
+                f"{path} cannot be read: {e.strerror}"
+            ) from None
+
     def defines(self) -> dict[str, int]:
         return {k: int(v) for k, v in _DEFINE.findall(self.read_firmware("defines.h"))}
 

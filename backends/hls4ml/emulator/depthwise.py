@@ -1,4 +1,5 @@
-"""``nnet::depthwise_conv_1d_cl``/``depthwise_conv_2d_cl`` (io_parallel), and with them
+"""``nnet::depthwise_conv_1d_cl``/``depthwise_conv_2d_cl`` (io_parallel; the io_stream form,
+streams.py, computes the same products and sums on its windows), and with them
 SeparableConv1D/2D: hls4ml's ``separable_to_depthwise_and_conv`` pass (part of every
 conversion flow) splits a separable convolution into a DepthwiseConv and a Conv before the
 firmware is written, so the top function calls ``depthwise_conv_*_cl`` then
@@ -56,6 +57,14 @@ def build_depthwise(m: FixedPointModel, layer: Layer, in_t: FixedType):
             f"{layer.describe()}: depthwise strategy '{strategy}' (io_parallel: hls4ml's C++ implements only "
             "latency; its resource branch asserts)"
         )
+    check_depthwise(m, layer, in_t)
+    table = m.graph.fill_buffer(layer)  # (pixels, K * n_chan) input indices, -1 = padding zero
+    return depthwise_from_table(m, layer, in_t, table)
+
+
+def check_depthwise(m: FixedPointModel, layer: Layer, in_t: FixedType) -> None:
+    """What both io forms share: a depth multiplier of 1 (the C++ asserts it), product::mult,
+    the mult_config's types equal to the layer's, no binary input."""
     n_chan, n_filt = const_int(layer, "n_chan"), const_int(layer, "n_filt")
     if n_filt != n_chan:
         raise UnsupportedLayerError(
@@ -72,7 +81,14 @@ def build_depthwise(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if in_t.integer_type and in_t.width == 1 and not in_t.signed:
         raise UnsupportedLayerError(f"{layer.describe()}: binary (ap_uint<1>) input is not supported")
 
-    table = m.graph.fill_buffer(layer)  # (pixels, K * n_chan) input indices, -1 = padding zero
+
+def depthwise_from_table(m: FixedPointModel, layer: Layer, in_t: FixedType, table: np.ndarray):
+    """The depthwise products and sums of ``depthwise_conv_*_latency_cl`` (io_parallel) and of
+    ``DepthwiseDenseLatency`` on each window (io_stream: the same loops), on the windows
+    ``table`` lists: row p (output pixel) holds the input index of each slot ``k * n_chan + c``,
+    -1 for a padding zero."""
+    consts = layer.config.get("consts", {})
+    n_chan = const_int(layer, "n_chan")
     pixels, window = table.shape
     n_k = window // n_chan
     dims = ("filt_height", "filt_width") if "filt_height" in consts else ("filt_width",)

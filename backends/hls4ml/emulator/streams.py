@@ -14,6 +14,13 @@ word (``nnet::array<T, N>``) at a time, so every layer here is an op on that fla
   the strided valid positions (nnet_conv_stream.h). The encoded form is replayed on indices
   from its ``pixels`` table at build time (which window FIFO each pixel enters, when a
   window is read out), then computed the same way;
+* ``depthwise_conv_1d_cl``/``2d_cl`` and ``pointwise_conv_1d_cl``/``2d_cl`` (a SeparableConv as
+  hls4ml writes it): the depthwise windows come as the convolution's (line buffer or encoded)
+  and go through ``DepthwiseDenseLatency``, the io_parallel depthwise products and sums
+  (depthwise.py); a pointwise convolution is the dense kernel on each input pixel whose row
+  and column are multiples of the strides (nnet_sepconv*_stream.h). The windows follow from
+  the layer's parameters: the stream forms never call the ``fill_buffer_N`` fillers of
+  nnet_code_gen.h, which ``pack`` leaves out when hls4ml generated none;
 * ``pooling1d_cl``/``pooling2d_cl`` (line buffer and encoded: the same windows, pool ==
   stride): each window value assigned to ``accum_t`` first, then ``nnet::reduce`` (a binary
   tree) of ``Op_max`` or ``Op_add`` in ``accum_t``, an average divided by the window size
@@ -40,6 +47,7 @@ import numpy as np
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import FixedType, cast_f64
 from .dense import build_dense
+from .depthwise import check_depthwise, depthwise_from_table
 from .padding import gather_op
 from .registry import register_stream
 from .softmax import build_softmax
@@ -165,7 +173,7 @@ def _encoded_table(m: FixedPointModel, layer: Layer, ih, iw, n_chan, fh, fw, sh,
     pixels = [int(v) for v in found.group(1).split(",") if v.strip()]
     using = layer.config.get("using", {})
     kernel = fh * fw
-    two_d = layer.kind == "conv_2d_cl"
+    two_d = layer.kind.endswith("_2d_cl")
     min_w = const_int(layer, "min_width")
     fifos: list[deque] = [deque() for _ in range(kernel * n_chan)]
     windows = []
@@ -206,29 +214,61 @@ def _gather(m: FixedPointModel, table: np.ndarray, tag: str):
     return gather
 
 
-@register_stream("conv_1d_cl", "conv_2d_cl")
-def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    """The line-buffer convolution: each emitted window through the mult_config's dense kernel."""
+def _stream_windows(m: FixedPointModel, layer: Layer, n_out_chan: int) -> np.ndarray:
+    """The windows a stream convolution emits, in its output order: (output pixels, window)
+    input indices, window laid out ``[filt_height][filt_width][n_chan]``.
+
+    Computed from the layer's parameters, not read from nnet_code_gen.h: the stream forms
+    never call the generated ``fill_buffer_N`` fillers (those are io_parallel's im2col), so
+    a project packed without that file is emulated as the C++ runs. The line buffer's
+    counters emit the strided valid windows; the encoded form is replayed from its
+    ``pixels`` table; a pointwise convolution multiplies the input pixels whose row and
+    column are multiples of the strides (``pointwise_conv_*_cl`` reads and drops the rest)."""
+    ih, iw, n_chan, fh, fw, sh, sw, oh, ow = _geometry(layer, "filt")
+    if _pack(m, layer, 0) != n_chan or _pack(m, layer, 1) != n_out_chan:
+        raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
+    if layer.kind.startswith("pointwise_"):
+        if (fh, fw) != (1, 1):
+            raise UnsupportedLayerError(f"{layer.describe()}: a pointwise kernel of {fh}x{fw} (the C++ asserts 1x1)")
+        return _window_table(ih, iw, n_chan, 1, 1, sh, sw)
     impl = layer.config.get("consts", {}).get("implementation", "").split("::")[-1]
     if impl not in ("linebuffer", "encoded"):
         raise UnsupportedLayerError(f"{layer.describe()}: stream convolution implementation '{impl}' is not emulated")
-    ih, iw, n_chan, fh, fw, sh, sw, oh, ow = _geometry(layer, "filt")
-    n_filt = const_int(layer, "n_filt")
-    if _pack(m, layer, 0) != n_chan or _pack(m, layer, 1) != n_filt:
-        raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
-    if layer.kind == "conv_2d_cl" and fh == 1 and sh != 1:
+    if layer.kind.endswith("_2d_cl") and fh == 1 and sh != 1:
         # compute_output_buffer_1d runs for filt_height 1 and ignores stride_height: it would emit
         # every row, more pixels than out_height * out_width, and the stream would not line up
         raise UnsupportedLayerError(f"{layer.describe()}: a 1-row kernel with stride_height {sh}")
+    if impl == "linebuffer":
+        return _window_table(ih, iw, n_chan, fh, fw, sh, sw)
+    if layer.kind == "depthwise_conv_2d_cl" and fh != fw:
+        raise UnsupportedLayerError(f"{layer.describe()}: an encoded {fh}x{fw} kernel (the C++ asserts a square one)")
+    table = _encoded_table(m, layer, ih, iw, n_chan, fh, fw, sh, sw)
+    if table.shape[0] != oh * ow:
+        raise UnsupportedLayerError(f"{layer.describe()}: its pixels table emits {table.shape[0]} of {oh * ow} pixels")
+    return table
+
+
+@register_stream("depthwise_conv_1d_cl", "depthwise_conv_2d_cl")
+def build_depthwise_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """Each emitted window through ``DepthwiseDenseLatency``: the products and per-channel sums
+    of the io_parallel depthwise convolution, so depthwise.py computes them."""
+    check_depthwise(m, layer, in_t)
+    _, mult = m._sub_config(layer, "mult_config")
+    kernel = mult.get("using", {}).get("kernel", "")
+    if not kernel.startswith("nnet::DepthwiseDenseLatency"):
+        # the resource kernels add the products in another order, which a saturating or
+        # rounding accumulator can tell apart
+        raise UnsupportedLayerError(f"{layer.describe()}: depthwise kernel '{kernel}' is not emulated (latency only)")
+    return depthwise_from_table(m, layer, in_t, _stream_windows(m, layer, const_int(layer, "n_chan")))
+
+
+@register_stream("conv_1d_cl", "conv_2d_cl", "pointwise_conv_1d_cl", "pointwise_conv_2d_cl")
+def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
+    """The line-buffer, encoded and pointwise convolutions: each emitted window through the
+    mult_config's dense kernel."""
+    n_filt = const_int(layer, "n_filt")
+    table = _stream_windows(m, layer, n_filt)
     mult_name, mult = m._sub_config(layer, "mult_config")
-    if impl == "encoded":
-        table = _encoded_table(m, layer, ih, iw, n_chan, fh, fw, sh, sw)
-        if table.shape[0] != oh * ow:
-            raise UnsupportedLayerError(
-                f"{layer.describe()}: its pixels table emits {table.shape[0]} of {oh * ow} pixels"
-            )
-    else:
-        table = _window_table(ih, iw, n_chan, fh, fw, sh, sw)
     window = table.shape[1]
     dense_layer = Layer(
         "dense",
@@ -245,7 +285,7 @@ def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     op, out_t = built[0], built[1]
     fop = built[2] if len(built) > 2 else None
     gather = _gather(m, table, "window")
-    n_out = oh * ow * n_filt
+    n_out = table.shape[0] * n_filt
 
     def conv(x):
         return op(gather(x)).reshape(x.shape[0], n_out)
