@@ -386,7 +386,11 @@ class ProcessBackend(Backend):
 
 def hosted(cls: type[Backend]) -> type[ProcessBackend]:
     """``cls`` with each instance in its own process: the parent side of it (config
-    ``parameters { key: "instance_process" value: { string_value: "true" } }``)."""
+    ``parameters { key: "instance_process" value: { string_value: "true" } }``, or the
+    backend's ``instance_process_by_default``): the backend's own host where it names one."""
+    own = cls.instance_process_host()
+    if own is not None:
+        return own
 
     def describe_io(_, config: dict, version_dir: str):
         return cls.describe_io(config, version_dir)
