@@ -7,14 +7,18 @@ that misbehaves when ``input_1[0] > 20``: a NULL dereference (``facile_crash``),
 instance process by default. Through the real tritonclient: the crashing request fails with
 an error naming the model and the signal, ``facile`` keeps answering bit-identically from the
 same server process, the log names the crash, the crashed model answers again once its
-instance restarts, and after too many crashes it is UNAVAILABLE in the repository index. A
+instance restarts, and after too many crashes it is UNAVAILABLE in the repository index and in
+``fpgaserve doctor --server``. A
 looping firmware leaves the client's deadline and the model's unload working.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -155,7 +159,7 @@ def test_a_segfault_fails_its_batch_and_the_instance_restarts(server, client):
     assert client.is_model_ready("facile_crash")
 
 
-def test_too_many_aborts_leave_the_model_unavailable(server, client):
+def test_too_many_aborts_leave_the_model_unavailable(repo, server, client):
     x = _rows(8, 2)
     before = _infer(client, "facile", x)
     for _ in range(4):  # the first process and three restarts
@@ -176,6 +180,20 @@ def test_too_many_aborts_leave_the_model_unavailable(server, client):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
         metrics = r.read().decode()
     assert 'fpgaserve_instance_restarts_total{model="facile_abort",version="1"} 3.0' in metrics
+    # `fpgaserve doctor --server` reports the same from the running server
+    doctor = subprocess.run(
+        [sys.executable, "-m", "fpgaserve.server.cli", "doctor", "--model-repository", str(repo)]
+        + ["--server", f"127.0.0.1:{server.http_port}", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert doctor.returncode != 0, doctor.stdout + doctor.stderr
+    served = {r["subject"]: r for r in json.loads(doctor.stdout)["rows"] if r["check"] == "served version 1"}
+    assert served["model facile_abort"]["status"] == "fail"
+    assert "UNAVAILABLE" in served["model facile_abort"]["detail"]
+    assert "restarted 3 times" in served["model facile_abort"]["detail"]
+    assert served["model facile"]["status"] == "ok"
 
 
 def test_an_endless_loop_leaves_deadlines_and_unload_working(server, client):
