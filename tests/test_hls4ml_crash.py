@@ -27,9 +27,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from fpgaserve.backends.hls4ml.backend import Hls4mlBackend
+from fpgaserve.server import model_config as mc
 from server_process import BUNDLED_REPO, ServerProcess, serve
 
-pytestmark = pytest.mark.slow  # four C-simulations compile (once per run: the csim cache)
+# the served tests are slow: four C-simulations compile (once per run: the csim cache)
+slow = pytest.mark.slow
 
 FEATURES = 47
 MARKER = "    // hls-fpga-machine-learning insert layers\n"
@@ -130,6 +133,7 @@ def _instance_processes(server_pid: int) -> list[int]:
     return found
 
 
+@slow
 def test_csim_instances_run_in_instance_processes(server):
     # one process per instance of each of the four models, children of the server
     assert len(_instance_processes(server.proc.pid)) == 4
@@ -137,6 +141,7 @@ def test_csim_instances_run_in_instance_processes(server):
     assert "runs in csim mode" in log  # the child's load line reaches the server's log
 
 
+@slow
 def test_a_segfault_fails_its_batch_and_the_instance_restarts(server, client):
     x = _rows(64, 1)
     before = _infer(client, "facile", x)
@@ -159,6 +164,7 @@ def test_a_segfault_fails_its_batch_and_the_instance_restarts(server, client):
     assert client.is_model_ready("facile_crash")
 
 
+@slow
 def test_too_many_aborts_leave_the_model_unavailable(repo, server, client):
     x = _rows(8, 2)
     before = _infer(client, "facile", x)
@@ -196,6 +202,7 @@ def test_too_many_aborts_leave_the_model_unavailable(repo, server, client):
     assert served["model facile"]["status"] == "ok"
 
 
+@slow
 def test_an_endless_loop_leaves_deadlines_and_unload_working(server, client):
     x = _rows(4, 3)
     before = _infer(client, "facile", x)
@@ -213,6 +220,7 @@ def test_an_endless_loop_leaves_deadlines_and_unload_working(server, client):
     assert np.array_equal(_infer(client, "facile", x).view(np.uint32), before.view(np.uint32))
 
 
+@slow
 def test_opting_out_keeps_csim_in_the_servers_process(repo, tmp_path, csim_cache):
     optout = tmp_path / "repo"
     shutil.copytree(BUNDLED_REPO / "facile", optout / "facile")
@@ -231,3 +239,11 @@ def test_opting_out_keeps_csim_in_the_servers_process(repo, tmp_path, csim_cache
         assert _instance_processes(proc.proc.pid) == []
         with grpcclient.InferenceServerClient(proc.url) as client:
             assert _infer(client, "facile", _rows(4, 4)).shape == (4, 1)
+
+
+@pytest.mark.parametrize(("mode", "hosted"), [("csim", True), ("numpy", False), ("onnx", False), ("auto", False)])
+def test_only_the_c_simulation_is_hosted_by_default(mode, hosted):
+    # auto: FACILE has no xclbin and numpy emulates every layer, so it runs fpgaserve's own code
+    config = mc.config_dict(mc.read_config_file(BUNDLED_REPO / "facile" / "config.pbtxt"))
+    version_dir = str(BUNDLED_REPO / "facile" / "1")
+    assert Hls4mlBackend.instance_process_by_default(config, version_dir, {"fpga-mode": mode}) is hosted
