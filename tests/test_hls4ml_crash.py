@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from fpgaserve.backends.hls4ml.backend import Hls4mlBackend
 from fpgaserve.server import model_config as mc
 from server_process import BUNDLED_REPO, ServerProcess, serve
+from waiting import wait_until
 
 # the served tests are slow: four C-simulations compile (once per run: the csim cache)
 slow = pytest.mark.slow
@@ -217,6 +218,12 @@ def test_an_endless_loop_leaves_deadlines_and_unload_working(server, client):
     client.unload_model("facile_loop")
     assert not client.is_model_ready("facile_loop")
     assert looping not in _instance_processes(server.proc.pid)
+    # the log says the unload stopped it, not that it crashed and restarts
+    stopped = (
+        "of model 'facile_loop' version 1 was killed by signal 9 (SIGKILL) while executing the batch: it was stopped"
+    )
+    wait_until(lambda: stopped in _full_log(server), "the log to say the unload stopped facile_loop's process")
+    assert "instance 'facile_loop_0_0' of model 'facile_loop' version 1: restarting" not in _full_log(server)
     assert np.array_equal(_infer(client, "facile", x).view(np.uint32), before.view(np.uint32))
 
 
