@@ -141,6 +141,22 @@ class Backend(ABC):
         ``describe_io``'s completion. Called before ``describe_io``."""
         return None
 
+    @classmethod
+    def instance_process_by_default(cls, config: dict, version_dir: str, backend_config: dict) -> bool:
+        """Whether this version's instances run in instance processes when its config does not
+        say (parameter ``instance_process``): true where the backend runs code the operator
+        brought and fpgaserve did not write (a compiled C-simulation), so that a crash of it
+        fails its batch instead of the server. Our own code (numpy, ONNX Runtime, a card's
+        runner) stays in the server's process, one hop less per batch."""
+        return False
+
+    @classmethod
+    def instance_process_host(cls) -> type | None:
+        """The ``ProcessBackend`` subclass that hosts this backend's instances in processes
+        when its parent side has work of its own (accounting, the child's load report); None:
+        ``instance_process.hosted`` builds a plain one."""
+        return None
+
     @abstractmethod
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch. Arrays carry the leading batch dim when max_batch_size > 0."""

@@ -176,6 +176,7 @@ BAD_MODELS = {
     "no_version": "no version folder",
     "name_mismatch": "does not match its directory name 'name_mismatch'",
     "import_error": "fpgaserve_no_such_module_xyz",
+    "bad_instance_process": "parameter instance_process is 'maybe'; it takes true",
 }
 
 
@@ -197,6 +198,9 @@ def bad_repo(tmp_path) -> Path:
         (d / "config.pbtxt").read_text().replace('name: "name_mismatch"', 'name: "another_name"')
     )
     numpy_model(repo, "import_error", model_py=IMPORT_ERROR_MODEL_PY)
+    numpy_model(
+        repo, "bad_instance_process", extra='parameters { key: "instance_process" value: { string_value: "maybe" } }'
+    )
     return repo
 
 

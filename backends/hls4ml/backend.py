@@ -108,6 +108,9 @@ class Hls4mlBackend(Backend):
     default_filename = "hls4ml_config.yml"
     # csim compiles and runs the firmware sources; hardware loads the bitstream onto a card
     executes_model_files = True
+    #: whether this object accounts the emulated device's busy time (not in an instance
+    #: process: the server's side of it does, where the telemetry is)
+    accounts_device = True
 
     @classmethod
     def describe_io(cls, config: dict, version_dir: str):
@@ -115,6 +118,28 @@ class Hls4mlBackend(Backend):
         ins = [TensorDescription(project.input.name, "FP32", project.input_shape)]
         outs = [TensorDescription(project.output.name, "FP32", (project.output.size,))]
         return ins, outs, True
+
+    @classmethod
+    def instance_process_by_default(cls, config: dict, version_dir: str, backend_config: dict) -> bool:
+        """True where the version runs in csim mode (``--fpga-mode csim``, or ``auto`` choosing
+        it): the C-simulation is the operator's firmware C++, compiled at load, and a bug in it
+        (a bad pointer, an abort) must fail its batch, not the server. The numpy emulator, the
+        float reference and a card's runner are fpgaserve's code and stay in-process. A version
+        whose mode cannot be resolved is left in-process: its load then fails with the reason."""
+        requested = backend_config.get("fpga-mode", "auto")
+        if requested != "auto":
+            return requested == "csim"
+        try:
+            mode, _, _ = resolve_mode(requested, config, version_dir, None, backend_config.get("card-api", "auto"))
+        except BackendError:
+            return False
+        return mode == "csim"
+
+    @classmethod
+    def instance_process_host(cls) -> type:
+        from .hosted import HostedHls4mlBackend
+
+        return HostedHls4mlBackend
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
@@ -130,7 +155,9 @@ class Hls4mlBackend(Backend):
         self._runner = emulator if emulator is not None else self._make_runner()
         # without a card the firmware runs on the emulated device of its mode, which telemetry
         # reports as a device (EMU-<index>-<mode>); the hardware runner accounts its own calls
-        self.emulated_device = None if self.mode == "hardware" else _emulated_device(self.mode)
+        self.emulated_device = (
+            None if self.mode == "hardware" or not self.accounts_device else _emulated_device(self.mode)
+        )
         if instance_index == 0:
             log.info(
                 "model %s: hls4ml project %s (%s, %s) runs in %s mode (%s)%s",

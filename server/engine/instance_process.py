@@ -112,6 +112,8 @@ class ProcessBackend(Backend):
         self._peer: SegmentReader | None = None
         self._restarts: collections.deque[float] = collections.deque()
         self._failed: str | None = None  # why the instance is down for good
+        # set by kill(): the child's death is the unload's doing, not a crash to restart from
+        self._unloading = False
         # services for calls the child makes into the engine (BLS): set by bind_engine
         self._loop: asyncio.AbstractEventLoop | None = None
         self._engine_call = None
@@ -261,6 +263,9 @@ class ProcessBackend(Backend):
         (INTERNAL, starting with Triton's text for a dead stub, then what happened)."""
         self._reap(kill=True)
         text = f"{self._unhealthy_prefix()}the process of {self._what()} {why} while executing the batch"
+        if self._unloading:
+            log.warning("%s: it was stopped because its model version was unloaded", text)
+            return unavailable(f"{text}: its model version was unloaded")
         now = time.monotonic()
         while self._restarts and now - self._restarts[0] > RESTART_WINDOW_S:
             self._restarts.popleft()
@@ -336,6 +341,7 @@ class ProcessBackend(Backend):
     def kill(self) -> None:
         """Kill the child now (an instance abandoned inside execute at unload): its batch then
         fails and the instance thread gets to close. Safe from any thread."""
+        self._unloading = True
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -386,7 +392,11 @@ class ProcessBackend(Backend):
 
 def hosted(cls: type[Backend]) -> type[ProcessBackend]:
     """``cls`` with each instance in its own process: the parent side of it (config
-    ``parameters { key: "instance_process" value: { string_value: "true" } }``)."""
+    ``parameters { key: "instance_process" value: { string_value: "true" } }``, or the
+    backend's ``instance_process_by_default``): the backend's own host where it names one."""
+    own = cls.instance_process_host()
+    if own is not None:
+        return own
 
     def describe_io(_, config: dict, version_dir: str):
         return cls.describe_io(config, version_dir)

@@ -570,9 +570,13 @@ class ModelRepository:
                 cls = backend_class(mc.backend_name(config))
             except BackendError as e:
                 raise mc.ConfigError(f"{source}: {e}") from None
-            if mc.parameter(config, INSTANCE_PROCESS_PARAMETER, "").lower() == "true" and not issubclass(
-                cls, ProcessBackend
-            ):
+            hosting = mc.parameter(config, INSTANCE_PROCESS_PARAMETER, "").lower()
+            if hosting not in ("", "true", "false"):
+                raise mc.ConfigError(
+                    f"{source}: parameter {INSTANCE_PROCESS_PARAMETER} is '{hosting}'; it takes true (each "
+                    "instance in a process of its own) or false (in the process of the server)"
+                )
+            if hosting == "true" and not issubclass(cls, ProcessBackend):
                 cls = hosted(cls)  # each instance in its own process
             if uploaded and cls.executes_model_files and not self.allow_code_upload:
                 raise permission_denied(
@@ -745,6 +749,15 @@ class ModelRepository:
             )
         cfg_dict = mc.config_dict(config)
         backend_settings = self.backend_config.get(mc.backend_name(config), {})
+        if (
+            not issubclass(cls, ProcessBackend)
+            and not mc.parameter(config, INSTANCE_PROCESS_PARAMETER, "")
+            and await loop.run_in_executor(
+                None, cls.instance_process_by_default, cfg_dict, version_dir, backend_settings
+            )
+        ):
+            # per version: what the backend runs (an hls4ml model's fpga-mode) may differ by version
+            cls = hosted(cls)
         instances: list[ModelInstance] = []
         index = 0
         try:

@@ -2,7 +2,7 @@
 
 ::
 
-    fpgaserve doctor [--model-repository R ...] [--card-api auto|xrt-c|xrt|pynq] [--json]
+    fpgaserve doctor [--model-repository R ...] [--card-api auto|xrt-c|xrt|pynq] [--server HOST:PORT] [--json]
 
 Checks, in order, each reported as one row (``ok``, ``warn``, ``fail``, ``skip``):
 
@@ -16,6 +16,10 @@ Checks, in order, each reported as one row (``ok``, ``warn``, ``fail``, ``skip``
   UUID, firmware hash, N_IN/N_OUT, precisions, argument signature), the buffers
   ``max_batch_size`` needs fit the compute units' banks, and one batch on every compute unit
   of the model on the card equals the numpy emulation (or the C-simulation) bit for bit.
+* with ``--server``, a running fpgaserve's repository index (its HTTP port): every model
+  version READY, else UNAVAILABLE with the server's reason, e.g. an instance whose process
+  crashed too often (a C-simulation that segfaults) and stays down. What the server found at
+  run time is only known to the server; the checks above cannot see it.
 
 The exit status is non-zero when any row failed: a host without a card says so, names each
 model it could not run, and fails.
@@ -28,6 +32,8 @@ import json
 import logging
 import os
 import sys
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,8 +57,10 @@ class Row:
 
 
 class Doctor:
-    def __init__(self, repositories: list[str], api_name: str = "auto", model_config_name: str = ""):
+    def __init__(self, repositories: list[str], api_name: str = "auto", model_config_name: str = "", server: str = ""):
         self.repositories = repositories
+        # a running server's HTTP address (host:port) whose repository index is reported
+        self.server = server
         self.api_name = api_name
         # the server's --model-config-name: check the configs the server would load
         self.model_config_name = model_config_name
@@ -292,11 +300,44 @@ class Doctor:
         finally:
             card.release()
 
+    # ------------------------------------------------------------------ a running server
+    def check_server(self) -> None:
+        """One row per model version in the server's repository index: READY is ok; UNAVAILABLE
+        fails with the server's reason, except a version the operator unloaded."""
+        if not self.server:
+            return
+        subject = f"server {self.server}"
+        url = f"http://{self.server}/v2/repository/index"
+        try:
+            request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                index = json.loads(response.read())
+        except (OSError, ValueError) as e:  # URLError and HTTPError are OSErrors
+            self.add(subject, "repository index", FAIL, f"{url}: {e}")
+            return
+        if not isinstance(index, list):
+            self.add(subject, "repository index", FAIL, f"{url} answered {type(index).__name__}, not a list")
+            return
+        self.add(subject, "repository index", OK, f"{len(index)} model version(s)")
+        for entry in index:
+            if not isinstance(entry, dict):
+                continue
+            name, state = str(entry.get("name", "")), str(entry.get("state", ""))
+            version, reason = str(entry.get("version", "")), str(entry.get("reason", ""))
+            check = f"served version {version}" if version else "served"
+            if state == "READY":
+                self.add(f"model {name}", check, OK, "READY")
+            elif reason == "unloaded":
+                self.add(f"model {name}", check, SKIP, f"{state}: unloaded")
+            else:
+                self.add(f"model {name}", check, FAIL, f"{state}: {reason}" if reason else state)
+
     # ------------------------------------------------------------------ report
     def run(self) -> int:
         self.check_runtime()
         self.check_cards()
         self.check_models()
+        self.check_server()
         return 1 if self.failed else 0
 
     def table(self) -> str:
@@ -355,10 +396,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="as the server's: check <model>/configs/NAME.pbtxt where it exists, else config.pbtxt",
     )
+    p.add_argument(
+        "--server",
+        default="",
+        metavar="HOST:PORT",
+        help="also report a running fpgaserve's models from its repository index (its HTTP address), "
+        "with the reason of any that is UNAVAILABLE",
+    )
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    doctor = Doctor(args.model_repository, args.card_api, args.model_config_name)
+    doctor = Doctor(args.model_repository, args.card_api, args.model_config_name, args.server)
     status = doctor.run()
     if args.json:
         print(json.dumps({"ok": status == 0, "rows": [asdict(r) for r in doctor.rows]}, indent=2))
