@@ -19,17 +19,21 @@ from fpgaserve.backends.hls4ml.card import abi
 
 from .pipeline import pack
 from .request import (
+    DEFAULT_BATCH_MEMORY_BUDGET,
     DEFAULT_BATCHSIZE,
     DEFAULT_BOARD,
     DEFAULT_COMPUTE_UNITS,
     DEFAULT_IO_PRECISION,
     DEFAULT_KERNEL_ABI,
+    DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_PRECISION,
     DEFAULT_REFERENCE_TIMEOUT_S,
     IO_STREAM_ABIS,
     IO_TYPES,
     PackError,
     PackRequest,
+    format_bytes,
+    parse_byte_size,
 )
 from .toolchain import BOARD_PLATFORMS
 
@@ -150,7 +154,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep hls4ml's full output (template library, RTL, scripts) in the version folder",
     )
     serve = p.add_argument_group("serving")
-    serve.add_argument("--max-batch-size", type=int, default=16384)
+    serve.add_argument(
+        "--max-batch-size",
+        type=int,
+        metavar="N",
+        help="rows per batch; its full batch of FP32 inputs and outputs must fit --batch-memory-budget (default: "
+        f"as many rows as fit it, at most {DEFAULT_MAX_BATCH_SIZE})",
+    )
+    serve.add_argument(
+        "--batch-memory-budget",
+        type=_byte_size,
+        default=DEFAULT_BATCH_MEMORY_BUDGET,
+        metavar="SIZE",
+        help="what one full batch of a model's inputs and outputs may take, e.g. 512MiB or 2GiB (default: "
+        f"{format_bytes(DEFAULT_BATCH_MEMORY_BUDGET)}); a model whose single row is larger is refused",
+    )
     serve.add_argument(
         "--instance-count",
         type=int,
@@ -162,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--output-name", help="tensor name clients use (default: the firmware's)")
     p.add_argument("--force", action="store_true", help="replace an existing version folder")
     return p
+
+
+def _byte_size(text: str) -> int:
+    try:
+        return parse_byte_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def request_from_args(args: argparse.Namespace) -> PackRequest:
@@ -186,6 +211,7 @@ def request_from_args(args: argparse.Namespace) -> PackRequest:
         board=args.board,
         platform=args.platform,
         max_batch_size=args.max_batch_size,
+        batch_memory_budget=args.batch_memory_budget,
         instance_count=args.instance_count,
         queue_delay_us=args.max_queue_delay_us,
         input_name=args.input_name,

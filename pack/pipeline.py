@@ -24,6 +24,7 @@ matters:
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,9 +34,11 @@ from fpgaserve.backends.hls4ml.project import Hls4mlProject
 from . import kernel_abi, project_files, reference, toolchain
 from . import xclbin as xclbins
 from .convert import convert
-from .model_config import model_config
+from .model_config import batch_size_choice, model_config
 from .request import PackError, PackRequest
 from .version import VersionContents, write_version
+
+log = logging.getLogger("fpgaserve.pack")
 
 
 def pack(req: PackRequest) -> Path:
@@ -43,6 +46,8 @@ def pack(req: PackRequest) -> Path:
     if len(req.sources()) != 1:
         raise PackError("give exactly one of --pytorch, --onnx, --keras, --hls4ml-project")
     kernel_abi.check_settings(req)
+    if req.max_batch_size is not None and req.max_batch_size < 0:
+        raise PackError(f"--max-batch-size must be 0 (no batching) or more, got {req.max_batch_size}")
     platform = toolchain.resolve_platform(req.board, req.platform)
     if req.build_xclbin:
         if req.xclbin:
@@ -76,7 +81,11 @@ def pack(req: PackRequest) -> Path:
         # fixed on disk before anything reads the project: hls4ml's build synthesizes these files
         project_files.fix_accelerator_types(staging)
         project_files.normalize_config(staging)
-        Hls4mlProject.load(staging).weight_files()  # refuse a project whose firmware names missing weights
+        packed = Hls4mlProject.load(staging)
+        packed.weight_files()  # refuse a project whose firmware names missing weights
+        # the batch size follows from the tensors' sizes: a model whose row alone exceeds the
+        # budget is refused here, before any build
+        log.info("%s", batch_size_choice(req, packed)[1])
         kernel_abi.check_project(staging, req)  # a project the kernel cannot carry is not worth a build
 
         if req.hls4ml_project:

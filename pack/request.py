@@ -10,6 +10,7 @@ hls4ml, no torch).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,49 @@ IO_TYPES = ("io_parallel", "io_stream")
 IO_STREAM_ABIS = ("krnl_rtl",)
 #: seconds the float reference may take before pack gives up on it (see reference.py)
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
+#: the most rows pack gives a model when the budget allows more: CMS sends ~16k rows per event,
+#: and a larger batch only delays the first answer
+DEFAULT_MAX_BATCH_SIZE = 16384
+#: what one full batch of a model's inputs and outputs may take (--batch-memory-budget): the
+#: server holds a full batch per instance in flight, and a model whose rows are megabytes must
+#: not get a max_batch_size whose batch is gigabytes
+DEFAULT_BATCH_MEMORY_BUDGET = 1 << 30
+
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+_BYTE_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_byte_size(text: str) -> int:
+    """``"512MiB"`` -> 536870912: a number of bytes with an optional unit (B, KiB, MiB, GiB,
+    TiB, or the decimal kB, MB, GB, TB; case-insensitive). Raises ValueError saying what is
+    accepted for anything else, and for a size below one byte."""
+    m = _BYTE_SIZE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _BYTE_UNITS:
+        raise ValueError(f"'{text}' is not a size: give a number with B, KiB, MiB, GiB, TiB (or kB, MB, GB, TB)")
+    size = int(float(m.group(1)) * _BYTE_UNITS[unit])
+    if size < 1:
+        raise ValueError(f"'{text}' is less than one byte")
+    return size
+
+
+def format_bytes(n: int) -> str:
+    """``1073741824`` -> ``"1 GiB"``, ``2097160`` -> ``"2.00 MiB"``: for messages."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.2f} {unit}"
+    return f"{n} B"
 
 
 class PackError(Exception):
@@ -75,7 +119,10 @@ class PackRequest:
     board: str = DEFAULT_BOARD
     #: the Vitis platform; None = the current one for ``board`` (toolchain.default_platform)
     platform: str | None = None
-    max_batch_size: int = 16384
+    #: None: the most rows (up to DEFAULT_MAX_BATCH_SIZE) whose full batch fits the budget
+    max_batch_size: int | None = None
+    #: bytes one full batch of inputs and outputs may take (model_config.batch_size_choice)
+    batch_memory_budget: int = DEFAULT_BATCH_MEMORY_BUDGET
     #: None = two per compute unit of the packed xclbin's kernel, 1 without an xclbin
     instance_count: int | None = None
     queue_delay_us: int | None = None

@@ -368,8 +368,8 @@ def test_input_validation(projects, cache):
     assert np.array_equal(lib.predict(wide[:, ::2]), lib.predict(x))  # strided input is copied
 
 
-def _partial_output_seen(fn, x: np.ndarray, n_out: int) -> bool:
-    """Call ``fn(x, y, rows)`` (a C batch loop writing y row by row) on a worker thread while
+def _partial_output_seen(fn, x: np.ndarray, n_out: int, stack_bytes: int) -> bool:
+    """Call ``fn(x, y, rows, stack_bytes)`` (a C batch loop writing y row by row) on a worker thread while
     this thread watches y: True when this thread saw the first row written and the last not yet.
 
     Seeing that state means Python code ran while the C loop was in the middle of its work,
@@ -377,7 +377,7 @@ def _partial_output_seen(fn, x: np.ndarray, n_out: int) -> bool:
     can never be observed half done, however slow or loaded the machine is.
     """
     y = np.full((len(x), n_out), np.nan)
-    worker = threading.Thread(target=fn, args=(x.ctypes.data, y.ctypes.data, len(x)))
+    worker = threading.Thread(target=fn, args=(x.ctypes.data, y.ctypes.data, len(x), stack_bytes))
     worker.start()
     try:
         while worker.is_alive():
@@ -397,18 +397,19 @@ def test_predict_releases_the_gil(projects, cache):
     rows = 20000
     for _ in range(4):
         x = rng.normal(0, 2, size=(rows, 12))
-        if _partial_output_seen(released_fn, x, lib.n_out):
+        if _partial_output_seen(released_fn, x, lib.n_out, lib.stack_bytes):
             break
         rows *= 4
     else:
         raise AssertionError(f"never saw a C-simulation call half done, up to {rows // 4} rows")
     y = np.empty((len(x), lib.n_out))
-    released_fn(x.ctypes.data, y.ctypes.data, len(x))
+    assert released_fn(x.ctypes.data, y.ctypes.data, len(x), lib.stack_bytes) == 0
     assert np.array_equal(y, lib.predict(x))  # and it is the function predict() uses
     # control: the same entry point through PyDLL holds the GIL, so it is never seen half done
     held_fn = ctypes.PyDLL(str(lib.path)).fpgaserve_predict_double
-    held_fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long)
-    assert not _partial_output_seen(held_fn, x, lib.n_out)
+    held_fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_size_t)
+    held_fn.restype = ctypes.c_int
+    assert not _partial_output_seen(held_fn, x, lib.n_out, lib.stack_bytes)
 
 
 def test_concurrent_calls_from_several_threads(projects, cache):

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -907,3 +908,81 @@ def test_vitis_accelerator_options_follow_the_installed_signature(tmp_path, monk
     req.kernel_abi, req.build_xclbin = "kernel_wrapper", True
     with pytest.raises(PackError, match=r"VitisAccelerator backend has no build\(target=\.\.\.\)"):
         pack(req)
+
+
+# ---------------------------------------------------------------------- max_batch_size from the memory budget
+FACILE = BUNDLED_REPO / "facile" / "1"
+#: facile's row in the config's FP32 tensors: 47 inputs and 1 output
+FACILE_ROW_BYTES = 4 * (47 + 1)
+
+
+def _max_batch_size(version: Path) -> int:
+    config = (version.parent / "config.pbtxt").read_text()
+    return int(next(line.split(":")[1] for line in config.splitlines() if line.startswith("max_batch_size:")))
+
+
+def test_max_batch_size_is_chosen_to_fit_the_batch_memory_budget(tmp_path, caplog):
+    """Without --max-batch-size, pack gives the model as many rows as fit the budget (at most
+    16384) and says so: in its log and in the config's header, with rows, bytes per row and budget."""
+    caplog.set_level(logging.INFO, logger="fpgaserve.pack")
+    roomy = pack(PackRequest(name="roomy", repository=tmp_path, hls4ml_project=str(FACILE)))
+    assert _max_batch_size(roomy) == 16384
+    assert "Batch: max_batch_size 16384: pack's largest batch (16384), well within the 1 GiB batch memory" in _header(
+        roomy
+    )
+
+    budget = 64 * 1024
+    tight = pack(PackRequest(name="tight", repository=tmp_path, hls4ml_project=str(FACILE), batch_memory_budget=budget))
+    rows = budget // FACILE_ROW_BYTES
+    assert rows == 341 and _max_batch_size(tight) == rows
+    said = (
+        f"max_batch_size {rows}: the most rows that fit the 64 KiB batch memory budget (--batch-memory-budget); "
+        f"a full batch is {rows} rows x {FACILE_ROW_BYTES} bytes per row (FP32: 47 input + 1 output elements) = "
+        f"{rows * FACILE_ROW_BYTES / 1024:.2f} KiB"
+    )
+    assert said in [r.getMessage() for r in caplog.records]
+    assert f"Batch: {said}." in _header(tight)
+
+
+def test_batch_memory_budget_refusals(tmp_path):
+    """A row larger than the budget, or a --max-batch-size whose full batch exceeds it, is an
+    error naming the sizes and the flags, and the repository is left untouched."""
+    small = PackRequest(name="m", repository=tmp_path, hls4ml_project=str(FACILE), batch_memory_budget=100)
+    with pytest.raises(PackError) as err:
+        pack(small)
+    assert str(err.value) == (
+        "one row of 'm' takes 192 B: 192 bytes per row (FP32: 47 input + 1 output elements), more than the 100 B "
+        "batch memory budget (--batch-memory-budget); raise the budget if the server can hold it"
+    )
+    given = PackRequest(
+        name="m", repository=tmp_path, hls4ml_project=str(FACILE), batch_memory_budget=1 << 20, max_batch_size=8192
+    )
+    with pytest.raises(PackError) as err:
+        pack(given)
+    assert str(err.value) == (
+        "--max-batch-size 8192: a full batch of 'm' would take 1.50 MiB (8,192 rows x 192 bytes per row (FP32: 47 "
+        "input + 1 output elements)), more than the 1 MiB batch memory budget (--batch-memory-budget), which holds "
+        "5,461 rows; lower --max-batch-size or raise the budget"
+    )
+    assert not (tmp_path / "m").exists()
+    given.max_batch_size = 5461  # exactly the rows that fit
+    assert _max_batch_size(pack(given)) == 5461
+
+
+def test_batch_memory_budget_flag(tmp_path):
+    """The command line takes the budget with units and says the choice; a size it cannot read
+    is a usage error."""
+    cli = [sys.executable, "-m", "fpgaserve.server.cli", "pack", "m", "--hls4ml-project", str(FACILE)]
+    done = subprocess.run(
+        [*cli, "--repository", str(tmp_path), "--batch-memory-budget", "0.5MiB"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = (1 << 19) // FACILE_ROW_BYTES
+    assert f"max_batch_size {rows}: the most rows that fit the 512 KiB batch memory budget" in done.stderr
+    assert _max_batch_size(tmp_path / "m" / "1") == rows
+    bad = subprocess.run([*cli, "--batch-memory-budget", "lots"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert "argument --batch-memory-budget: 'lots' is not a size: give a number with B, KiB, MiB" in bad.stderr

@@ -53,6 +53,7 @@ from typing import ClassVar
 import numpy as np
 
 from .project import Hls4mlProject, ProjectError
+from .stack import stack_bytes_for
 
 log = logging.getLogger("fpgaserve.hls4ml")
 
@@ -76,8 +77,12 @@ ERROR_LINES = 20
 #    hls4ml's build, and the activation tables are filled with float math at run time (exp,
 #    division), which FMA contraction on a newer CPU target could change (baseline x86-64 has
 #    no FMA). A cache shared by several machines also stays valid.
+#  -fstack-clash-protection: a function whose locals are megabytes (hls4ml's layer outputs) moves
+#    its stack pointer page by page, touching each: a row that outruns the stack the shim gave it
+#    faults on that stack's guard page, instead of writing past it into another mapping. It adds
+#    probes to the frames only, no change to any value computed.
 #  hls4ml uses -std=c++11; the ap_types/nnet_utils headers compile cleanly (no warnings) at C++17.
-CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-fno-gnu-unique", "-fvisibility=hidden")
+CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-fno-gnu-unique", "-fvisibility=hidden", "-fstack-clash-protection")
 
 _PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 
@@ -310,9 +315,18 @@ class CsimLibrary:
     _loading_locks: ClassVar[dict[str, threading.Lock]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, project: Hls4mlProject, path: Path, word_types: tuple[str, str] | None, built: bool):
+    def __init__(
+        self,
+        project: Hls4mlProject,
+        path: Path,
+        word_types: tuple[str, str] | None,
+        built: bool,
+        stack_bytes: int,
+    ):
         self.project = project
         self.path = path
+        #: the stack of the thread the shim runs each batch on (stack.py's estimate for one row)
+        self.stack_bytes = stack_bytes
         self.n_in = project.input.size
         self.n_out = project.output.size
         # a kernel that quantizes on chip (VitisAccelerator HW_Quant) is handed float32 and
@@ -333,8 +347,8 @@ class CsimLibrary:
         self._fn = {}
         for dtype, suffix in ((np.float32, "float"), (np.float64, "double")):
             fn = getattr(self._lib, f"fpgaserve_predict_{suffix}")
-            fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long)
-            fn.restype = None
+            fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_size_t)
+            fn.restype = ctypes.c_int
             self._fn[np.dtype(dtype)] = fn
         for what, expected in (("n_in", self.n_in), ("n_out", self.n_out)):
             fn = getattr(self._lib, f"fpgaserve_{what}")
@@ -356,8 +370,10 @@ class CsimLibrary:
         A build runs within ``limits`` (default: ``CompileLimits.resolve()``, from the
         environment); ``name`` (the model's) names the project in errors. Raises ProjectError
         for anything that makes the project unservable: missing weights, g++ missing, compiler
-        errors, and CompileLimitError when the compile ran past its memory or time limit.
-        Thread-safe; one library per content hash per process.
+        errors, CompileLimitError when the compile ran past its memory or time limit, and a
+        ProjectError naming the model and the size when one row needs more stack than the cap
+        (stack.py; checked before anything is compiled). Thread-safe; one library per content
+        hash per process.
         """
         if project.io_type not in ("io_parallel", "io_stream"):
             raise ProjectError(
@@ -366,6 +382,7 @@ class CsimLibrary:
             )
         # checked before anything is compiled or loaded: hls4ml's loader would exit(1) instead
         weight_names = sorted(p.name for p in project.weight_files())
+        stack_bytes = stack_bytes_for(project, name)
         content = project.content_hash()
         with cls._registry_lock:
             lib = cls._loaded.get(content)
@@ -387,13 +404,19 @@ class CsimLibrary:
             if not builder.ready():
                 builder = cls._writable_builder(builder)
             so_path, word_types, built = builder.library()
-            lib = cls(project, so_path, word_types, built)
+            lib = cls(project, so_path, word_types, built, stack_bytes)
             # Weights (and activation tables) load lazily behind static flags on the first call.
             # Make that first call here, under the loading lock and before the library is
             # published, so later calls from several instance threads only read them.
             lib.predict(np.zeros((1, lib.n_in), dtype=np.float64))
             with cls._registry_lock:
                 cls._loaded[content] = lib
+            log.info(
+                "%s: its C-simulation runs each batch on a thread with a %d MiB stack (estimated from its layers; "
+                "address space reserved per batch running at once, memory only as far as a row reaches)",
+                builder.label,
+                stack_bytes >> 20,
+            )
             return lib
 
     @staticmethod
@@ -426,7 +449,9 @@ class CsimLibrary:
 
     # ------------------------------------------------------------------ inference
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """(B, n_in) float32 or float64 -> (B, n_out) float64, row by row through the firmware."""
+        """(B, n_in) float32 or float64 -> (B, n_out) float64, row by row through the firmware,
+        on a thread of the library's with ``stack_bytes`` of stack (the GIL released meanwhile).
+        Raises MemoryError when that thread cannot be started (its stack cannot be mapped)."""
         x = np.asarray(x)
         fn = self._fn.get(x.dtype)
         if fn is None:
@@ -438,11 +463,17 @@ class CsimLibrary:
             fn = self._fn[x.dtype]
         x = np.ascontiguousarray(x)
         y = np.empty((x.shape[0], self.n_out), dtype=np.float64)
+        err = 0
         if x.shape[0] and self._serial is not None:
             with self._serial:
-                fn(x.ctypes.data, y.ctypes.data, x.shape[0])
+                err = fn(x.ctypes.data, y.ctypes.data, x.shape[0], self.stack_bytes)
         elif x.shape[0]:
-            fn(x.ctypes.data, y.ctypes.data, x.shape[0])
+            err = fn(x.ctypes.data, y.ctypes.data, x.shape[0], self.stack_bytes)
+        if err:
+            raise MemoryError(
+                f"{self.project.path}: cannot start the C-simulation's thread with its "
+                f"{self.stack_bytes >> 20} MiB stack: {os.strerror(err)}"
+            )
         if self._float_out:
             y = y.astype(np.float32).astype(np.float64)
         return y

@@ -47,6 +47,7 @@ from . import bls, config_support, ensemble, warmup
 from .batcher import DynamicBatcher
 from .instance_process import ProcessBackend, hosted
 from .latency import LatencyConfig, LatencyRecorder
+from .memory import batch_memory
 from .repoagents import RepositoryAgentError, run_load_agents
 from .scheduler import DirectScheduler, ModelInstance, Scheduler
 from .sequence import SequenceBatcher
@@ -797,6 +798,8 @@ class ModelRepository:
             raise internal(f"failed to load '{name}' version {version}: {detail}") from None
         mv.scheduler = make_scheduler(mv, instances)
         mv.scheduler.start()
+        # what the config lets this version hold, said once per load (see memory.py)
+        log.info("%s", batch_memory(config, len(instances)).describe())
         return mv
 
     async def _warm_up(self, mv: ModelVersion, instances: list[ModelInstance]) -> None:
