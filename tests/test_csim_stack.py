@@ -190,3 +190,21 @@ def test_firmware_above_the_stack_cap_fails_its_load_by_name(repo, tmp_path, csi
             assert _infer(client, "facile", x).shape == (4, 1)
     finally:
         assert proc.stop() == 0, proc.log()
+
+
+def test_a_whole_row_stream_word_counts_by_its_elements():
+    """An io_stream project's flattened output is one nnet::array word of the whole row
+    (4,194,304 elements for a 512x512x16 output): the widest element is its ap_fixed, not
+    the word (which made the estimate 208 TiB), and the word's bytes still count in full."""
+    from fpgaserve.backends.hls4ml.stack import _Sizes
+
+    sizes = _Sizes(
+        {
+            "result_t": "nnet::array<ap_fixed<16,6>, 4194304*1>",
+            "conv2d_result_t": "nnet::array<ap_fixed<56,26>, 16*1>",
+            "accum_t": "ap_fixed<37,17>",
+        },
+        {},
+    )
+    assert [sizes.element_bytes(t) for t in ("result_t", "conv2d_result_t", "accum_t")] == [2, 8, 8]
+    assert sizes.bytes_of("result_t") == 2 * 4194304

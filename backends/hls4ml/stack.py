@@ -102,6 +102,19 @@ class _Sizes:
                 return None
         return total
 
+    def element_bytes(self, ctype: str) -> int:
+        """sizeof one element of ``ctype``: an ``nnet::array`` word's element, else the type."""
+        text = " ".join(ctype.split())
+        for _ in range(33):
+            if text in self.typedefs:
+                text = " ".join(self.typedefs[text].split())
+                continue
+            array = _NNET_ARRAY.match(text)
+            if array is None:
+                break
+            text = " ".join(array.group(1).split())
+        return self.bytes_of(text)
+
     def bytes_of(self, ctype: str, depth: int = 0) -> int:
         text = " ".join(ctype.split())
         if depth > 32:
@@ -149,7 +162,9 @@ def estimate_stack_bytes(project: Hls4mlProject) -> int:
     configs = {
         name: {k: int(v) for k, v in _CONFIG_CONST.findall(text)} for name, text in _CONFIG_STRUCT.findall(parameters)
     }
-    widest = max([8, *(sizes.bytes_of(t) for t in sizes.typedefs)])
+    # the widest ELEMENT: an io_stream typedef may be a whole row as one nnet::array word
+    # (result_t of a flattened output: millions of elements), counted below as elements
+    widest = max([8, *(sizes.element_bytes(t) for t in sizes.typedefs)])
     if project.accelerator is not None:
         # <project>_axi() copies the row into local input_t/result_t arrays around the network
         locals_bytes += widest * (project.input.size + project.output.size)
