@@ -358,3 +358,51 @@ def test_pack_keras_and_qonnx_io_stream(tmp_path):
         assert len(np.unique(ref)) > 50
         for got in (model.predict(x), model._predict_int64(x)):
             assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), name
+
+
+def test_large_separable_io_stream_network_serves_bit_exactly(tmp_path, tmp_path_factory, csim_cache):
+    """A 512x512x3 separable io_stream network with a 4,194,304-element output (the size that
+    once overflowed a thread's stack in csim and was refused by the emulator): pack bounds its
+    batch, both emulator and csim run it (csim on a stack sized from the project) bit for bit
+    alike, and auto serves it in numpy beside the bundled models, answering csim's bits."""
+    import re
+
+    import tritonclient.grpc as grpcclient
+
+    from server_process import BUNDLED_REPO
+    from test_hls4ml_serving import _serve
+
+    keras = _keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(5)
+    i = keras.Input((512, 512, 3))
+    x = layers.DepthwiseConv2D(3, padding="same", bias_initializer="random_normal")(i)
+    x = layers.Conv2D(16, 1, activation="relu", bias_initializer="random_normal")(x)
+    keras.Model(i, layers.Flatten()(x)).save(tmp_path / "sep512.keras")
+    repo = tmp_path / "repo"
+    done = _pack(
+        "sep512", "--keras", str(tmp_path / "sep512.keras"), "--io-type", "io_stream", "--repository", str(repo)
+    )
+    assert done.returncode == 0, done.stderr
+    config = (repo / "sep512" / "config.pbtxt").read_text()
+    assert "max_batch_size: 53" in config, config  # 53 rows of 19 MB fit the 1 GiB budget
+    project = Hls4mlProject.load(repo / "sep512" / "1")
+    model = FixedPointModel(project)
+    rows = (np.random.default_rng(2).standard_normal((2, model.n_in)) * 4).astype(np.float32)
+    ref = CsimLibrary.load(project, cache_dir=csim_cache).predict(rows.astype(np.float64))
+    assert ref.shape == (2, 4194304) and len(np.unique(ref)) > 1000
+    assert np.array_equal(model.predict(rows.astype(np.float64)).view(np.uint64), ref.view(np.uint64))
+
+    proc = _serve("auto", [repo, BUNDLED_REPO], tmp_path_factory, csim_cache)
+    try:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            meta = client.get_model_metadata("sep512")  # (Keras numbers its layer names per process)
+            [inp], [out] = meta.inputs, meta.outputs
+            t = grpcclient.InferInput(inp.name, [2, model.n_in], "FP32")
+            t.set_data_from_numpy(rows)
+            served = client.infer("sep512", [t], client_timeout=300).as_numpy(out.name)
+        log = proc.log_path.read_text(errors="replace")
+    finally:
+        proc.stop()
+    assert re.search(r"model sep512: .* runs in numpy mode \(auto: ", log), log[-3000:]
+    assert np.array_equal(served.view(np.uint32), ref.astype(np.float32).view(np.uint32))
