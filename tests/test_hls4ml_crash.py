@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from fpgaserve.backends.hls4ml.backend import Hls4mlBackend
 from fpgaserve.server import model_config as mc
 from server_process import BUNDLED_REPO, ServerProcess, serve
+from test_python_backend import _children, _full_log
 from waiting import wait_until
 
 # the served tests are slow: four C-simulations compile (once per run: the csim cache)
@@ -114,30 +115,10 @@ def _poison(rows: np.ndarray) -> np.ndarray:
     return bad
 
 
-def _full_log(server) -> str:
-    return server.log_path.read_text(errors="replace")
-
-
-def _instance_processes(server_pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read()
-            except OSError:
-                continue
-            if int(stat.rsplit(") ", 1)[1].split()[1]) == server_pid and b"instance_worker" in cmdline:
-                found.append(int(entry))
-    return found
-
-
 @slow
-def test_csim_instances_run_in_instance_processes(server):
+def test_csim_instances_run_in_children(server):
     # one process per instance of each of the four models, children of the server
-    assert len(_instance_processes(server.proc.pid)) == 4
+    assert len(_children(server.proc.pid)) == 4
     log = _full_log(server)
     assert "runs in csim mode" in log  # the child's load line reaches the server's log
 
@@ -207,9 +188,7 @@ def test_too_many_aborts_leave_the_model_unavailable(repo, server, client):
 def test_an_endless_loop_leaves_deadlines_and_unload_working(server, client):
     x = _rows(4, 3)
     before = _infer(client, "facile", x)
-    (looping,) = [
-        pid for pid in _instance_processes(server.proc.pid) if "facile_loop" in os.readlink(f"/proc/{pid}/cwd")
-    ]
+    (looping,) = [pid for pid in _children(server.proc.pid) if "facile_loop" in os.readlink(f"/proc/{pid}/cwd")]
     with pytest.raises(InferenceServerException) as e:
         _infer(client, "facile_loop", _poison(x), timeout=2.0)
     assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
@@ -217,7 +196,7 @@ def test_an_endless_loop_leaves_deadlines_and_unload_working(server, client):
     # the unload does not wait for the loop: the instance's process is killed
     client.unload_model("facile_loop")
     assert not client.is_model_ready("facile_loop")
-    assert looping not in _instance_processes(server.proc.pid)
+    assert looping not in _children(server.proc.pid)
     # the log says the unload stopped it, not that it crashed and restarts
     stopped = (
         "of model 'facile_loop' version 1 was killed by signal 9 (SIGKILL) while executing the batch: it was stopped"
@@ -243,7 +222,7 @@ def test_opting_out_keeps_csim_in_the_servers_process(repo, tmp_path, csim_cache
         env=dict(os.environ, FPGASERVE_CACHE_DIR=str(csim_cache)),
     )
     for _ in serve(proc):
-        assert _instance_processes(proc.proc.pid) == []
+        assert _children(proc.proc.pid) == []
         with grpcclient.InferenceServerClient(proc.url) as client:
             assert _infer(client, "facile", _rows(4, 4)).shape == (4, 1)
 
