@@ -1,6 +1,9 @@
-"""Shared fixtures: one fpgaserve process serving the conformance + bundled repositories.
+"""Fixtures every area shares: one fpgaserve process serving the conformance + bundled
+repositories for the whole session, its gRPC client, and one C-simulation build cache.
 
-Tests that need their own repository or flags start a ``ServerProcess`` themselves.
+Tests that need their own repository or flags start a ``ServerProcess`` themselves. The
+external tools (perf_analyzer, the real Triton) come from the fixture module support/tools.py,
+registered here for every folder; each area's own fixtures are in its folder's conftest.py.
 """
 
 from __future__ import annotations
@@ -9,8 +12,9 @@ import os
 
 import pytest
 
-from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, serve
-from tools import perf_analyzer  # noqa: F401  (module-scoped fixture: locate or install, else skip)
+from support.server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, serve
+
+pytest_plugins = ["support.tools"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,7 +35,7 @@ def csim_cache(tmp_path_factory):
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "fpgaserve.log"
     # client shared memory on, as cmsTriton starts its local server (tritonserver >= 26.04 and
-    # fpgaserve default to off: tests/test_tritonserver_cli.py checks that)
+    # fpgaserve default to off: tests/deployment/test_tritonserver_cli.py checks that)
     yield from serve(ServerProcess([CONFORMANCE_REPO, BUNDLED_REPO], "--allow-client-shm=true", log_path=log))
 
 
