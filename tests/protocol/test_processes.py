@@ -20,6 +20,7 @@ Nothing here measures time; waits only guard against hangs.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -241,14 +242,16 @@ def test_taken_port_says_address_already_in_use():
 
 
 @pytest.mark.timeout(900)
-def test_protocol_suites_with_the_other_process_model():
+@pytest.mark.parametrize("module", PROTOCOL_MODULES)
+def test_protocol_suites_with_the_other_process_model(module):
     """The protocol modules, unchanged, against servers in the process model the rest of the
     suite does not use: the suite's servers run with the default (``auto``), so on a host
-    where auto means frontend processes this reruns them in one process, and vice versa."""
+    where auto means frontend processes this reruns them in one process, and vice versa.
+    One nested run per module, so that parallel workers share them out."""
     other = "1" if auto_frontend_processes() > 1 else N
     env = dict(os.environ, FPGASERVE_TEST_FRONTEND_PROCESSES=other)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PROTOCOL_MODULES],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", module],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -256,6 +259,7 @@ def test_protocol_suites_with_the_other_process_model():
         timeout=880,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert re.search(r"\b\d+ passed\b", proc.stdout), proc.stdout[-2000:]
 
 
 def test_large_outputs_come_back_through_the_response_arena(tmp_path):

@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from support.workers import worker
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE_REPO = ROOT / "tests" / "models"
 BUNDLED_REPO = ROOT / "bitstreams"
@@ -27,15 +29,26 @@ def free_port() -> int:
 
     The kernel may give the same ephemeral port to two ``bind(0)`` calls once the first socket is closed;
     a server whose HTTP and metrics ports came out equal failed to start in CI (2026-11-26), so the ports
-    already given to a test are skipped.
+    already given to a test are skipped. Parallel workers take disjoint ports: worker i of n only ports
+    with ``(port // 2) % n == i``, so two workers never hand out the same one (not ``port % n``: Linux
+    gives bind(0) odd ports, so with n = 2 or 4 some workers would never get one).
     """
-    while True:
-        with socket.socket() as s:
+    index, count = worker()
+    # a port that will not do stays bound until one does: the kernel may hand the same few ports
+    # to bind(0) again and again once they are closed, so a closed one could come back forever
+    held: list[socket.socket] = []
+    try:
+        while True:
+            s = socket.socket()
+            held.append(s)
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            if (port // 2) % count == index and port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    finally:
+        for s in held:
+            s.close()
 
 
 class ServerProcess:
