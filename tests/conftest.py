@@ -104,3 +104,28 @@ def pytest_xdist_make_scheduler(config, log):
     from support.scheduling import ModuleScheduling
 
     return ModuleScheduling(config, log)
+
+
+# A test marked ``quiet`` runs while no other worker runs a test: what it checks depends on
+# threads overlapping on time (the simulated card's DMA during a kernel) and a machine loaded by
+# the other workers can make that not happen. Every test holds the run's lock shared, a quiet one
+# holds it alone; the turnstile lets a quiet test that waits go before tests that come later.
+@pytest.fixture(autouse=True)
+def _quiet_or_shared(request, tmp_path_factory):
+    if not hasattr(request.config, "workerinput"):  # no workers (a serial run, a run nested in a test)
+        yield
+        return
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp().parent
+    quiet = request.node.get_closest_marker("quiet") is not None
+    with open(base / "quiet.turnstile", "a") as turnstile, open(base / "quiet.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -10,7 +10,10 @@ fails with them, or is skipped with the reason when the venv cannot be had.
 
 from __future__ import annotations
 
+import pytest
 
+
+@pytest.mark.quiet  # the runner tests check DMA overlapping a kernel in time
 def test_the_runner_tests_pass_through_pynq():
     from support.tools import card_venv_python, run_runner_tests
 

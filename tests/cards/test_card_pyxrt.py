@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from support.tools import run_runner_tests
 
 #: the runner tests whose outcome depends on the card API (the rest exercise the runner alone)
 SELECTION = "abi or memory or hung or reset or reloading or telemetry or sensors or overlap"
 
 
+@pytest.mark.quiet  # the runner tests check DMA overlapping a kernel in time
 def test_the_runner_tests_pass_through_pyxrt():
     run_runner_tests(sys.executable, "xrt", "-k", SELECTION)

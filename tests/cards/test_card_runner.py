@@ -546,6 +546,7 @@ def test_instances_spread_over_every_compute_unit_of_every_card(sim, pool, versi
         _close(runners)
 
 
+@pytest.mark.quiet  # the runner tests check DMA overlapping a kernel in time
 def test_two_instances_on_a_compute_unit_overlap_dma_with_the_kernel(sim, pool, versions, monkeypatch):
     """Double buffering: while one instance's call runs, the other moves its batch to the card.
 
