@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import datatypes
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
-from ..errors import InferenceError, invalid_argument
+from ..errors import InferenceError, format_shape, invalid_argument, unexpected_shape
 from ..model_config import TensorSpec
 
 if TYPE_CHECKING:
@@ -185,18 +185,6 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 # ----------------------------------------------------------------------------- decode
 
 
-def _fmt_shape(shape) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-_SHAPE_NOTE = (
-    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
-    "to be prepended to each input shape. If you want to specify the full shape including the "
-    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
-    "configuration docs for more info on max_batch_size."
-)
-
-
 _INT64_MAX = 2**63 - 1
 SPARE_INPUTS = 64  # extra inputs still walked one by one, so small mistakes get Triton's exact texts
 
@@ -210,7 +198,7 @@ def _check_element_count(shape, dt: datatypes.DataType, in_name: str, model: str
             size *= d
             if size > _INT64_MAX:
                 raise invalid_argument(
-                    f"{prefix}input '{in_name}' for model '{model}' has shape {_fmt_shape(shape)}, "
+                    f"{prefix}input '{in_name}' for model '{model}' has shape {format_shape(shape)}, "
                     "whose element count does not fit in 64 bits"
                 )
 
@@ -302,23 +290,19 @@ def normalize(request: WireRequest, shm) -> tuple[dict[str, np.ndarray], int]:
                 if d < 0:
                     raise invalid_argument(
                         f"{prefix}All input dimensions should be specified for input '{in_name}' for "
-                        f"model '{name}', got {_fmt_shape(shape)}"
+                        f"model '{name}', got {format_shape(shape)}"
                     )
                 if c not in (-1, d):
                     matches = False
                     break
         if not matches:
             expected_shape = ([-1] if max_batch > 0 else []) + list(spec.dims)
-            # (Triton ends the text with ". " when there is no NOTE)
-            raise invalid_argument(
-                f"{prefix}unexpected shape for input '{in_name}' for model '{name}'. Expected "
-                f"{_fmt_shape(expected_shape)}, got {_fmt_shape(shape)}." + (_SHAPE_NOTE if max_batch > 0 else " ")
-            )
+            raise unexpected_shape(prefix, in_name, name, expected_shape, shape, max_batch > 0)
         if max_batch > 0 and batch_size < 0:
             # a single input with dim 0 = -1 (Triton overflows here; we name the problem)
             raise invalid_argument(
                 f"{prefix}All input dimensions should be specified for input '{in_name}' for model "
-                f"'{name}', got {_fmt_shape(shape)}"
+                f"'{name}', got {format_shape(shape)}"
             )
         _check_element_count(shape, dt, in_name, name, prefix)
         # Triton sizes a batch-0 request as if it had no batch dimension
