@@ -32,9 +32,9 @@ from prometheus_client.core import Metric
 from fpgaserve.backends import telemetry_collectors
 
 from .engine import custom_metrics
+from .engine.instance import abandoned_instances_running
 from .engine.instance_process import restart_families
 from .engine.latency import LatencyConfig
-from .engine.scheduler import abandoned_instances_running
 from .engine.statistics import QUEUE_BUCKETS_US
 
 log = logging.getLogger("fpgaserve.metrics")

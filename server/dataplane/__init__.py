@@ -17,7 +17,9 @@ import functools
 import time
 
 from .. import __version__
-from ..engine.repository import ModelRepository, ModelVersion, parse_version
+from ..engine import bls
+from ..engine.model_version import ModelVersion
+from ..engine.repository import ModelRepository, parse_version
 from ..engine.request import EncodedOutput, InferenceRequest
 from ..engine.tracing import Tracer
 from ..errors import InferenceError, Status, invalid_argument, not_found, unavailable, unimplemented
@@ -58,6 +60,9 @@ class DataPlane(DataPlaneAPI):
         tracer: Tracer | None = None,
     ):
         self.repository = repository
+        if repository is not None:  # (a data plane for a test may have none)
+            # BLS requests from instance processes are clients of the data plane
+            repository.instance_calls = functools.partial(bls.engine_call, repository.get)
         self.shm = shm
         # how every request's outputs are prepared: one partial for all, not one per request
         self._encode = functools.partial(encode_outputs, shm=shm)

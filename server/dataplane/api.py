@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..engine.repository import ModelVersion
+    from ..engine.model_version import ModelVersion
     from ..engine.request import EncodedOutput
     from ..engine.statistics import ModelStatistics
     from ..shared_memory import SystemSharedMemoryManager

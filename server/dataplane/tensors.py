@@ -28,7 +28,7 @@ from ..errors import InferenceError, format_shape, invalid_argument, unexpected_
 from ..model_config import TensorSpec
 
 if TYPE_CHECKING:
-    from ..engine.repository import ModelVersion
+    from ..engine.model_version import ModelVersion
 
 _U32 = struct.Struct("<I")
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..dataplane import DataPlane
 from ..dataplane.tensors import encode_outputs
-from ..engine.repository import ModelVersion
+from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, Status, internal, unavailable
 from .arena import ArenaReader, ResponseArena

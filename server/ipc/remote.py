@@ -33,7 +33,7 @@ import numpy as np
 
 from ..dataplane.api import DataPlaneAPI, RegionStatus, ServerInfo, VersionStatistics
 from ..dataplane.tensors import WireRequest, normalize
-from ..engine.repository import ModelVersion
+from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput
 from ..errors import InferenceError, Status, unavailable
 from ..model_config import ModelConfig
