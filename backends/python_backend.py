@@ -20,9 +20,9 @@ import json
 import os
 
 from fpgaserve.server import model_config as mc
-from fpgaserve.server.engine.instance_process import ChildDied, ProcessBackend, failure_from_child
 
 from .base import BackendError, BackendRequest, ExecutionFailed, version_file
+from .hosting import ChildDied, ProcessBackend, failure_from_child
 
 _STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stub")
 
@@ -76,7 +76,7 @@ class PythonBackend(ProcessBackend):
         self._cancel_checks: tuple[int, list] = (0, [])
         super().__init__(config, version_dir, instance_index, backend_config)
 
-    def _unhealthy_prefix(self) -> str:
+    def unhealthy_prefix(self) -> str:
         return f"Stub process '{self.instance_name}' is not healthy: "
 
     def load_args(self) -> tuple:
@@ -97,7 +97,7 @@ class PythonBackend(ProcessBackend):
         raise NotImplementedError("the Python backend executes requests, not merged batches")
 
     def execute_requests(self, requests: list[BackendRequest], alone: bool = False) -> list:
-        self._ensure_running()
+        self.ensure_running()
         self._exec_id += 1
         exec_id = self._exec_id
         self.segment.reset()
@@ -115,15 +115,15 @@ class PythonBackend(ProcessBackend):
         ]
         self._cancel_checks = (exec_id, [r.cancelled for r in requests])
         try:
-            self._send(("exec_requests", message, self.decoupled, alone, exec_id))
+            self.send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
                 return [self._responses(exec_id)]
             reply = self._reply(exec_id)
         except ChildDied as e:
-            raise self._crashed(str(e)) from None
+            raise self.crashed(str(e)) from None
         if reply[0] == "failed":
             raise failure_from_child(reply)
-        peer = self._peer
+        peer = self.peer
         assert peer is not None
         answers: list = []
         for result in reply[1]:
@@ -144,7 +144,7 @@ class PythonBackend(ProcessBackend):
     def _reply(self, exec_id: int) -> tuple:
         """The child's answer to batch ``exec_id`` (what an earlier batch's stream left unread is skipped)."""
         while True:
-            message = self._next()
+            message = self.next_message()
             if message[-1] == exec_id and message[0] in ("done_requests", "failed"):
                 return message
 
@@ -159,9 +159,9 @@ class PythonBackend(ProcessBackend):
         final = done = False
         while not (final and done):
             try:
-                message = self._next()
+                message = self.next_message()
             except ChildDied as e:
-                raise self._crashed(str(e)) from None
+                raise self.crashed(str(e)) from None
             kind = message[0]
             if message[1 if kind == "response" else -1] not in (exec_id, (exec_id, 0)):
                 continue
@@ -179,7 +179,7 @@ class PythonBackend(ProcessBackend):
                 yield failure_from_child(("error", *error))
                 continue
             if outputs is not None:
-                peer = self._peer
+                peer = self.peer
                 assert peer is not None
                 yield {name: peer.get(ref, copy=True) for name, ref in outputs}
             if flags & RESPONSE_COMPLETE_FINAL:

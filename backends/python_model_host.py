@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any
 
-from fpgaserve.server.engine.instance_worker import current
+from fpgaserve.backends.hosting import current
 
 RESPONSE_COMPLETE_FINAL = 1
 

@@ -30,10 +30,9 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import Metric
 
 from fpgaserve.backends import telemetry_collectors
+from fpgaserve.backends.hosting import custom_metric_families, restart_families
 
-from .engine import custom_metrics
 from .engine.instance import abandoned_instances_running
-from .engine.instance_process import restart_families
 from .engine.latency import LatencyConfig
 from .engine.statistics import QUEUE_BUCKETS_US
 
@@ -168,7 +167,7 @@ class InferenceCollector:
         abandoned.add_sample("fpgaserve_abandoned_instances", {}, abandoned_instances_running())
         yield abandoned
         yield from restart_families()
-        yield from custom_metrics.families()
+        yield from custom_metric_families()
         for extra in self.extra:
             yield from extra.collect()
 

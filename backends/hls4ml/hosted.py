@@ -18,36 +18,10 @@ log instead of the child's stderr.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
-from fpgaserve.server.engine.instance_process import ProcessBackend
-
+from ..hosting import ProcessBackend, forward_logs
 from .backend import Hls4mlBackend, _emulated_device
-
-_LEVELS = ((logging.ERROR, "error"), (logging.WARNING, "warn"), (logging.INFO, "info"))
-
-
-class _ToServerLog(logging.Handler):
-    """Log records of the child's ``fpgaserve`` loggers, as ``log`` messages to the server."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from fpgaserve.server.engine import instance_worker
-
-        level = next((name for number, name in _LEVELS if record.levelno >= number), "verbose")
-        try:
-            instance_worker.current().log(level, self.format(record))
-        except (RuntimeError, OSError):
-            pass  # not in a worker, or the server is gone: nowhere to log to
-
-
-def _forward_logs() -> None:
-    logger = logging.getLogger("fpgaserve")
-    if not any(isinstance(h, _ToServerLog) for h in logger.handlers):
-        logger.addHandler(_ToServerLog())
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # not also to stderr by logging's last-resort handler
 
 
 class Hls4mlInstanceChild(Hls4mlBackend):
@@ -57,7 +31,7 @@ class Hls4mlInstanceChild(Hls4mlBackend):
     accounts_device = False
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
-        _forward_logs()
+        forward_logs()
         super().__init__(config, version_dir, instance_index, backend_config)
         self.load_result = {"mode": self.mode}
 

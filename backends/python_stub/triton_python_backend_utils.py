@@ -29,7 +29,7 @@ def _bind(host) -> None:
 
 
 def _worker():
-    from fpgaserve.server.engine.instance_worker import current
+    from fpgaserve.backends.hosting import current
 
     return current()
 
@@ -442,7 +442,7 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False):
         """Run this request on ``model_name``: its InferenceResponse (an error, if it failed,
         in ``error()``), or with ``decoupled`` an iterator of its responses."""
-        from fpgaserve.server.engine.instance_worker import CallFailed
+        from fpgaserve.backends.hosting import CallFailed
 
         if decoupled:
             return self._exec_stream()
@@ -452,7 +452,7 @@ class InferenceRequest:
             return InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
 
     def _exec_stream(self):
-        from fpgaserve.server.engine.instance_worker import CallFailed
+        from fpgaserve.backends.hosting import CallFailed
 
         try:
             for item in _worker().call(self._payload(), stream=True):

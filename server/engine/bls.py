@@ -56,12 +56,12 @@ async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> 
                 f"Model '{name}' is using the decoupled transaction policy: call exec(decoupled=True) "
                 "for its responses",
             )
-        peer = instance._peer
+        peer = instance.peer
         wire_inputs: dict[str, WireInput] = {}
         for input_name, datatype, shape, ref in inputs:
             array = peer.get(ref, copy=True)
             if datatype == "BYTES":
-                from .instance_channel import serialize_bytes
+                from fpgaserve.backends.hosting.instance_channel import serialize_bytes
 
                 data: Any = serialize_bytes(array)
             else:

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fpgaserve.backends import Backend, BackendError, backend_class
+from fpgaserve.backends.hosting import ProcessBackend, hosted
 
 from .. import model_config as mc
 from ..errors import permission_denied
 from . import config_support
 from .auto_complete import auto_complete, detect_backend
-from .instance_process import ProcessBackend, hosted
 from .model_files import available_versions, dir_signature, read_labels, select_versions
 from .repoagents import RepositoryAgentError, run_load_agents
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from fpgaserve.backends import BackendError
+from fpgaserve.backends.hosting import ProcessBackend, hosted
 
 from .. import model_config as mc
 from ..errors import InferenceError, internal
@@ -25,7 +26,6 @@ from .dynamic_batcher import DynamicBatcher
 from .ensemble_plan import Step
 from .ensemble_scheduler import EnsembleScheduler
 from .instance import ModelInstance
-from .instance_process import ProcessBackend, hosted
 from .latency import LatencyConfig, LatencyRecorder
 from .memory import batch_memory
 from .model_reader import INSTANCE_PROCESS_PARAMETER
