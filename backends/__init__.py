@@ -15,7 +15,7 @@ _REGISTRY = {
     "numpy": ("fpgaserve.backends.numpy_backend", "NumpyBackend"),
     "onnxruntime": ("fpgaserve.backends.onnxruntime_backend", "OnnxRuntimeBackend"),
     "hls4ml": ("fpgaserve.backends.hls4ml.backend", "Hls4mlBackend"),
-    "python": ("fpgaserve.backends.python_backend", "PythonBackend"),
+    "python": ("fpgaserve.backends.python.backend", "PythonBackend"),
 }
 
 

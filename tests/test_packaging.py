@@ -35,7 +35,7 @@ SCANNED = ("server", "backends", "pack", "protos")
 # Imported by the code but not a PyPI distribution, with the reason.
 # modules fpgaserve itself ships outside its package: the Python backend's
 # triton_python_backend_utils, put on sys.path only in a model's instance process
-SHIPPED = {path.stem for path in (ROOT / "backends" / "python_stub").glob("*.py")}
+SHIPPED = {path.stem for path in (ROOT / "backends" / "python" / "stub").glob("*.py")}
 
 NOT_ON_PYPI = {
     # XRT's own Python binding, installed with XRT (/opt/xilinx/xrt/python); the card runtime

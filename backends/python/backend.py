@@ -2,9 +2,9 @@
 
 A model written for Triton (``<version>/model.py`` with ``class TritonPythonModel``, ``import
 triton_python_backend_utils as pb_utils``) is served unchanged: the instance's process
-(``server/engine/instance_process.py``) imports it and calls ``initialize(args)``,
+(``fpgaserve.backends.hosting``) imports it and calls ``initialize(args)``,
 ``execute(requests)`` with the batch's requests (each with its own inputs, as Triton hands
-them) and ``finalize()`` (``python_model_host.py``, which runs there). A crash of the model's
+them) and ``finalize()`` (``host.py``, which runs there). A crash of the model's
 code (a segfault in an extension, ``os._exit``) fails its batch and restarts the instance; the
 server and its other models keep serving.
 
@@ -21,19 +21,18 @@ import os
 
 from fpgaserve.server import model_config as mc
 
-from .base import BackendError, BackendRequest, ExecutionFailed, version_file
-from .hosting import ChildDied, ProcessBackend, failure_from_child
+from ..base import BackendError, BackendRequest, ExecutionFailed, version_file
+from ..hosting import ChildDied, ProcessBackend, failure_from_child
+from .response_flags import RESPONSE_COMPLETE_FINAL
 
-_STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stub")
+# what the instance process puts on sys.path: triton_python_backend_utils and nothing else of ours
+_STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub")
 
 #: request parameters Triton's frontends turn into request fields (flags, correlation id,
 #: priority, timeout, final-response option): a model's ``parameters()`` shows the others only
 _HANDLED_PARAMETERS = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response")
 )
-
-#: Triton's response flag that ends a decoupled request's responses
-RESPONSE_COMPLETE_FINAL = 1
 
 
 def _model_path(config: dict, version_dir: str) -> str:
@@ -62,7 +61,7 @@ def _refuse_unsupported(config: dict, backend_config: dict) -> None:
 
 class PythonBackend(ProcessBackend):
     default_filename = "model.py"
-    child_target = "fpgaserve.backends.python_model_host:PythonModelHost"
+    child_target = "fpgaserve.backends.python.host:PythonModelHost"
     request_level = True
     # requests without dynamic batching travel to the instance process together (each still
     # its own execute call there): one round trip for several under load
@@ -201,4 +200,4 @@ class PythonBackend(ProcessBackend):
 
 
 class _AutoCompleteProbe(PythonBackend):
-    child_target = "fpgaserve.backends.python_model_host:AutoCompleter"
+    child_target = "fpgaserve.backends.python.host:AutoCompleter"
