@@ -150,12 +150,11 @@ class Backend(ABC):
         runner) stays in the server's process, one hop less per batch."""
         return False
 
-    @classmethod
-    def instance_process_host(cls) -> type | None:
-        """The ``ProcessBackend`` subclass that hosts this backend's instances in processes
-        when its parent side has work of its own (accounting, the child's load report); None:
-        ``instance_process.hosted`` builds a plain one."""
-        return None
+    #: "module:Class" of the ``ProcessBackend`` subclass that hosts this backend's instances in
+    #: processes when its parent side has work of its own (accounting, the child's load
+    #: report); "": ``hosting.hosted`` builds a plain one. A name, loaded when needed, as the
+    #: registry loads backends: the host's module imports the backend's, not the other way
+    instance_process_host: str = ""
 
     @abstractmethod
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

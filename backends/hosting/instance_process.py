@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import logging
 import os
 import signal
@@ -406,9 +407,9 @@ def hosted(cls: type[Backend]) -> type[ProcessBackend]:
     """``cls`` with each instance in its own process: the parent side of it (config
     ``parameters { key: "instance_process" value: { string_value: "true" } }``, or the
     backend's ``instance_process_by_default``): the backend's own host where it names one."""
-    own = cls.instance_process_host()
-    if own is not None:
-        return own
+    if cls.instance_process_host:
+        module_name, class_name = cls.instance_process_host.split(":")
+        return getattr(importlib.import_module(module_name), class_name)
 
     def describe_io(_, config: dict, version_dir: str):
         return cls.describe_io(config, version_dir)

@@ -1,4 +1,4 @@
-"""An hls4ml model's instances in instance processes (``server/engine/instance_process.py``).
+"""An hls4ml model's instances in instance processes (``fpgaserve.backends.hosting``).
 
 In csim mode an instance runs the C-simulation: the operator's firmware C++, compiled at load
 and called in-process through ctypes. A bug in it (a NULL dereference, an ``abort()``, an
@@ -6,10 +6,12 @@ and called in-process through ctypes. A bug in it (a NULL dereference, an ``abor
 process of its own (``Hls4mlBackend.instance_process_by_default``): a crash fails the batch in
 flight with an error naming the model and the signal, the instance restarts (bounded), and
 every other model goes on serving. The compiled library comes from the on-disk build cache
-(``csim.CsimLibrary.load``): the first instance's process compiles it under the cache's lock,
+(``library.CsimLibrary.load``): the first instance's process compiles it under the cache's lock,
 every later instance and every restart loads the same ``.so``.
 
-The parent side (``HostedHls4mlBackend``) is the engine's ``ProcessBackend`` with what only the
+Any mode can run so (config parameter ``instance_process: true``); csim is the mode that does
+by default, hence this module's place. ``Hls4mlBackend.instance_process_host`` names the
+parent side (``HostedHls4mlBackend``): hosting's ``ProcessBackend`` with what only the
 server's process can do: accounting the emulated device's busy time (its telemetry and
 ``/metrics`` live there) around each batch. The child side (``Hls4mlInstanceChild``) is the
 ordinary backend, reporting its resolved mode at load and sending its log lines to the server's
@@ -20,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hosting import ProcessBackend, forward_logs
-from .backend import Hls4mlBackend, _emulated_device
+from ...hosting import ProcessBackend, forward_logs
+from ..backend import Hls4mlBackend, emulated_device
 
 
 class Hls4mlInstanceChild(Hls4mlBackend):
@@ -51,7 +53,7 @@ class HostedHls4mlBackend(ProcessBackend):
         super().__init__(config, version_dir, instance_index, backend_config)
         self.mode: str = (self.load_result or {}).get("mode", "")
         # a card's runner accounts its own calls (where a config asks for hardware in a process)
-        self.emulated_device = _emulated_device(self.mode) if self.mode not in ("", "hardware") else None
+        self.emulated_device = emulated_device(self.mode) if self.mode not in ("", "hardware") else None
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.emulated_device is None:
