@@ -1,6 +1,8 @@
 """Protocol-free request handling shared by every frontend: the wire-neutral request
-(``WireRequest``), the core half of validation (``normalize``), BYTES (de)serialization, and
-output preparation (``encode_outputs``).
+(``WireRequest``) and the request types it carries (``RequestedOutput``, ``ShmTarget``,
+``EncodedOutput``: the engine's, which frontends take from here), the core half of
+validation (``normalize``), the one place a client's request becomes the engine's
+(``engine_request``), BYTES (de)serialization, and output preparation (``encode_outputs``).
 
 A frontend collects a request from its own format (protobuf, JSON, binary extension) into a
 ``WireRequest``: its inputs as ``WireInput``s (datatype, shape and the data as sent), and the
@@ -16,6 +18,7 @@ outputs are serialized once with ``tobytes`` (protobuf ``bytes`` fields reject m
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -80,6 +83,49 @@ class WireRequest:
     # the client's W3C trace context (gRPC metadata / HTTP header), collected only while
     # tracing is on (``DataPlaneAPI.tracing_active``)
     traceparent: str = ""
+
+
+def engine_request(
+    model,
+    inputs: dict[str, np.ndarray],
+    outputs: list[RequestedOutput],
+    batch_size: int,
+    request_id: str,
+    parameters: dict[str, Any],
+    priority: int,
+    timeout_us: int,
+    encode: Callable,
+    *,
+    emit: Callable | None = None,
+    tracer=None,
+    traceparent: str = "",
+    future=None,
+    tag=None,
+) -> InferenceRequest:
+    """The engine's ``InferenceRequest`` for a client's request, normalized where it arrived:
+    the one place a client's request enters the engine (``DataPlane.infer``, a BLS request,
+    a frontend process's request at the engine's IPC server). ``encode`` prepares its outputs
+    (see ``InferenceRequest.encode``); ``emit`` takes a decoupled model's responses; with an
+    active ``tracer`` the request is traced (the client's ``traceparent``); ``future``/``tag``:
+    a submitter's own answer object and handle (the IPC server's).
+
+    The arrival time is now: the request enters the server's statistics (success and queue
+    time) here, as in Triton, where decoding the wire message is frontend time outside
+    ModelStatistics (reading a raw input copies it out of the message, up to ~1 ms for a
+    16k-row FACILE batch, which would otherwise be reported as queue time on an idle server)."""
+    # Positional, in InferenceRequest's field order: keyword arguments cost ~0.25 µs more per
+    # request (measured), as much as the WireRequest itself.
+    request = InferenceRequest(
+        model, inputs, outputs, batch_size, request_id, parameters, priority, timeout_us, time.monotonic_ns(), future
+    )
+    request.encode = encode
+    if emit is not None:
+        request.emit = emit
+    if tag is not None:
+        request.tag = tag
+    if tracer is not None and tracer.active:
+        request.trace = tracer.start(model.name, traceparent)
+    return request
 
 
 def all_outputs(model) -> list[RequestedOutput]:

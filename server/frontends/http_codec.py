@@ -24,13 +24,15 @@ from .. import datatypes
 from ..dataplane.tensors import (
     ALLOWED_TRITON_PARAMETERS,
     SPARE_INPUTS,
+    EncodedOutput,
+    RequestedOutput,
+    ShmTarget,
     WireInput,
     WireRequest,
     all_outputs,
     deserialize_bytes,
     id_prefix,
 )
-from ..engine.request import EncodedOutput, RequestedOutput, ShmTarget
 from ..errors import InferenceError, invalid_argument
 
 HEADER_LENGTH = "Inference-Header-Content-Length"

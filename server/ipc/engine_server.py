@@ -14,7 +14,6 @@ import functools
 import itertools
 import logging
 import os
-import time
 from collections import namedtuple
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..dataplane import DataPlane
-from ..dataplane.tensors import encode_outputs
+from ..dataplane.tensors import encode_outputs, engine_request
 from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, Status, internal, unavailable
@@ -359,23 +358,21 @@ class EngineServer:
                     arrays[in_name] = np.ndarray(shape, specs[in_name].datatype.dtype, view, payload[0])
                 else:  # travelled in the frame (BYTES, or the arena was full)
                     arrays[in_name] = payload
-            ireq = InferenceRequest(
-                model=mv,
-                inputs=arrays,
-                outputs=self._outputs(fe, mv, outputs),
-                batch_size=batch_size,
-                id=request_id,
-                parameters=parameters,
-                priority=priority,
-                timeout_us=timeout_us,
-                arrival_ns=time.monotonic_ns(),
-                future=reply,  # type: ignore[arg-type]  # a stand-in: see InferenceRequest.future
-                encode=fe.encode,  # type: ignore[arg-type]
+            ireq = engine_request(
+                mv,
+                arrays,
+                self._outputs(fe, mv, outputs),
+                batch_size,
+                request_id,
+                parameters,
+                priority,
+                timeout_us,
+                fe.encode,  # type: ignore[arg-type]  # (set at hello, before any request)
+                tracer=self.dataplane.tracer,
+                traceparent=traceparent,
+                future=reply,  # a stand-in for the scheduler's future: see InferenceRequest.future
                 tag=token,
             )
-            tracer = self.dataplane.tracer
-            if tracer.active:
-                ireq.trace = tracer.start(name, traceparent)
             if mv.decoupled:
                 loop = asyncio.get_running_loop()
                 ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, _emitted(token, encoded))
