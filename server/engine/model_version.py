@@ -80,6 +80,30 @@ class ModelVersion:
     def labels(self, filename: str) -> list[str]:
         return self._labels.get(filename, [])
 
+    def snapshot(self) -> tuple:
+        """This version as plain values, for a frontend process to decode requests against
+        (``from_snapshot``): what the IPC channel carries instead of the object."""
+        return (
+            self.name,
+            self.version,
+            self.uid,
+            self.config.SerializeToString(),
+            self._labels,
+            self.version_dir,
+            self.model_dir,
+        )
+
+    @classmethod
+    def from_snapshot(cls, value: tuple) -> ModelVersion:
+        """The version a ``snapshot`` describes (no scheduler: it executes nothing); an eighth
+        value is the engine process that serves it (``--engine-processes``)."""
+        name, number, uid, config_bytes, labels, version_dir, model_dir = value[:7]
+        version = cls(name, number, mc.ModelConfig.FromString(config_bytes), version_dir, model_dir, labels)
+        version.uid = uid
+        if len(value) > 7:
+            version.engine = value[7]
+        return version
+
     def unhealthy(self) -> str | None:
         """None while some instance can serve, else why none can (``Backend.health``): a loaded
         version whose every device is out of service is not ready, so load balancers and

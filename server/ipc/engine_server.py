@@ -14,7 +14,6 @@ import functools
 import itertools
 import logging
 import os
-from collections import namedtuple
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, Status, internal, unavailable
 from .arena import ArenaReader, ResponseArena
-from .protocol import FrameChannel
+from .protocol import FrameChannel, RegionInfo, statistics_views
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fpgaserve.engine")
 
-RegionInfo = namedtuple("RegionInfo", "name key offset byte_size")
-StatisticsView = namedtuple("StatisticsView", "name version_str stats")
 
 # DataPlane methods a frontend may call (anything else is refused)
 _PLAIN_CALLS = frozenset(
@@ -232,18 +229,9 @@ class EngineServer:
             elif method in _PLAIN_CALLS:
                 value = await getattr(dp, method)(*args)
             elif method == "model_snapshot":
-                mv = await dp.model(*args)
-                value = (
-                    mv.name,
-                    mv.version,
-                    mv.uid,
-                    mv.config.SerializeToString(),
-                    mv._labels,
-                    mv.version_dir,
-                    mv.model_dir,
-                )
+                value = (await dp.model(*args)).snapshot()
             elif method == "statistics":
-                value = [StatisticsView(mv.name, mv.version_str, mv.stats) for mv in await dp.statistics(*args)]
+                value = statistics_views(await dp.statistics(*args))
             elif method in ("shm_status", "cuda_shm_status"):
                 regions = await getattr(dp, method)(*args)
                 value = [RegionInfo(r.name, r.key, r.offset, r.byte_size) for r in regions]
