@@ -392,7 +392,7 @@ class OnnxReference:
     fixed-point arithmetic; docs/hls4ml.md gives the measured deviation from csim."""
 
     def __init__(self, config: dict, version_dir: str):
-        from ..onnxruntime_backend import _session
+        from .. import backend_class
 
         path = Path(version_file(version_dir, "model.onnx", "the float reference"))
         if not path.is_file():
@@ -400,7 +400,8 @@ class OnnxReference:
                 f"no float reference (model.onnx) was packed for this model: fpga-mode onnx needs {path}; "
                 "serve it with --fpga-mode numpy or csim, or pack it again with --float-reference MODEL.onnx"
             )
-        self.session = _session(str(path), config)
+        # through the registry, as the engine finds backends: ONNX Runtime's session as its backend makes it
+        self.session = backend_class("onnxruntime").open_session(str(path), config)  # type: ignore[attr-defined]
         ins, outs = self.session.get_inputs(), self.session.get_outputs()
         if len(ins) != 1 or len(outs) < 1:
             raise BackendError(f"{path} must have one input (has {len(ins)})")

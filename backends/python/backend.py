@@ -21,7 +21,7 @@ import os
 
 from fpgaserve.server import model_config as mc
 
-from ..base import BackendError, BackendRequest, ExecutionFailed, version_file
+from ..base import BackendError, BackendRequest, ExecutionFailed
 from ..hosting import ChildDied, ProcessBackend, failure_from_child
 from .response_flags import RESPONSE_COMPLETE_FINAL
 
@@ -33,14 +33,6 @@ _STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub")
 _HANDLED_PARAMETERS = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response")
 )
-
-
-def _model_path(config: dict, version_dir: str) -> str:
-    filename = config.get("default_model_filename") or PythonBackend.default_filename
-    path = version_file(version_dir, filename, "default_model_filename")
-    if not os.path.isfile(path):
-        raise BackendError(f"unable to find '{path}' (the Python model file)")
-    return path
 
 
 def _refuse_unsupported(config: dict, backend_config: dict) -> None:
@@ -61,6 +53,7 @@ def _refuse_unsupported(config: dict, backend_config: dict) -> None:
 
 class PythonBackend(ProcessBackend):
     default_filename = "model.py"
+    missing_model_file = "unable to find '{path}' (the Python model file)"
     child_target = "fpgaserve.backends.python.host:PythonModelHost"
     request_level = True
     # requests without dynamic batching travel to the instance process together (each still
@@ -69,7 +62,7 @@ class PythonBackend(ProcessBackend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         _refuse_unsupported(config, backend_config or {})
-        self.model_path = _model_path(config, version_dir)
+        self.model_path = self.model_file(config, version_dir)
         self._exec_id = 0  # numbers the batches sent to the child
         # the running batch's requests' cancellation checks: (exec id, [check or None, ...])
         self._cancel_checks: tuple[int, list] = (0, [])
@@ -188,7 +181,7 @@ class PythonBackend(ProcessBackend):
     def auto_complete(cls, config: dict, version_dir: str) -> dict | None:
         """Run the model's ``auto_complete_config`` (in a process of its own, as all model
         code): the completed config, or None when the model defines none."""
-        path = _model_path(config, version_dir)
+        path = cls.model_file(config, version_dir)
         with open(path, encoding="utf-8", errors="replace") as f:
             if "auto_complete_config" not in f.read():
                 return None  # no process started for the common case
