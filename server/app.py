@@ -26,7 +26,8 @@ from .flags import ServerOptions  # declared with its command-line flags
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener, grpc_credentials, port_refusal
-from .frontends.http import HttpFrontend, MetricsFrontend, http_ssl_context
+from .frontends.http import HttpFrontend, MetricsFrontend
+from .frontends.http_listener import http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager

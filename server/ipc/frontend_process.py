@@ -24,7 +24,8 @@ from ..errors import StartupError
 from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
 from ..frontends.grpc_listener import GrpcListener
-from ..frontends.http import HttpFrontend, http_ssl_context
+from ..frontends.http import HttpFrontend
+from ..frontends.http_listener import http_ssl_context
 from ..log_settings import LogSettings
 from .remote import RemoteDataPlane
 
