@@ -15,7 +15,7 @@ autoscaling query uses those names, so samples are added under the family name i
   standard ``process_*`` CPU and memory metrics of this process;
 * model instance processes: ``fpgaserve_instance_restarts_total{model,version}``, and the
   families model code defines (Triton's Python-backend ``pb_utils.MetricFamily``,
-  engine/custom_metrics.py);
+  backends/hosting/custom_metrics.py);
 * devices (``BackendTelemetry``): the ``fpga_*`` families and ``nv_gpu_*`` aliases of every
   FPGA card and emulated device (``EMU-<index>-<mode>``) the hls4ml models run on
   (backends/hls4ml/card/telemetry.py).

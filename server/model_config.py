@@ -36,7 +36,7 @@ PLATFORM_BACKENDS = {
     "onnxruntime_onnx": "onnxruntime",
 }
 
-# an ensemble has no backend: its steps run on the composing models (engine/ensemble.py)
+# an ensemble has no backend: its steps run on the composing models (engine/ensemble_scheduler.py)
 ENSEMBLE_PLATFORM = "ensemble"
 
 

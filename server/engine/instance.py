@@ -113,6 +113,10 @@ def backend_request(request: InferenceRequest, inputs: dict[str, np.ndarray] | N
 
 
 class ModelInstance:
+    """Instance ``index`` of a model version: its backend object (built by the version loader
+    on ``executor``, the instance's own thread) and what a batch becomes for it. Everything
+    that touches the backend runs on that thread; ``busy`` is read and set on the event loop."""
+
     def __init__(self, model, backend: Backend | None, index: int):
         self.model = model
         # None until the repository builds the backend on this instance's own thread
