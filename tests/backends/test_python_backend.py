@@ -1050,7 +1050,7 @@ def _pb_utils():
     """The module models import, loaded here by path (the server never imports it)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "backends" / "python_stub" / "triton_python_backend_utils.py"
+    path = Path(__file__).resolve().parents[2] / "backends" / "python" / "stub" / "triton_python_backend_utils.py"
     spec = importlib.util.spec_from_file_location("pb_utils_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

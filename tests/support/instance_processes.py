@@ -22,6 +22,6 @@ def instance_processes(server_pid: int) -> list[int]:
                     cmdline = f.read()
             except OSError:
                 continue
-            if int(stat.rsplit(") ", 1)[1].split()[1]) == server_pid and b"instance_worker" in cmdline:
+            if int(stat.rsplit(") ", 1)[1].split()[1]) == server_pid and b"fpgaserve.backends.hosting" in cmdline:
                 found.append(int(entry))
     return found
