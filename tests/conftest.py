@@ -16,7 +16,7 @@ import pytest
 from support.server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, serve
 from support.workers import worker
 
-pytest_plugins = ["support.tools"]
+pytest_plugins = ["support.tools", "support.costs"]
 
 
 # Set by the outermost run to its cache: the pytest runs nested in tests (frontend processes,

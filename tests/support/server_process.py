@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from support import costs
 from support.workers import worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,11 +106,15 @@ class ServerProcess:
             out = subprocess.DEVNULL
         env = dict(os.environ if self.env is None else self.env)
         self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"fpgaserve exited with {self.proc.returncode}: {self.log()}")
             if self.http_up(ready=wait_ready):
+                if costs.enabled():
+                    cpu = costs.tree_cpu(self.proc.pid)
+                    costs.record("ready", wall=time.monotonic() - started, cpu=cpu, argv=" ".join(self.args[1:]))
                 return self
             time.sleep(0.1)
         self.stop()
