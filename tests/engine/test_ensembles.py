@@ -256,15 +256,26 @@ def test_config_override_of_an_ensemble_is_checked_too(tmp_path):
 # ------------------------------------------------------------------------------ explicit mode
 
 
-@pytest.fixture
-def explicit(tmp_path):
-    repo = tmp_path / "repo"
+def _explicit_server(folder):
+    repo = folder / "repo"
     write_composing(repo, triton=False)
     write_ensembles(repo)
-    proc = ServerProcess(
-        [repo], "--model-control-mode=explicit", "--frontend-processes=2", log_path=tmp_path / "server.log"
+    return ServerProcess(
+        [repo], "--model-control-mode=explicit", "--frontend-processes=2", log_path=folder / "server.log"
     )
-    yield from serve(proc)
+
+
+@pytest.fixture
+def explicit(tmp_path):
+    """A fresh server: its test checks what loads bring and unloads retire, from nothing loaded."""
+    yield from serve(_explicit_server(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def explicit_failures(tmp_path_factory):
+    """One server for the loads that fail: each loads its own ensemble, which fails and leaves
+    nothing the others look at (a server start each cost ~2 s of CPU)."""
+    yield from serve(_explicit_server(tmp_path_factory.mktemp("explicit-failures")))
 
 
 def _states(client):
@@ -307,8 +318,8 @@ def test_explicit_load_brings_composing_models_and_unload_retires_the_ensemble(e
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_explicit_load_of_a_bad_ensemble_fails_with_triton_text(explicit, name):
-    client = _grpc(explicit)
+def test_explicit_load_of_a_bad_ensemble_fails_with_triton_text(explicit_failures, name):
+    client = _grpc(explicit_failures)
     with pytest.raises(InferenceServerException) as e:
         client.load_model(name)
     text = BAD[name][1]
@@ -322,8 +333,8 @@ def test_explicit_load_of_a_bad_ensemble_fails_with_triton_text(explicit, name):
     assert _states(client)[name][0] == "UNAVAILABLE"
 
 
-def test_explicit_load_of_an_ensemble_whose_composing_model_fails(explicit):
-    client = _grpc(explicit)
+def test_explicit_load_of_an_ensemble_whose_composing_model_fails(explicit_failures):
+    client = _grpc(explicit_failures)
     with pytest.raises(InferenceServerException) as e:
         client.load_model(BROKEN_DEP)
     assert str(e.value.status()) == "StatusCode.INVALID_ARGUMENT"

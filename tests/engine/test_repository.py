@@ -436,8 +436,10 @@ def test_poll_mode_add_remove_change(start, tmp_path, full_repo):
 # ----------------------------------------------------------------------------- version policy, ONNX, numpy
 
 
-@pytest.fixture
-def misc_server(start, tmp_path):
+@pytest.fixture(scope="module")
+def misc_server(tmp_path_factory):
+    """One server for the tests below: each reads its own model and changes nothing another reads."""
+    tmp_path = tmp_path_factory.mktemp("misc")
     repo = tmp_path / "misc_repo"
     repo.mkdir()
     numpy_model(repo, "latest2", versions=(1, 2, 3), extra="version_policy: { latest: { num_versions: 2 } }")
@@ -454,7 +456,9 @@ def misc_server(start, tmp_path):
     (repo / "auto_simple" / "config.pbtxt").write_text(
         'name: "auto_simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
     )
-    return start(repo)
+    server = Server(tmp_path, repo)
+    yield server
+    server.close()
 
 
 def _run_version(client, model: str, version: str):
