@@ -16,6 +16,8 @@ subclass, and child side) and by the entry points of every server process:
 ``instance_channel.py``  what both sides share: the message channel and the tensor segments
 ``log_forwarding.py``    a hosted backend's ``logging`` records, sent to the server's log
 ``custom_metrics.py``    metrics that hosted model code defines, as /metrics shows them
+``helper_groups.py``     helper programs (compilers) started in sessions of their own, ended
+                         with the process that started them
 ``process_memory.py``    glibc's memory settings for a process that allocates per batch
 ``startup.py``           ``start_process``: what every fpgaserve process does first
 =======================  ======================================================================
@@ -24,16 +26,18 @@ Backends import this package (these names), never its modules.
 """
 
 from .custom_metrics import families as custom_metric_families
+from .helper_groups import helper_group, kill_helper_groups, stopped_by_us
 from .instance_channel import register_shared, unregister_shared
 from .instance_process import (
     ChildDied,
     ProcessBackend,
+    abandon_loads,
     failure_from_child,
     hosted,
     instance_restart_counts,
     restart_families,
 )
-from .instance_worker import CallFailed, current
+from .instance_worker import CallFailed, current, ignore_stop_signals, stop_signals_blocked
 from .log_forwarding import forward_logs
 from .startup import start_process
 
@@ -41,14 +45,20 @@ __all__ = [
     "CallFailed",
     "ChildDied",
     "ProcessBackend",
+    "abandon_loads",
     "current",
     "custom_metric_families",
     "failure_from_child",
     "forward_logs",
+    "helper_group",
     "hosted",
+    "ignore_stop_signals",
     "instance_restart_counts",
+    "kill_helper_groups",
     "register_shared",
     "restart_families",
     "start_process",
+    "stop_signals_blocked",
+    "stopped_by_us",
     "unregister_shared",
 ]

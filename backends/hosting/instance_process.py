@@ -14,6 +14,11 @@ killed it, ``kill``); the next batch starts a new
 child (``MAX_RESTARTS`` within ``RESTART_WINDOW_S``; after that the instance stays down and
 ``health`` says why, so the version is not ready). Restarts are counted per model version in
 ``fpgaserve_instance_restarts_total`` on /metrics.
+
+The child ignores the signals meant for the server (instance_worker.py); it stops when this
+side closes it, and a child this side has to kill takes the compilers it started along
+(``helper_groups``). ``abandon_loads`` gives up on every load still in progress (the server
+is stopping).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -37,7 +43,9 @@ from fpgaserve.server.errors import InferenceError, Status, internal, unavailabl
 
 from ..base import Backend, BackendError
 from . import custom_metrics
+from .helper_groups import ReportedGroups, kill_helper_groups
 from .instance_channel import Channel, Segment, SegmentReader
+from .instance_worker import stop_signals_blocked
 
 log = logging.getLogger("fpgaserve.instance")
 
@@ -54,6 +62,26 @@ _LOG_LEVELS = {"info": logging.INFO, "warn": logging.WARNING, "error": logging.E
 # (model, version) -> restarts of its instances' processes, for /metrics
 _RESTARTS: dict[tuple[str, str], int] = collections.defaultdict(int)
 _RESTARTS_LOCK = threading.Lock()
+
+# instances whose child is loading now (abandon_loads kills them)
+_LOADING: weakref.WeakSet[ProcessBackend] = weakref.WeakSet()
+_LOADING_LOCK = threading.Lock()
+_ABANDONED = threading.Event()  # set by abandon_loads: no load starts any more
+
+
+def abandon_loads() -> int:
+    """Give up on every instance load in progress and refuse new ones (the server is stopping;
+    a crashed instance still restarts to serve the requests queued for it):
+    each loading child is killed with the compilers it started, so its load fails at once
+    instead of holding the shutdown for its whole compile; so are this process's own helper
+    programs (a C-simulation compiled in the server's process). The number of loads abandoned."""
+    _ABANDONED.set()
+    with _LOADING_LOCK:
+        loading = list(_LOADING)
+    for backend in loading:
+        backend.abandon_load()
+    kill_helper_groups()
+    return len(loading)
 
 
 def instance_restart_counts() -> dict[tuple[str, str], int]:
@@ -120,6 +148,8 @@ class ProcessBackend(Backend):
         self.peer: SegmentReader | None = None  # the child's segment, mapped while it runs
         self._restarts: collections.deque[float] = collections.deque()
         self._failed: str | None = None  # why the instance is down for good
+        self._abandoning = False  # its load was abandoned (abandon_load)
+        self._helpers = ReportedGroups()  # the compilers the child started (killed with it)
         # set by kill(): the child's death is the unload's doing, not a crash to restart from
         self._unloading = False
         # services for calls the child makes into the engine (BLS): set by bind_engine
@@ -162,23 +192,26 @@ class ProcessBackend(Backend):
         return (self.config, self.version_dir, self.instance_index, self.backend_config)
 
     # ------------------------------------------------------------------ process
-    def _start(self) -> None:
+    def _start(self, restart: bool = False) -> None:
+        if _ABANDONED.is_set() and not restart:  # (a restart during the drain still serves its queue)
+            raise BackendError(f"{self._what()} was not loaded: the server is stopping")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, life_w = os.pipe()
         try:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "fpgaserve.backends.hosting",
-                    str(child_sock.fileno()),
-                    str(life_r),
-                ],
-                pass_fds=(child_sock.fileno(), life_r),
-                env=self.child_env(),
-                stdin=subprocess.DEVNULL,
-                cwd=self.version_dir,
-            )
+            with stop_signals_blocked():  # until the child ignores them (instance_worker.main)
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "fpgaserve.backends.hosting",
+                        str(child_sock.fileno()),
+                        str(life_r),
+                    ],
+                    pass_fds=(child_sock.fileno(), life_r),
+                    env=self.child_env(),
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.version_dir,
+                )
         except BaseException:
             parent_sock.close()
             os.close(life_w)
@@ -190,14 +223,23 @@ class ProcessBackend(Backend):
         self._lifeline = life_w
         self._channel = Channel(parent_sock.detach())
         log.debug("%s: started process %d", self._what(), proc.pid)
+        with _LOADING_LOCK:
+            _LOADING.add(self)
         try:
             self._channel.send(("load", self.child_target, self.load_args(), self.segment.path))
             reply = self.next_message(timeout=LOAD_TIMEOUT_S)
         except ChildDied as e:
             self._reap(kill=True)
+            if _ABANDONED.is_set():
+                raise BackendError(f"the load of {self._what()} was abandoned: the server is stopping") from None
             raise BackendError(f"the process of {self._what()} {e} while loading") from None
+        finally:
+            with _LOADING_LOCK:
+                _LOADING.discard(self)
         if reply[0] == "load_error":
             self._reap(kill=False)
+            if _ABANDONED.is_set() and not restart:
+                raise BackendError(f"the load of {self._what()} was abandoned: the server is stopping")
             raise BackendError(reply[1])
         self.peer = SegmentReader(reply[1])
         # what the hosted object reported at load (e.g. an auto-completed config)
@@ -224,6 +266,13 @@ class ProcessBackend(Backend):
                 continue
             if kind == "metric":
                 custom_metrics.apply(self.model_name, self.model_version, message[1:])
+                continue
+            if kind == "helper":  # a compiler the child started, or one that ended
+                proc = self._proc
+                if proc is not None and len(message) == 3:
+                    self._helpers.report(proc.pid, message[1], message[2])
+                    if self._abandoning:  # a load given up on: no compile of it runs on
+                        self._helpers.kill()
                 continue
             return message
 
@@ -257,6 +306,8 @@ class ProcessBackend(Backend):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        # the compilers it started outlive it otherwise (sessions of their own)
+        self._helpers.kill()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -302,7 +353,7 @@ class ProcessBackend(Backend):
             _RESTARTS[(self.model_name, self.model_version)] += 1
         log.warning("%s: restarting its process", self._what())
         try:
-            self._start()
+            self._start(restart=True)
         except BackendError as e:
             self._failed = f"restarting the process of {self._what()} failed: {e}"
             log.error("%s", self._failed)
@@ -329,8 +380,9 @@ class ProcessBackend(Backend):
         return self._failed
 
     def close(self) -> None:
-        """Stop the child: ``close`` (its finalize, up to ``CLOSE_GRACE_S``), then SIGTERM,
-        then SIGKILL, each after a grace period; no process is left behind."""
+        """Stop the child: ``close`` (its finalize, up to ``CLOSE_GRACE_S``), then SIGKILL
+        (the child ignores SIGTERM, which is the server's to get); no process is left behind,
+        its compilers included."""
         proc = self._proc
         if proc is not None and proc.poll() is None and self._channel is not None:
             try:
@@ -338,26 +390,39 @@ class ProcessBackend(Backend):
                 deadline = time.monotonic() + CLOSE_GRACE_S
                 while self.next_message(timeout=max(0.01, deadline - time.monotonic()))[0] != "closed":
                     pass
-            except ChildDied:
+                proc.wait(KILL_GRACE_S)
+            except (ChildDied, subprocess.TimeoutExpired):
                 pass
-            for stop in (None, proc.terminate, proc.kill):
-                if stop is not None:
-                    stop()
-                try:
-                    proc.wait(KILL_GRACE_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
         self._reap(kill=True)
         self.segment.close()
 
+    def abandon_load(self) -> None:
+        """Make the load in progress fail now (``abandon_loads``): the compilers the child
+        started are killed (and any it reports from now on), and it gets ``KILL_GRACE_S`` to
+        fail its load by itself, removing its build folder; then it is killed."""
+        if self._proc is None:
+            return
+        self._abandoning = True
+        self._helpers.kill()
+        timer = threading.Timer(KILL_GRACE_S, self._kill_if_loading)
+        timer.daemon = True
+        timer.start()
+
+    def _kill_if_loading(self) -> None:
+        with _LOADING_LOCK:
+            loading = self in _LOADING
+        if loading:
+            self.kill()
+
     def kill(self) -> None:
-        """Kill the child now (an instance abandoned inside execute at unload): its batch then
-        fails and the instance thread gets to close. Safe from any thread."""
+        """Kill the child now (an instance abandoned inside execute at unload, a load the server
+        gives up on), with the compilers it started: its batch or load then fails and the
+        instance thread gets to close. Safe from any thread."""
         self._unloading = True
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.kill()
+        self._helpers.kill()
 
     # ------------------------------------------------------------------ calls from the child
     def bind_engine(self, loop: asyncio.AbstractEventLoop, engine_call) -> None:

@@ -13,23 +13,34 @@ reader takes that is not its own goes to its owner's queue. The process dies wit
 a watchdog thread blocks on the lifeline pipe, whose write end only the server holds, and
 exits when it reads end-of-file.
 
+It does not die of a signal meant for the server: SIGINT and SIGTERM reach every process of a
+terminal's foreground group (Ctrl-C) and of a systemd unit (``KillMode=control-group``), and
+the server, not the signal, decides when an instance stops: after its in-flight requests,
+with ``close`` (the model's finalize). Whatever way this process ends, the helper programs it
+started in sessions of their own (a C-simulation's compiler) end with it (``helper_groups``).
+
 Messages from here: ``("loaded", segment path, load result)``, ``("load_error", text)``,
 ``("done", outputs)``, ``("done_requests", results, exec id)``, ``("failed", status, text[,
 exec id])``, ``("response", (exec id, index), outputs, error, flags)`` (decoupled), ``("log",
-level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("closed",)``.
+level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("helper", process group,
+running)``, ``("closed",)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import os
 import queue
+import signal
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
+from . import helper_groups
 from .instance_channel import Channel, Segment, SegmentReader, TensorRef
 from .startup import start_process
 
@@ -133,7 +144,7 @@ class Worker:
                     while items.empty():
                         self._dispatch(self.channel.recv())
                 except (EOFError, OSError):
-                    os._exit(0)  # the server went away
+                    _exit()  # the server went away
                 finally:
                     self._read_lock.release()
                 continue
@@ -178,6 +189,7 @@ class Worker:
                     self.host.close()
                 except BaseException as e:
                     self.log("error", f"closing the instance failed: {_describe(e)}")
+                helper_groups.kill_helper_groups()
                 self.channel.send(("closed",))
                 return
 
@@ -229,6 +241,15 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def _exit() -> None:
+    """End this process now (no interpreter teardown: threads the model started must not keep
+    it alive), and the helper programs it started with it."""
+    helper_groups.kill_helper_groups()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _watch_lifeline(fd: int) -> None:
     """Exit when the server is gone: its end of the lifeline pipe closes with its process."""
     while True:
@@ -239,24 +260,56 @@ def _watch_lifeline(fd: int) -> None:
             continue
         except OSError:
             break
-    os._exit(0)
+    _exit()
+
+
+def _skip_signal(signum, frame) -> None:
+    """SIGINT and SIGTERM: meant for the server, which stops this process itself."""
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block SIGINT and SIGTERM in the calling thread while it starts a process that will
+    ``ignore_stop_signals``: the child inherits the mask through exec, so a signal meant for
+    the server that arrives while the child is still importing waits, pending, for its
+    handler instead of killing it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_stop_signals() -> None:
+    """SIGINT and SIGTERM no longer end this process (the server stops it when its requests are
+    answered), then unblocked (``stop_signals_blocked``). A handler that does nothing rather
+    than SIG_IGN: a program the model starts gets the default disposition back at exec (as
+    under Triton's stub, whose handlers skip both signals); restarted system calls, so that a
+    model blocked in one does not see EINTR."""
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, _skip_signal)
+        signal.siginterrupt(signum, False)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def main(argv: list[str]) -> None:
     channel_fd, lifeline_fd = int(argv[0]), int(argv[1])
+    ignore_stop_signals()
     # a fresh interpreter: the server's malloc settings are not inherited, and a model that
     # allocates its activations per batch would fault them in anew each time without them
     start_process()
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), name="lifeline", daemon=True).start()
     worker = Worker(Channel(channel_fd))
     _CURRENT.append(worker)
+    # the server kills these groups too if it has to kill this process (it cannot clean up then)
+    helper_groups.report_to(lambda pgid, running: worker.send(("helper", pgid, running)))
     try:
         worker.serve()
     except (EOFError, OSError):
         pass
     except BaseException:
         traceback.print_exc()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # no interpreter teardown: threads the model started must not keep the process alive
-    os._exit(0)
+    _exit()

@@ -161,10 +161,14 @@ class ModelRepository:
             except asyncio.CancelledError:
                 pass
         async with self._lock:
+            # every model at once, as Triton unloads them all at shutdown: the finalizes of a
+            # repository's instances overlap instead of adding up against --exit-timeout-secs
+            retired = []
             for entry in self.models.values():
-                old = list(entry.versions.values())
+                retired.append((entry, list(entry.versions.values())))
                 entry.versions.clear()
-                await self._drain(entry.name, old)
+            await asyncio.gather(*(self._drain(entry.name, old) for entry, old in retired))
+            for entry, _ in retired:
                 self._cleanup_temp(entry)
 
     async def _poll_loop(self) -> None:

@@ -173,6 +173,10 @@ class HttpFrontend:
     async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
         return await self.listener.start(address, port, reuse_port)
 
+    async def stop_listening(self) -> None:
+        """Refuse new connections; requests on open ones are still answered."""
+        await self.listener.stop_listening()
+
     async def stop(self) -> None:
         """Stop accepting; in-flight requests finish (up to ``shutdown_timeout_s``)."""
         await self.listener.stop()
@@ -318,7 +322,10 @@ class HttpFrontend:
             return self._not_allowed()
         await self._body(request)
         dp = self.dataplane
-        ok = await (dp.live() if kind == "live" else dp.ready())
+        try:
+            ok = await (dp.live() if kind == "live" else dp.ready())
+        except InferenceError as e:  # the server is exiting: Triton's status and text
+            return inference_error_response(e)
         return web.Response(status=200 if ok else 400, content_type="text/plain")
 
     async def _model_ready(self, request, name: str, version: str) -> web.StreamResponse:

@@ -52,6 +52,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ...hosting import helper_group, stopped_by_us
 from ..project import Hls4mlProject, ProjectError
 from .stack import stack_bytes_for
 
@@ -650,12 +651,16 @@ class _Builder:
         its process group also ends the cc1plus, as and ld it started. The address-space limit
         is set by ``sh -c 'ulimit -v'`` before exec'ing g++ (not preexec_fn, unsafe in this
         multithreaded server) and inherited by every child. Output goes to files, not pipes:
-        one chatty g++ cannot block while another is waited for."""
+        one chatty g++ cannot block while another is waited for. Each group is registered as
+        this process's helper while it runs (``helper_group``): whatever ends this process or
+        abandons its loads (the server stopping, a load given up on) ends the compile too."""
         running: list[tuple[subprocess.Popen, Path, int]] = []
+        groups = contextlib.ExitStack()
         try:
             for argv, limit_mb in step:
                 log_path = tmp / f"{next(self._logs)}.log"
                 running.append((self._spawn(argv, limit_mb, log_path), log_path, limit_mb))
+                groups.enter_context(helper_group(running[-1][0].pid))
             for proc, _, _ in running:
                 try:
                     proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -665,10 +670,14 @@ class _Builder:
                         f"{self.limits.timeout_s:g} s time limit ({TIMEOUT_SETTING}); "
                         f"{_raise_hint(TIMEOUT_SETTING, TIMEOUT_ENV)}"
                     ) from None
+            abandoned = [proc for proc, _, _ in running if stopped_by_us(proc.pid)]
         finally:
             for proc, _, _ in running:
                 if proc.poll() is None:  # still ours (not reaped): its group is its own
                     _kill_group(proc)
+            groups.close()
+        if abandoned:
+            raise ProjectError(f"compiling the C-simulation of {self.label} was stopped: its load was abandoned")
         failures = [(proc, path.read_text(errors="replace"), limit) for proc, path, limit in running]
         failures = [f for f in failures if f[0].returncode != 0]
         for proc, output, limit_mb in failures:
@@ -716,6 +725,9 @@ class _Builder:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    # g++'s own temporary files (cc*.s, cc*.o) in the build folder, which goes
+                    # with the build: a compile killed mid-way leaves none in /tmp
+                    env=dict(os.environ, TMPDIR=str(log_path.parent)),
                 )
         except OSError as e:
             raise ProjectError(f"cannot run {argv[0]}: {e}") from None
