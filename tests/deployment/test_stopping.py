@@ -43,8 +43,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from server_process import BUNDLED_REPO, ROOT, ServerProcess
-from waiting import wait_until
+from support.server_process import BUNDLED_REPO, ROOT, ServerProcess
+from support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("g++") is None, reason="the C-simulation and the simulated card need g++"),
