@@ -194,6 +194,25 @@ class Backend(ABC):
         any of its instances is healthy."""
         return None
 
+    def instance_ready(self) -> str | None:
+        """None while this instance is ready, else why not (e.g. its instance process is dead
+        or restarting): Triton's ``TRITONBACKEND_ModelInstanceReady``. Unlike ``health``, where
+        one serving instance keeps the version ready, a version is ready only while every one
+        of its instances is (Triton's ``TritonModel::IsReady``). Cheap and never blocking: it
+        runs on the event loop for each readiness request."""
+        return None
+
+    def has_ready_check(self) -> bool:
+        """Whether ``check_ready`` asks something (it may then take a while)."""
+        return False
+
+    def check_ready(self) -> str | None:
+        """The slow part of readiness, after ``instance_ready`` (e.g. a model's own
+        ``is_ready()``, which Triton's Python backend asks with a 5 s limit): None while ready,
+        else why not. Called on a worker thread for model-ready requests (and server-ready
+        ones under --strict-readiness) where ``has_ready_check()``; it bounds its own wait."""
+        return None
+
     def location(self) -> str | None:
         """Where this instance computes, for log lines (e.g. "card 2 cu_1"); None: nowhere
         in particular (the host's CPU)."""

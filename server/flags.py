@@ -384,7 +384,8 @@ class ServerOptions:
             REPOSITORY,
             True,
             "true: ServerReady (and the gRPC health check) is true only while every model is "
-            "READY or deliberately unloaded; false: ready as soon as the server is up.",
+            "READY (every instance process running, a Python model's is_ready() saying yes) or "
+            "deliberately unloaded; false: ready as soon as the server is up.",
         )
     )
     exit_on_error: bool = option(
@@ -850,7 +851,9 @@ class ServerOptions:
         Flag(
             "--exit-timeout-secs",
             LOGGING,
-            "on SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.",
+            "on SIGTERM/SIGINT, how long the whole stop may take (in-flight requests and loads, "
+            "then the models' finalize); past it, or on a second signal, the server exits at once "
+            "with status 1.",
             type=float,
             default=30.0,
         )

@@ -13,7 +13,10 @@ naming the model, the instance and its exit status or signal (UNAVAILABLE when t
 killed it, ``kill``); the next batch starts a new
 child (``MAX_RESTARTS`` within ``RESTART_WINDOW_S``; after that the instance stays down and
 ``health`` says why, so the version is not ready). Restarts are counted per model version in
-``fpgaserve_instance_restarts_total`` on /metrics.
+``fpgaserve_instance_restarts_total`` on /metrics. While its child is dead or restarting the
+instance is not ready (``instance_ready``, as Triton's Python backend reports a dead stub),
+and a hosted object with an ``is_ready`` hook is asked through a channel of its own, answered
+by a thread of the child even while it executes a batch (``ask_child_ready``).
 
 The child ignores the signals meant for the server (instance_worker.py); it stops when this
 side closes it, and a child this side has to kill takes the compilers it started along
@@ -148,8 +151,16 @@ class ProcessBackend(Backend):
         self.peer: SegmentReader | None = None  # the child's segment, mapped while it runs
         self._restarts: collections.deque[float] = collections.deque()
         self._failed: str | None = None  # why the instance is down for good
+        self._restarting = False  # a restart (its child's load) is in progress
         self._abandoning = False  # its load was abandoned (abandon_load)
+        self._last_exit = ""  # how the last child ended (for instance_ready)
         self._helpers = ReportedGroups()  # the compilers the child started (killed with it)
+        # the is_ready channel: one question in flight, waiters share its answer (see ask_child_ready)
+        self._ready_channel: Channel | None = None
+        self._ready_cond = threading.Condition()
+        self._ready_inflight = False
+        self._ready_answer: tuple = ("absent",)
+        self._ready_seq = 0
         # set by kill(): the child's death is the unload's doing, not a crash to restart from
         self._unloading = False
         # services for calls the child makes into the engine (BLS): set by bind_engine
@@ -196,6 +207,7 @@ class ProcessBackend(Backend):
         if _ABANDONED.is_set() and not restart:  # (a restart during the drain still serves its queue)
             raise BackendError(f"{self._what()} was not loaded: the server is stopping")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ready_sock, child_ready_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, life_w = os.pipe()
         try:
             with stop_signals_blocked():  # until the child ignores them (instance_worker.main)
@@ -206,22 +218,27 @@ class ProcessBackend(Backend):
                         "fpgaserve.backends.hosting",
                         str(child_sock.fileno()),
                         str(life_r),
+                        str(child_ready_sock.fileno()),
                     ],
-                    pass_fds=(child_sock.fileno(), life_r),
+                    pass_fds=(child_sock.fileno(), life_r, child_ready_sock.fileno()),
                     env=self.child_env(),
                     stdin=subprocess.DEVNULL,
                     cwd=self.version_dir,
                 )
         except BaseException:
             parent_sock.close()
+            ready_sock.close()
             os.close(life_w)
             raise
         finally:
             child_sock.close()
+            child_ready_sock.close()
             os.close(life_r)
         self._proc = proc
         self._lifeline = life_w
         self._channel = Channel(parent_sock.detach())
+        self._ready_channel = Channel(ready_sock.detach())
+        self._ready_inflight, self._ready_answer = False, ("absent",)
         log.debug("%s: started process %d", self._what(), proc.pid)
         with _LOADING_LOCK:
             _LOADING.add(self)
@@ -306,11 +323,15 @@ class ProcessBackend(Backend):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            self._last_exit = exit_description(proc.returncode)
         # the compilers it started outlive it otherwise (sessions of their own)
         self._helpers.kill()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        if self._ready_channel is not None:
+            self._ready_channel.close()
+            self._ready_channel = None
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
@@ -343,21 +364,29 @@ class ProcessBackend(Backend):
 
     def ensure_running(self) -> None:
         """Restart a child that died (a counted restart), or raise UNAVAILABLE when the instance
-        is down for good."""
-        if self._proc is not None:
-            return
+        is down for good. A child found dead before the batch is sent (it died while idle: the
+        readiness checks said so meanwhile) is restarted first, so no request fails for it."""
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                return
+            log.error("%s: its process %s while idle", self._what(), exit_description(proc.returncode))
+            self._reap(kill=True)
         if self._failed is not None:
             raise unavailable(f"{self.unhealthy_prefix()}{self._failed}")
         self._restarts.append(time.monotonic())
         with _RESTARTS_LOCK:
             _RESTARTS[(self.model_name, self.model_version)] += 1
         log.warning("%s: restarting its process", self._what())
+        self._restarting = True
         try:
             self._start(restart=True)
         except BackendError as e:
             self._failed = f"restarting the process of {self._what()} failed: {e}"
             log.error("%s", self._failed)
             raise unavailable(f"{self.unhealthy_prefix()}{self._failed}") from None
+        finally:
+            self._restarting = False
 
     # ------------------------------------------------------------------ backend contract
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -378,6 +407,79 @@ class ProcessBackend(Backend):
 
     def health(self) -> str | None:
         return self._failed
+
+    def instance_ready(self) -> str | None:
+        """None while the child runs, else why the instance cannot serve now: its process is
+        restarting, dead (it restarts for the next batch) or down for good. A non-blocking
+        look at the child (``poll``, as Triton's Python backend checks its stub with waitpid)."""
+        if self._failed is not None:
+            return f"{self.unhealthy_prefix()}{self._failed}"
+        if self._restarting:
+            return f"{self.unhealthy_prefix()}the process of {self._what()} is restarting"
+        proc = self._proc
+        if proc is None:
+            how = f" {self._last_exit}" if self._last_exit else " is not running"
+            return f"{self.unhealthy_prefix()}the process of {self._what()}{how}; it restarts for the next request"
+        returncode = proc.poll()
+        if returncode is not None:
+            return (
+                f"{self.unhealthy_prefix()}the process of {self._what()} {exit_description(returncode)}; "
+                "it restarts for the next request"
+            )
+        return None
+
+    def ask_child_ready(self, timeout: float) -> tuple:
+        """Ask the hosted object's ``is_ready()`` (through the readiness channel, which a thread
+        of the child serves even while it executes a batch): ``("answer", ready, error text or
+        None)``, ``("timeout",)`` when it did not answer within ``timeout``, ``("busy",)`` when
+        another question was in flight and still is after ``timeout``, ``("dead",)`` when the
+        child is gone. One question in flight per instance; who asks meanwhile waits for its
+        answer and shares it (Triton's Python backend does the same). A question that timed
+        out stays in flight until its late answer (read by a thread of its own) arrives."""
+        with self._ready_cond:
+            if self._ready_inflight:
+                if not self._ready_cond.wait_for(lambda: not self._ready_inflight, timeout):
+                    return ("busy",)
+                return self._ready_answer
+            channel = self._ready_channel
+            if channel is None:
+                return ("dead",)
+            self._ready_inflight = True
+            self._ready_seq += 1
+            seq = self._ready_seq
+        try:
+            channel.send(("is_ready", seq))
+            if channel.poll(timeout):
+                answer = self._read_ready(channel, seq)
+            else:
+                threading.Thread(target=self._late_ready, args=(channel, seq), name="is_ready", daemon=True).start()
+                return ("timeout",)
+        except (EOFError, OSError):
+            answer = ("dead",)
+        self._settle_ready(answer)
+        return answer
+
+    @staticmethod
+    def _read_ready(channel: Channel, seq: int) -> tuple:
+        """The answer to question ``seq`` (answers to earlier ones, late, are skipped)."""
+        while True:
+            message = channel.recv()
+            if len(message) == 4 and message[0] == "ready" and message[1] == seq:
+                ready, error = message[2], message[3]
+                return ("answer", ready is True, error if isinstance(error, str) else None)
+
+    def _late_ready(self, channel: Channel, seq: int) -> None:
+        try:
+            answer = self._read_ready(channel, seq)
+        except (EOFError, OSError):
+            answer = ("dead",)
+        self._settle_ready(answer)
+
+    def _settle_ready(self, answer: tuple) -> None:
+        with self._ready_cond:
+            self._ready_inflight = False
+            self._ready_answer = answer
+            self._ready_cond.notify_all()
 
     def close(self) -> None:
         """Stop the child: ``close`` (its finalize, up to ``CLOSE_GRACE_S``), then SIGKILL

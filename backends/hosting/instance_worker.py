@@ -1,5 +1,6 @@
 """The program a model instance's process runs: ``python -m fpgaserve.backends.hosting
-<channel fd> <lifeline fd>`` (``__main__.py``; started by ``instance_process.ProcessBackend``).
+<channel fd> <lifeline fd> <readiness fd>`` (``__main__.py``; started by
+``instance_process.ProcessBackend``).
 
 It hosts one backend object (any ``Backend`` class, named in the ``load`` message) and serves
 the engine's messages on the channel: ``exec`` (a batch as a dict of tensors, the backend
@@ -9,7 +10,9 @@ contract), ``exec_requests`` (a batch as its list of requests, for a host with
 (one thread wake-up less per batch: measured, a third of a batch-1 round trip), and a thread
 waiting for the reply to a call into the engine (``call``: BLS requests, possibly several at
 once from the model's threads) reads while the main thread is inside ``execute``; what a
-reader takes that is not its own goes to its owner's queue. The process dies with the server:
+reader takes that is not its own goes to its owner's queue. A thread of its own answers the
+server's readiness questions on the readiness channel (the hosted object's ``is_ready``), so
+that a model busy with a batch still answers them. The process dies with the server:
 a watchdog thread blocks on the lifeline pipe, whose write end only the server holds, and
 exits when it reads end-of-file.
 
@@ -295,6 +298,32 @@ def ignore_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
+def _serve_readiness(worker: Worker, fd: int) -> None:
+    """Answer the server's ``("is_ready", seq)`` questions with ``("ready", seq, ready, error)``
+    from the hosted object's ``is_ready()`` (``True`` where it has none), on this thread of
+    their own: the main thread may be inside a batch meanwhile. ``error``: the text of what
+    ``is_ready`` raised (``triton_text`` where it has one), with ``ready`` False."""
+    channel = Channel(fd)
+    while True:
+        try:
+            message = channel.recv()
+        except (EOFError, OSError):
+            return
+        if not (isinstance(message, tuple) and len(message) == 2 and message[0] == "is_ready"):
+            continue
+        check = getattr(worker.host, "is_ready", None)
+        ready, error = True, None
+        if check is not None:
+            try:
+                ready = check() is True
+            except BaseException as e:  # model code may raise anything
+                ready, error = False, getattr(e, "triton_text", None) or _describe(e)
+        try:
+            channel.send(("ready", message[1], ready, error))
+        except OSError:
+            return
+
+
 def main(argv: list[str]) -> None:
     channel_fd, lifeline_fd = int(argv[0]), int(argv[1])
     ignore_stop_signals()
@@ -304,6 +333,8 @@ def main(argv: list[str]) -> None:
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), name="lifeline", daemon=True).start()
     worker = Worker(Channel(channel_fd))
     _CURRENT.append(worker)
+    if len(argv) > 2:  # the readiness channel
+        threading.Thread(target=_serve_readiness, args=(worker, int(argv[2])), name="is_ready", daemon=True).start()
     # the server kills these groups too if it has to kill this process (it cannot clean up then)
     helper_groups.report_to(lambda pgid, running: worker.send(("helper", pgid, running)))
     try:

@@ -97,6 +97,32 @@ class PythonModelHost:
                 init(dict(args))
         except BaseException as e:
             raise ModelRaised(python_error_text(e)) from None
+        # whether the server asks is_ready() at all (Triton's stub notes it after initialize:
+        # a model without one costs a readiness check no round trip)
+        self.load_result = {"is_ready": callable(getattr(self.model, "is_ready", None))}
+        self._ready_loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ readiness
+    def is_ready(self) -> bool:
+        """The model's ``is_ready()`` (sync or ``async def``), on the worker's readiness thread
+        (the model may be inside execute meanwhile, as under Triton's stub). Anything but a
+        ``bool`` is an error, in Triton's text; so is what it raises, as Triton's stub reports
+        an exception (``python_error_text``)."""
+        check = getattr(self.model, "is_ready", None)
+        if check is None:
+            return True
+        try:
+            result = check()
+            if inspect.iscoroutine(result):
+                # its own loop, on this thread: execute's loop may be running on the main one
+                if self._ready_loop is None:
+                    self._ready_loop = asyncio.new_event_loop()
+                result = self._ready_loop.run_until_complete(result)
+        except BaseException as e:
+            raise ModelRaised(python_error_text(e)) from None
+        if not isinstance(result, bool):
+            raise ModelRaised("is_ready() must return a boolean value")
+        return result
 
     # ------------------------------------------------------------------ execute
     def execute_requests(self, messages: list, decoupled: bool, exec_id: int = 0, first: int = 0) -> list | None:

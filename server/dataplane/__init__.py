@@ -97,7 +97,7 @@ class DataPlane(DataPlaneAPI):
     async def ready(self) -> bool:
         if self.exiting:
             raise unavailable(SERVER_EXITING)
-        return self.started and self.repository.all_ready()
+        return self.started and await self.repository.server_ready()
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         # Triton answers not-ready for unknown models (clients call it after unloads), but
@@ -106,7 +106,7 @@ class DataPlane(DataPlaneAPI):
             parse_version(version)
         if self.exiting:
             raise unavailable(SERVER_NOT_READY)
-        return self.repository.is_ready(name, version)
+        return await self.repository.model_ready(name, version)
 
     async def server_metadata(self) -> ServerInfo:
         return ServerInfo(self.server_id, __version__, EXTENSIONS)

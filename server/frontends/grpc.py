@@ -480,7 +480,10 @@ class HealthServicer:
             return _UNKNOWN
 
     async def Check(self, request, context):
-        return health_pb.HealthCheckResponse(status=await self._status())
+        # as Triton's: a readiness error is the call's status (UNAVAILABLE "Server exiting"
+        # while the server stops), not a SERVING/NOT_SERVING answer
+        ready = await self.inference.server_ready()
+        return health_pb.HealthCheckResponse(status=_SERVING if ready else _NOT_SERVING)
 
     async def Watch(self, request, context):
         last = None

@@ -37,6 +37,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -288,6 +289,19 @@ def _status(e: InferenceServerException) -> tuple[str, str]:
     return str(e.status()), e.message()
 
 
+def _health_check(url: str) -> int:
+    """grpc.health.v1.Health/Check (what grpc-health-probe and Kubernetes' gRPC probe call)."""
+    from fpgaserve.protos import health
+
+    with grpc.insecure_channel(url) as channel:
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health.HealthCheckRequest.SerializeToString,
+            response_deserializer=health.HealthCheckResponse.FromString,
+        )
+        return check(health.HealthCheckRequest(), timeout=30).status
+
+
 # ------------------------------------------------------------------------------ the three ways
 @pytest.mark.parametrize("mode", list(MODES))
 def test_signal_drains_every_backend_then_exits_zero(mode, repo, tmp_path, csim_cache):
@@ -336,6 +350,9 @@ def test_signal_drains_every_backend_then_exits_zero(mode, repo, tmp_path, csim_
             with pytest.raises(InferenceServerException) as e:
                 later.is_model_ready("gate")
             assert _status(e.value) == ("StatusCode.UNAVAILABLE", "Server not ready")
+            with pytest.raises(grpc.RpcError) as rpc:
+                _health_check(server.proc.url)
+            assert (rpc.value.code(), rpc.value.details()) == (grpc.StatusCode.UNAVAILABLE, "Server exiting")
             # ... and a new request is refused as Triton's gRPC frontend refuses it
             with pytest.raises(InferenceServerException) as e:
                 _grpc(later, "card", x_card, "output/BiasAdd")
