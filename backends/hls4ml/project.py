@@ -220,14 +220,6 @@ class Hls4mlProject:
             f"{path} cannot be read: {e.strerror}"
         )
 
-    def read_generated_template(self) -> str:
-        """nnet_utils/nnet_code_gen.h's text (see ``generated_template_path``)."""
-        path = self.generated_template_path()
-        try:
-            return path.read_text()
-        except OSError as e:
-            raise self._template_error(path, e) from None
-
     @contextlib.contextmanager
     def mapped_generated_template(self) -> Iterator[bytes | mmap.mmap]:
         """nnet_utils/nnet_code_gen.h's bytes, mapped read-only rather than read: hls4ml writes
