@@ -36,8 +36,13 @@ import numpy as np
 #: tensors smaller than this travel inline in the message: a block in the segment would cost
 #: more bookkeeping than pickling a few hundred bytes (the batch-1 case)
 INLINE_BYTES = 16 * 1024
-#: each side's segment; sparse, so only what a batch writes becomes memory
+#: each side's segment where the model's config does not bound its batches (sizes left open,
+#: decoupled responses), and the most a bounded one gets; sparse, so only what a batch writes
+#: becomes memory, but mapped whole in both processes: address space (see segment_bytes)
 SEGMENT_BYTES = int(os.environ.get("FPGASERVE_INSTANCE_SEGMENT_BYTES", str(1 << 30)))
+#: the least a bounded segment gets: room for what a model sends besides its outputs (BLS
+#: requests' inputs, logs' tensors) before tensors go inline
+SEGMENT_MIN_BYTES = 16 << 20
 ALIGN = 64
 #: what a segment keeps allocated between batches (see ``Segment.reset``); a page multiple
 KEEP_BYTES = 64 * 1024 * 1024
@@ -116,14 +121,33 @@ def deserialize_bytes(buf, count: int) -> np.ndarray:
     return out
 
 
+def segment_bytes(tensor_bytes: list[int | None], rows: int, bounded: bool = True) -> int:
+    """The size of a segment that carries one batch of ``rows`` rows of tensors of
+    ``tensor_bytes`` bytes a row each (None: a size the config leaves open), each aligned:
+    ``SEGMENT_BYTES`` where any size is open or the batch is not ``bounded`` (a decoupled
+    model's responses of one request all live in it until the next exchange), else the batch,
+    between ``SEGMENT_MIN_BYTES`` and ``SEGMENT_BYTES``. Both processes map both segments of
+    an instance: under an address-space limit, two 1 GiB segments per instance left a 6 GiB
+    engine room for two csim models."""
+    if not bounded or any(b is None for b in tensor_bytes):
+        return SEGMENT_BYTES
+    need = sum(max(1, rows) * b + ALIGN for b in tensor_bytes if b is not None)
+    need = -(-need // mmap.PAGESIZE) * mmap.PAGESIZE
+    return min(SEGMENT_BYTES, max(SEGMENT_MIN_BYTES, need))
+
+
 class Segment:
     """The owner's side of its segment: allocate, write, reset."""
 
     def __init__(self, size: int = SEGMENT_BYTES):
         self.size = size
         self.fd = os.memfd_create("fpgaserve-instance", os.MFD_CLOEXEC)
-        os.ftruncate(self.fd, size)
-        self.map = mmap.mmap(self.fd, size)
+        try:
+            os.ftruncate(self.fd, size)
+            self.map = mmap.mmap(self.fd, size)
+        except OSError:
+            os.close(self.fd)
+            raise
         self.view = memoryview(self.map)
         self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
         self._top = 0

@@ -33,9 +33,10 @@ import numpy as np
 
 from fpgaserve.backends.base import Backend, BackendError
 
+from .. import datatypes
 from ..errors import InferenceError, Status, internal, unavailable
 from . import custom_metrics
-from .instance_channel import Channel, Segment, SegmentReader
+from .instance_channel import Channel, Segment, SegmentReader, segment_bytes
 
 log = logging.getLogger("fpgaserve.instance")
 
@@ -105,7 +106,14 @@ class ProcessBackend(Backend):
         self.model_version = os.path.basename(os.path.normpath(version_dir))
         self.instance_name = self.describe_instance(config, instance_index)
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-        self.segment = Segment()
+        self.segment_size, self.child_segment_size = self.segment_sizes(config)
+        try:
+            self.segment = Segment(self.segment_size)
+        except OSError as e:  # ENOMEM under an address-space limit: say what could not be mapped
+            raise BackendError(
+                f"cannot map the {self.segment_size >> 20} MiB shared segment of {self._what()} (a batch's "
+                f"inputs): {e.strerror or e}"
+            ) from None
         self._proc: subprocess.Popen | None = None
         self._channel: Channel | None = None
         self._lifeline: int | None = None
@@ -146,6 +154,24 @@ class ProcessBackend(Backend):
         """What a failure of the child's process starts with (the Python backend: Triton's text)."""
         return ""
 
+    @classmethod
+    def segment_sizes(cls, config: dict) -> tuple[int, int]:
+        """(this process's segment, the child's): one batch of the config's inputs, and of its
+        outputs (``instance_channel.segment_bytes``); the default size where the config leaves
+        a tensor's size open or batches are not bounded (decoupled, ragged, batch inputs)."""
+        rows = int(config.get("max_batch_size", 0))
+        bounded = not (
+            config.get("model_transaction_policy", {}).get("decoupled", False)
+            or config.get("batch_input")
+            or config.get("batch_output")
+        )
+        sizes = []
+        for key in ("input", "output"):
+            tensors = config.get(key) or []
+            per_row: list[int | None] = [_tensor_bytes(spec) for spec in tensors] or [None]
+            sizes.append(segment_bytes(per_row, rows, bounded))
+        return sizes[0], sizes[1]
+
     def child_env(self) -> dict[str, str]:
         return dict(os.environ)
 
@@ -183,15 +209,27 @@ class ProcessBackend(Backend):
         self._channel = Channel(parent_sock.detach())
         log.debug("%s: started process %d", self._what(), proc.pid)
         try:
-            self._channel.send(("load", self.child_target, self.load_args(), self.segment.path))
+            self._channel.send(
+                ("load", self.child_target, self.load_args(), self.segment.path, self.child_segment_size)
+            )
             reply = self._next(timeout=LOAD_TIMEOUT_S)
         except ChildDied as e:
             self._reap(kill=True)
             raise BackendError(f"the process of {self._what()} {e} while loading") from None
+        except OSError as e:  # the load message could not be sent: the child is of no use
+            self._reap(kill=True)
+            raise BackendError(f"cannot send the load to the process of {self._what()}: {e}") from None
         if reply[0] == "load_error":
             self._reap(kill=False)
             raise BackendError(reply[1])
-        self._peer = SegmentReader(reply[1])
+        try:
+            self._peer = SegmentReader(reply[1])
+        except OSError as e:  # ENOMEM under an address-space limit
+            self._reap(kill=True)
+            raise BackendError(
+                f"cannot map the {self.child_segment_size >> 20} MiB shared segment of the process of "
+                f"{self._what()} (a batch's outputs): {e.strerror or e}"
+            ) from None
         # what the hosted object reported at load (e.g. an auto-completed config)
         self.load_result = reply[2]
 
@@ -388,6 +426,15 @@ class ProcessBackend(Backend):
             reply(("error", "UNAVAILABLE", "the server is shutting down"))
             if stream:
                 reply(("end",))
+
+
+def _tensor_bytes(spec: dict) -> int | None:
+    """Bytes of one row of a config tensor (its dims), None where its size is open."""
+    dtype = datatypes.BY_CONFIG.get(spec.get("data_type", ""))
+    dims = [int(d) for d in spec.get("dims", [])]
+    if dtype is None or dtype.itemsize == 0 or any(d < 0 for d in dims) or spec.get("allow_ragged_batch"):
+        return None
+    return dtype.itemsize * int(np.prod(dims, dtype=np.int64))
 
 
 def hosted(cls: type[Backend]) -> type[ProcessBackend]:

@@ -13,6 +13,9 @@ reader takes that is not its own goes to its owner's queue. The process dies wit
 a watchdog thread blocks on the lifeline pipe, whose write end only the server holds, and
 exits when it reads end-of-file.
 
+The ``load`` message names the hosted class, its constructor's arguments, the engine's segment
+and the size of this process's own (``instance_channel.segment_bytes``).
+
 Messages from here: ``("loaded", segment path, load result)``, ``("load_error", text)``,
 ``("done", outputs)``, ``("done_requests", results, exec id)``, ``("failed", status, text[,
 exec id])``, ``("response", (exec id, index), outputs, error, flags)`` (decoupled), ``("log",
@@ -63,7 +66,7 @@ class _PendingCall:
 class Worker:
     def __init__(self, channel: Channel):
         self.channel = channel
-        self.segment = Segment()
+        self.segment: Segment  # made at load, of the size the engine names
         self.parent_segment: SegmentReader | None = None
         self.host: Any = None
         self._work: queue.SimpleQueue = queue.SimpleQueue()
@@ -156,8 +159,20 @@ class Worker:
 
     def serve(self) -> None:
         message = self.channel.recv()
-        _, target, args, parent_segment = message
-        self.parent_segment = SegmentReader(parent_segment)
+        _, target, args, parent_segment, segment_size = message
+        try:
+            self.segment = Segment(segment_size)
+            self.parent_segment = SegmentReader(parent_segment)
+        except OSError as e:  # ENOMEM under an address-space limit: say what could not be mapped
+            name = args[0].get("name", "") if args and isinstance(args[0], dict) else ""
+            self.channel.send(
+                (
+                    "load_error",
+                    f"the instance process of model '{name}' cannot map its shared segments (its own of "
+                    f"{segment_size >> 20} MiB for outputs, the engine's at {parent_segment}): {e.strerror or e}",
+                )
+            )
+            return
         try:
             module_name, class_name = target.split(":")
             cls = getattr(importlib.import_module(module_name), class_name)
