@@ -116,6 +116,9 @@ class Backend(ABC):
     #: request-level backend in one ``execute_requests(..., alone=True)`` call: a backend in
     #: another process carries them in one round trip and runs them one by one there
     carries_requests: int = 1
+    #: what an instance holds besides its batch's arrays, for the load's memory line (None:
+    #: nothing it counts); set at load by backends that know (an hls4ml emulation's pieces)
+    memory_note: str | None = None
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         self.config = config

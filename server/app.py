@@ -148,6 +148,11 @@ class InferenceServer:
         try:
             if o.engine_processes > 1:
                 await self._start_engines()  # they load their models while engine 0 loads its own
+            if (o.frontend_processes > 1 or o.engine_processes > 1) and (o.allow_grpc or o.allow_http):
+                from .ipc.arena import set_aside_for_frontends
+
+                # the frontends connect after the loads: the loads leave their arenas room
+                set_aside_for_frontends(o.frontend_processes, o.arena_bytes)
             await self.repository.start()
             if self.engines is not None:
                 await self.engines.connect()

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..base import Backend, BackendError, TensorDescription, config_parameter, version_file
-from . import FPGA_MODES
+from . import FPGA_MODES, memory
 from .project import Hls4mlProject, ProjectError
 
 log = logging.getLogger("fpgaserve.hls4ml")
@@ -153,6 +153,18 @@ class Hls4mlBackend(Backend):
             self.backend_config.get("card-api", "auto"),
         )
         self._runner = emulator if emulator is not None else self._make_runner()
+        # what its batches will take, set aside now: a model that does not fit fails here, alone
+        try:
+            self.memory, self._piece_rows = memory.plan(
+                config.get("name", ""), self.mode, config, self.project, self._runner
+            )
+            self._reservation = memory.reserve(self.memory, instance_index)
+        except BaseException:
+            close = getattr(self._runner, "close", None)
+            if close is not None:
+                close()
+            raise
+        self.memory_note = self.memory.note()
         # without a card the firmware runs on the emulated device of its mode, which telemetry
         # reports as a device (EMU-<index>-<mode>); the hardware runner accounts its own calls
         self.emulated_device = (
@@ -342,13 +354,18 @@ class Hls4mlBackend(Backend):
         x = x.reshape(rows, self.project.input.size)
         # the numpy emulator and the card write their result in the output's dtype (no float64
         # array to convert)
-        kwargs = {"dtype": self.output_dtype} if self.mode in ("numpy", "hardware") else {}
-        if self.emulated_device is None:
-            y = self._runner.predict(x, **kwargs)
-        else:
-            with self.emulated_device.executing():
+        kwargs: dict[str, Any] = {"dtype": self.output_dtype} if self.mode in ("numpy", "hardware", "csim") else {}
+        if self._piece_rows is not None:
+            kwargs["piece_rows"] = self._piece_rows  # csim: float64 rows in pieces (memory.py)
+        try:
+            if self.emulated_device is None:
                 y = self._runner.predict(x, **kwargs)
-        y = y.astype(self.output_dtype, copy=False)
+            else:
+                with self.emulated_device.executing():
+                    y = self._runner.predict(x, **kwargs)
+            y = y.astype(self.output_dtype, copy=False)
+        except MemoryError as e:  # named: the model, the batch, what it allocated and how much
+            raise memory.batch_memory_error(self.config.get("name", ""), self.mode, rows, e) from None
         return {self.output_name: y.reshape(shape)}
 
     def location(self) -> str | None:
@@ -356,6 +373,7 @@ class Hls4mlBackend(Backend):
         return f"card {home.card.index} {home.cu}" if home is not None else None
 
     def close(self) -> None:
+        self._reservation.release()
         close = getattr(self._runner, "close", None)
         if close is not None:
             close()

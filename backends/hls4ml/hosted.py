@@ -24,6 +24,8 @@ import numpy as np
 
 from fpgaserve.server.engine.instance_process import ProcessBackend
 
+from ..address_space import format_bytes
+from . import memory
 from .backend import Hls4mlBackend, _emulated_device
 
 _LEVELS = ((logging.ERROR, "error"), (logging.WARNING, "warn"), (logging.INFO, "info"))
@@ -59,7 +61,7 @@ class Hls4mlInstanceChild(Hls4mlBackend):
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         _forward_logs()
         super().__init__(config, version_dir, instance_index, backend_config)
-        self.load_result = {"mode": self.mode}
+        self.load_result = {"mode": self.mode, "memory": self.memory_note}
 
 
 class HostedHls4mlBackend(ProcessBackend):
@@ -75,12 +77,36 @@ class HostedHls4mlBackend(ProcessBackend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
-        self.mode: str = (self.load_result or {}).get("mode", "")
+        result = self.load_result or {}
+        self.mode: str = result.get("mode", "")
+        # the engine's side of a batch: its inputs gathered, its outputs copied from the child
+        in_bytes, out_bytes = memory.row_bytes(config)
+        rows = max(1, int(config.get("max_batch_size", 0)))
+        bound = memory.InstanceMemory(config.get("name", ""), self.mode, rows, in_bytes, out_bytes, 0, "")
+        try:
+            self._reservation = memory.reserve(bound, instance_index)
+        except BaseException:
+            self.close()
+            raise
+        segments = f"shared segments of {format_bytes(self.segment_size)} + {format_bytes(self.child_segment_size)}"
+        child = result.get("memory")
+        self.memory_note = f"its instance process's {self.mode} runner" + (f" ({child})" if child else "")
+        self.memory_note += f"; {segments}, mapped in both processes"
         # a card's runner accounts its own calls (where a config asks for hardware in a process)
         self.emulated_device = _emulated_device(self.mode) if self.mode not in ("", "hardware") else None
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.emulated_device is None:
-            return super().execute(inputs)
-        with self.emulated_device.executing():
-            return super().execute(inputs)
+        try:
+            if self.emulated_device is None:
+                return super().execute(inputs)
+            with self.emulated_device.executing():
+                return super().execute(inputs)
+        except MemoryError as e:  # the engine's copy of the outputs, named
+            rows = next(iter(inputs.values())).shape[0] if inputs else 0
+            raise memory.batch_memory_error(self.model_name, f"{self.mode}, engine side", rows, e) from None
+
+    def close(self) -> None:
+        reservation = getattr(self, "_reservation", None)
+        if reservation is not None:
+            reservation.release()
+        super().close()

@@ -12,6 +12,12 @@ A tensor whose size the config leaves open (a -1 dimension, a BYTES element) is 
 of counted: its bound is the request size limit. Nothing here refuses a model: it says what
 follows from the config so that an operator sees a model whose full batch is gigabytes before
 its first request does.
+
+A backend adds what it holds besides the batch's arrays (``Backend.memory_note``: an hls4ml
+model's emulation intermediates, worked through in pieces within a budget, or its instance
+process and shared segments; see ``backends/hls4ml/memory.py``), and under an address-space
+limit its load sets batches and that aside, failing alone where they do not fit
+(``backends/address_space.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class BatchMemory:
     queued: int | None
     #: tensors whose size the config leaves open (not counted)
     variable: tuple[str, ...]
+    #: what the backend's instances hold besides their batch's arrays, in its words
+    backend: tuple[str, ...] = ()
 
     @property
     def row_bytes(self) -> int:
@@ -67,6 +75,8 @@ class BatchMemory:
         else:
             queued = self.queued * self.rows * self.input_bytes
             text += f"; queued inputs at most {_format_bytes(queued)} ({self.queued} requests, max_queue_size)"
+        if self.backend:
+            text += f"; per instance besides its batch: {'; '.join(self.backend)}"
         if self.variable:
             text += f"; not counted, sized per request: {', '.join(self.variable)}"
         return text
@@ -84,9 +94,10 @@ def _row_bytes(tensors, variable: list[str]) -> int:
     return total
 
 
-def batch_memory(config: ModelConfig, instances: int) -> BatchMemory:
-    """The bound for ``config`` served with ``instances`` instances (see the module docstring).
-    A model without batching (max_batch_size 0) runs one request of its dims per batch."""
+def batch_memory(config: ModelConfig, instances: int, backends=()) -> BatchMemory:
+    """The bound for ``config`` served with ``instances`` instances (see the module docstring),
+    with the ``memory_note`` of each of ``backends`` (the instances' backends; the same note
+    once). A model without batching (max_batch_size 0) runs one request of its dims per batch."""
     variable: list[str] = []
     input_bytes = _row_bytes(config.input, variable)
     output_bytes = _row_bytes(config.output, variable)
@@ -102,6 +113,7 @@ def batch_memory(config: ModelConfig, instances: int) -> BatchMemory:
         output_bytes=output_bytes,
         queued=queued,
         variable=tuple(variable),
+        backend=tuple(dict.fromkeys(n for n in (getattr(b, "memory_note", None) for b in backends) if n)),
     )
 
 
