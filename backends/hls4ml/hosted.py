@@ -76,18 +76,19 @@ class HostedHls4mlBackend(ProcessBackend):
         return Hls4mlBackend.describe_io(config, version_dir)
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
-        super().__init__(config, version_dir, instance_index, backend_config)
-        result = self.load_result or {}
-        self.mode: str = result.get("mode", "")
-        # the engine's side of a batch: its inputs gathered, its outputs copied from the child
+        # the engine's side of a batch (its inputs gathered, its outputs copied from the child),
+        # set aside before the child starts: a model that cannot fit is not compiled
         in_bytes, out_bytes = memory.row_bytes(config)
         rows = max(1, int(config.get("max_batch_size", 0)))
-        bound = memory.InstanceMemory(config.get("name", ""), self.mode, rows, in_bytes, out_bytes, 0, "")
+        bound = memory.InstanceMemory(config.get("name", ""), "csim", rows, in_bytes, out_bytes, 0, "")
+        self._reservation = memory.reserve(bound, instance_index)
         try:
-            self._reservation = memory.reserve(bound, instance_index)
+            super().__init__(config, version_dir, instance_index, backend_config)
         except BaseException:
-            self.close()
+            self._reservation.release()
             raise
+        result = self.load_result or {}
+        self.mode: str = result.get("mode", "")
         segments = f"shared segments of {format_bytes(self.segment_size)} + {format_bytes(self.child_segment_size)}"
         child = result.get("memory")
         self.memory_note = f"its instance process's {self.mode} runner" + (f" ({child})" if child else "")
@@ -106,7 +107,5 @@ class HostedHls4mlBackend(ProcessBackend):
             raise memory.batch_memory_error(self.model_name, f"{self.mode}, engine side", rows, e) from None
 
     def close(self) -> None:
-        reservation = getattr(self, "_reservation", None)
-        if reservation is not None:
-            reservation.release()
+        self._reservation.release()
         super().close()
