@@ -59,7 +59,9 @@ class Peak:
 
 def _what(cmdline: list[str]) -> str:
     for arg in cmdline:
-        for name in ("instance_worker", "frontend_process", "engine_process"):
+        if arg == "fpgaserve.backends.hosting":  # python -m: the instance processes' program
+            return "instance process"
+        for name in ("frontend_process", "engine_process"):
             if arg.endswith(name):
                 return name.replace("_", " ")
     return "server" if any("address_limit" in a or "fpgaserve" in a for a in cmdline) else (cmdline or ["?"])[0]

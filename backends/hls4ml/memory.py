@@ -8,14 +8,15 @@ and, while it works, what its runner takes besides them:
   (``emulator/working_set.py``, measured at load);
 * csim: the float64 rows the C-simulation writes (and the converted input rows where the
   firmware takes another type) before they become the output's type, in pieces within the
-  same budget; its stack is mapped at load, in the process's mapped size already (stack.py);
+  same budget; its stack is mapped at load, in the process's mapped size already (csim/stack.py);
 * onnx, hardware: nothing counted here (ONNX Runtime's arenas and a card's buffer objects are
   theirs to size).
 
 The budget is ``working_set.backend_budget``: what one full batch's inputs and outputs take,
-at least ``working_set.FLOOR_BYTES``. The load sets the total aside (``backends/address_space``)
-and fails, naming it, when the process cannot map that much more; an allocation that still
-fails in a batch names the model, the mode, the batch and the bytes (``batch_memory_error``).
+at least ``working_set.FLOOR_BYTES``. The load sets the total aside
+(``backends/hosting/address_space.py``) and fails, naming it, when the process cannot map that
+much more; an allocation that still fails in a batch names the model, the mode, the batch and
+the bytes (``batch_memory_error``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import address_space
-from ..address_space import format_bytes
 from ..base import BackendError
+from ..hosting import AddressSpaceReservation, format_bytes, out_of_memory, reserve_address_space
 from .emulator.working_set import backend_budget
 
 #: bytes of one element of the config's FP32 / FP64 tensors
@@ -83,9 +83,7 @@ def plan(model: str, mode: str, config: dict, project, runner) -> tuple[Instance
             ws = runner.working_set()
         except MemoryError as e:
             raise BackendError(
-                address_space.out_of_memory(
-                    f"model '{model}'", "one row of its numpy emulation (measured at load)", None, e
-                )
+                out_of_memory(f"model '{model}'", "one row of its numpy emulation (measured at load)", None, e)
             ) from None
         piece_rows = runner.piece_rows(rows)
         working, words = ws.piece_bytes(piece_rows), ws.describe(piece_rows)
@@ -101,14 +99,14 @@ def plan(model: str, mode: str, config: dict, project, runner) -> tuple[Instance
     return InstanceMemory(model, mode, rows, in_bytes, out_bytes, working, words), piece
 
 
-def reserve(memory: InstanceMemory, instance: int) -> address_space.Reservation:
-    """Set the instance's bound aside (``address_space.reserve``: BackendError naming the model
-    and the bytes where the process cannot map them)."""
+def reserve(memory: InstanceMemory, instance: int) -> AddressSpaceReservation:
+    """Set the instance's bound aside (hosting's ``reserve_address_space``: BackendError naming
+    the model and the bytes where the process cannot map them)."""
     what = (
         f"instance {instance}'s batches: {memory.rows} rows x {memory.input_bytes + memory.output_bytes:,} bytes "
         f"({format_bytes(memory.batch_bytes)})" + (f" and {memory.working}" if memory.working else "")
     )
-    return address_space.reserve(
+    return reserve_address_space(
         f"model '{memory.model}'",
         what,
         memory.total,
@@ -128,7 +126,7 @@ def batch_memory_error(model: str, mode: str, rows: int, e: MemoryError) -> Memo
         if shape is not None and dtype is not None
         else "memory"
     )
-    text = address_space.out_of_memory(
+    text = out_of_memory(
         f"model '{model}' ({mode} mode, a batch of {rows} rows)", what, nbytes, e if nbytes is None else MemoryError()
     )
     return MemoryError(text)

@@ -205,8 +205,8 @@ class Hls4mlProject:
     def generated_template_path(self) -> Path:
         """Where nnet_utils/nnet_code_gen.h comes from as the C-simulation compiles it: the
         project's own (hls4ml writes it per model; pack keeps it only where it differs from the
-        installed one), else the installed hls4ml's generic one, which csim.py's copy of the
-        library provides."""
+        installed one), else the installed hls4ml's generic one, which the C-simulation's copy of
+        the library (csim/library.py) provides."""
         own = self.firmware_dir / GENERATED_TEMPLATE_FILE
         return own if own.is_file() else installed_templates_dir() / GENERATED_TEMPLATE_FILE
 

@@ -17,7 +17,7 @@ A backend adds what it holds besides the batch's arrays (``Backend.memory_note``
 model's emulation intermediates, worked through in pieces within a budget, or its instance
 process and shared segments; see ``backends/hls4ml/memory.py``), and under an address-space
 limit its load sets batches and that aside, failing alone where they do not fit
-(``backends/address_space.py``).
+(``backends/hosting/address_space.py``).
 """
 
 from __future__ import annotations

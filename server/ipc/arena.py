@@ -38,9 +38,13 @@ import threading
 
 import numpy as np
 
-from fpgaserve.backends import address_space
-
-from ..engine.instance_channel import register_shared, unregister_shared
+from fpgaserve.backends.hosting import (
+    AddressSpaceReservation,
+    describe_address_space,
+    register_shared,
+    reserve_address_space,
+    unregister_shared,
+)
 
 ALIGN = 64  # cache-line aligned blocks: numpy views of any dtype are aligned
 PAGE = mmap.PAGESIZE
@@ -56,10 +60,10 @@ def _round_up(n: int) -> int:
 # The engine maps each frontend's two arenas when the frontend says hello, which is after the
 # models have loaded: under an address-space limit the loads must leave that room, or every
 # frontend fails to connect once a large model has taken it. ``set_aside_for_frontends``
-# reserves it before the loads (backends/address_space.py); each mapping moves its bytes from
-# the reservation to the process's mapped size, and an arena unmapped (its frontend gone) moves
-# them back for the frontend that replaces it.
-_FRONTEND_ROOM: list[address_space.Reservation] = []  # the one reservation, once made
+# reserves it before the loads (backends/hosting/address_space.py); each mapping moves its
+# bytes from the reservation to the process's mapped size, and an arena unmapped (its frontend
+# gone) moves them back for the frontend that replaces it.
+_FRONTEND_ROOM: list[AddressSpaceReservation] = []  # the one reservation, once made
 
 
 def set_aside_for_frontends(count: int, arena_bytes: int) -> None:
@@ -68,7 +72,7 @@ def set_aside_for_frontends(count: int, arena_bytes: int) -> None:
     for room in _FRONTEND_ROOM:
         room.release()
     _FRONTEND_ROOM[:] = [
-        address_space.reserve(
+        reserve_address_space(
             "the frontend processes", f"{count} frontends' request and response arenas", nbytes, check=False
         )
     ]
@@ -87,7 +91,7 @@ def _map_arena(pid: int, fd_number: int, size: int, what: str) -> mmap.mmap:
             raise OSError(
                 e.errno,
                 f"cannot map the {size >> 20} MiB {what} of frontend process {pid}: {e.strerror}; this process has "
-                + address_space.describe_limit(),
+                + describe_address_space(),
             ) from None
     finally:
         os.close(fd)

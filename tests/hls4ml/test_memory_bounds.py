@@ -26,8 +26,8 @@ from fpgaserve.backends.hls4ml.emulator import FixedPointModel
 from fpgaserve.backends.hls4ml.emulator.working_set import FLOOR_BYTES, backend_budget
 from fpgaserve.backends.hls4ml.memory import batch_memory_error
 from fpgaserve.backends.hls4ml.project import Hls4mlProject
-from fpgaserve.server.engine.instance_channel import SEGMENT_BYTES, SEGMENT_MIN_BYTES, segment_bytes
-from fpgaserve.server.engine.instance_process import ProcessBackend
+from fpgaserve.backends.hosting import ProcessBackend
+from fpgaserve.backends.hosting.instance_channel import SEGMENT_BYTES, SEGMENT_MIN_BYTES, segment_bytes
 from fpgaserve.server.ipc.protocol import FrameDecoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,8 +117,8 @@ def test_under_an_address_space_limit_freed_memory_is_not_kept_mapped():
     is touched, address space only)."""
     done = _limited(
         """
-        from fpgaserve.server.process_memory import keep_freed_memory
-        keep_freed_memory()
+        from fpgaserve.backends.hosting import start_process
+        start_process()
         import numpy as np
         blocks = [np.empty(200 << 17) for _ in range(20)]
         live = np.empty(1 << 17)
@@ -133,15 +133,15 @@ def test_under_an_address_space_limit_freed_memory_is_not_kept_mapped():
 def test_under_an_address_space_limit_a_reservation_that_does_not_fit_is_refused():
     done = _limited(
         """
-        from fpgaserve.backends import address_space
         from fpgaserve.backends.base import BackendError
-        first = address_space.reserve("model 'a'", "its batches", 3 << 30)
+        from fpgaserve.backends.hosting import reserve_address_space
+        first = reserve_address_space("model 'a'", "its batches", 3 << 30)
         try:
-            address_space.reserve("model 'b'", "instance 0's batches", 3 << 30, "lower its max_batch_size")
+            reserve_address_space("model 'b'", "instance 0's batches", 3 << 30, "lower its max_batch_size")
         except BackendError as e:
             print(e)
         first.release()
-        address_space.reserve("model 'b'", "instance 0's batches", 3 << 30)
+        reserve_address_space("model 'b'", "instance 0's batches", 3 << 30)
         print("then it fits")
         """
     )

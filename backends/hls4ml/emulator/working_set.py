@@ -25,12 +25,11 @@ from __future__ import annotations
 import threading
 import tracemalloc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .model import FixedPointModel
+from ..fixed_point import FixedType
 
 #: the budget of a FixedPointModel nobody sized: pack's default batch memory budget
 DEFAULT_BUDGET_BYTES = 1 << 30
@@ -85,36 +84,37 @@ def backend_budget(max_batch_size: int, row_io_bytes: int) -> int:
     return max(FLOOR_BYTES, max(1, max_batch_size) * row_io_bytes)
 
 
-def measure(model: FixedPointModel, budget: int) -> WorkingSet:
+class RowRunner(Protocol):
+    """What ``measure`` needs of a model (``FixedPointModel``): its input and a way to run one
+    row from fresh scratch buffers."""
+
+    input_type: FixedType
+    n_in: int
+
+    def run_fresh(self, row: np.ndarray) -> int: ...
+
+
+def measure(model: RowRunner, budget: int) -> WorkingSet:
     """Run one row through ``model`` (see the module docstring) and size its pieces to ``budget``.
-    Also records the widest array a row makes (``model._widest``, for the cache-sized pieces)."""
+    The model records the widest array a row makes meanwhile (``FixedPointModel.run_fresh``)."""
     info = np.finfo(np.float64)
     scale = float(2.0 ** min(60, max(0, model.input_type.integer)))
     row = np.random.default_rng(0).standard_normal((1, model.n_in)) * scale
     row = np.clip(row, info.min, info.max)
     peaks, scratch = [], []
-    kept = model._ws
-    try:
-        for _ in range(MEASUREMENTS):
-            model._ws = threading.local()  # fresh scratch buffers: their allocation is part of the row
-            model._scratch_bytes = 0
-            widest: list[int] = [model.n_in]
-            with _MEASURING:
-                started = not tracemalloc.is_tracing()
+    for _ in range(MEASUREMENTS):
+        with _MEASURING:
+            started = not tracemalloc.is_tracing()
+            if started:
+                tracemalloc.start()
+            try:
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+                scratch.append(model.run_fresh(row))
+                peaks.append(max(0, tracemalloc.get_traced_memory()[1] - base))
+            finally:
                 if started:
-                    tracemalloc.start()
-                try:
-                    tracemalloc.reset_peak()
-                    base = tracemalloc.get_traced_memory()[0]
-                    model._predict_piece(row, np.float64, widest)
-                    peaks.append(max(0, tracemalloc.get_traced_memory()[1] - base))
-                finally:
-                    if started:
-                        tracemalloc.stop()
-            scratch.append(model._scratch_bytes)
-            model._widest = max(widest)
-    finally:
-        model._ws = kept
+                    tracemalloc.stop()
     row_bytes = max(1, min(peaks))
     scratch_bytes = min(scratch)
     rows = max(1, budget // (row_bytes + scratch_bytes))

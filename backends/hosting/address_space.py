@@ -10,8 +10,8 @@ what the process can still map, and fails alone, naming what it needed, where it
 
 What a load maps while it loads (weights, tables, libraries, segments) is in the process's
 mapped size (``VmSize``) once it is done; what its batches allocate later is not, so the load
-sets that aside: a ``Reservation``, held until the model instance closes. What is left for
-the next load is the limit, less what is mapped, less what is set aside. The engine also sets
+sets that aside: an ``AddressSpaceReservation``, held until the model instance closes. What is
+left for the next load is the limit, less what is mapped, less what is set aside. The engine also sets
 aside its frontends' arenas before the models load (``server/ipc/arena.py``: the frontends
 connect once the models are loaded).
 
@@ -26,10 +26,10 @@ import resource
 import threading
 from dataclasses import dataclass, field
 
-from .base import BackendError
+from ..base import BackendError
 
 _LOCK = threading.Lock()
-_HELD: dict[int, Reservation] = {}
+_HELD: dict[int, AddressSpaceReservation] = {}
 
 
 def format_bytes(n: int) -> str:
@@ -39,13 +39,13 @@ def format_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def limit() -> int | None:
+def address_space_limit() -> int | None:
     """This process's address-space limit in bytes (the soft RLIMIT_AS), None when unlimited."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def mapped() -> int:
+def mapped_bytes() -> int:
     """What this process has mapped, in bytes (``VmSize``: what RLIMIT_AS is compared with)."""
     try:
         with open("/proc/self/status", "rb") as f:
@@ -57,19 +57,21 @@ def mapped() -> int:
     return 0
 
 
-def set_aside() -> int:
+def set_aside_bytes() -> int:
     """Bytes reserved by loads and not released."""
     with _LOCK:
         return sum(r.nbytes for r in _HELD.values())
 
 
-def describe_limit() -> str:
+def describe_address_space() -> str:
     """The process's standing, for an error text: the limit, what is mapped and set aside."""
-    lim = limit()
-    held = set_aside()
+    lim = address_space_limit()
+    held = set_aside_bytes()
     if lim is None:
-        return f"no address-space limit; {format_bytes(mapped())} mapped, {format_bytes(held)} set aside for batches"
-    used = mapped()
+        return (
+            f"no address-space limit; {format_bytes(mapped_bytes())} mapped, {format_bytes(held)} set aside for batches"
+        )
+    used = mapped_bytes()
     return (
         f"{format_bytes(max(0, lim - used - held))} left under its {format_bytes(lim)} address-space limit "
         f"(RLIMIT_AS): {format_bytes(used)} mapped, {format_bytes(held)} set aside for the batches of loaded "
@@ -78,7 +80,7 @@ def describe_limit() -> str:
 
 
 @dataclass(eq=False)
-class Reservation:
+class AddressSpaceReservation:
     """Address space set aside for ``what`` (of ``who``); ``release`` gives it back, and
     ``shrink``/``grow`` move bytes between the reservation and real mappings."""
 
@@ -104,15 +106,17 @@ class Reservation:
                 self.nbytes += nbytes
 
 
-def reserve(who: str, what: str, nbytes: int, hint: str = "", check: bool = True) -> Reservation:
+def reserve_address_space(
+    who: str, what: str, nbytes: int, hint: str = "", check: bool = True
+) -> AddressSpaceReservation:
     """Set ``nbytes`` aside for ``what`` (``who``: the model, as errors name it); raises
     BackendError naming both, the bytes and the process's standing when they do not fit what
     the process can still map (``hint``: what the operator can change, appended), unless
     ``check`` is false (room the process needs whatever it costs)."""
-    lim = limit()
+    lim = address_space_limit()
     with _LOCK:
         if lim is not None and check:
-            used = mapped()
+            used = mapped_bytes()
             held = sum(r.nbytes for r in _HELD.values())
             left = lim - used - held
             if nbytes > left:
@@ -122,7 +126,7 @@ def reserve(who: str, what: str, nbytes: int, hint: str = "", check: bool = True
                     f"address-space limit (RLIMIT_AS: {format_bytes(used)} mapped, {format_bytes(held)} set aside "
                     "for the batches of loaded models and the frontends' arenas)" + (f"; {hint}" if hint else "")
                 )
-        reservation = Reservation(who, what, nbytes)
+        reservation = AddressSpaceReservation(who, what, nbytes)
         _HELD[id(reservation)] = reservation
     return reservation
 
@@ -133,16 +137,16 @@ def out_of_memory(who: str, what: str, nbytes: int | None, error: BaseException)
     size = f" ({format_bytes(nbytes)})" if nbytes else ""
     detail = str(error).strip()
     cause = f": {detail}" if detail and not detail.startswith("[Errno 12]") else ""
-    return f"{who} could not allocate {what}{size}{cause}; its process has {describe_limit()}"
+    return f"{who} could not allocate {what}{size}{cause}; its process has {describe_address_space()}"
 
 
 __all__ = [
-    "Reservation",
-    "describe_limit",
+    "AddressSpaceReservation",
+    "address_space_limit",
+    "describe_address_space",
     "format_bytes",
-    "limit",
-    "mapped",
+    "mapped_bytes",
     "out_of_memory",
-    "reserve",
-    "set_aside",
+    "reserve_address_space",
+    "set_aside_bytes",
 ]
