@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +75,17 @@ def find_bitstream(config: dict, version_dir: str) -> Path | None:
 
 
 def resolve_mode(
-    requested: str, config: dict, version_dir: str, project: Hls4mlProject | None = None, card_api: str = "auto"
+    requested: str,
+    config: dict,
+    version_dir: str,
+    project: Hls4mlProject | None = None,
+    card_api: str = "auto",
+    emulator: Any = None,
 ) -> tuple[str, str, Any]:
     """(mode, why, emulator) for this model version; ``why`` goes into the load log line.
-    ``emulator`` is the FixedPointModel auto built to decide on numpy mode (reused), else None."""
+    The returned ``emulator`` is the FixedPointModel auto built to decide on numpy mode (reused),
+    else None; one given (built by an earlier decision for this version) is reused instead of
+    building another."""
     if requested not in FPGA_MODES:
         raise BackendError(f"unknown fpga-mode '{requested}' (choose from {', '.join(FPGA_MODES)})")
     named = config_parameter(config, "xclbin")
@@ -99,10 +107,31 @@ def resolve_mode(
     from .emulator import FixedPointModel
 
     try:
-        emulator = FixedPointModel(project if project is not None else Hls4mlProject.load(version_dir))
+        if emulator is None:
+            emulator = FixedPointModel(project if project is not None else Hls4mlProject.load(version_dir))
     except ProjectError as e:  # UnsupportedLayerError names the layer; io_stream etc. land here too
         return "csim", f"auto: {no_card}; not every layer is emulated by numpy: {e}", None
     return "numpy", f"auto: {no_card}; every layer is emulated bit-exactly by numpy", emulator
+
+
+# The emulator auto mode built in the engine's process to decide whether a version runs in an
+# instance process (``instance_process_by_default``), kept for the version's first instance,
+# which would otherwise build the same one again at once (the 512x512x3 separable io_stream
+# network: 1.4 s of its load, measured on a shared machine; a 512x512 io_parallel convolution
+# also parses its 250 MB im2col filler again). Keyed by the version folder; taken once, and
+# replaced by the next decision for that folder.
+_DECIDED: dict[str, Any] = {}
+_DECIDED_LOCK = threading.Lock()
+
+
+def _keep_decided(version_dir: str, emulator: Any) -> None:
+    with _DECIDED_LOCK:
+        _DECIDED[os.path.realpath(version_dir)] = emulator
+
+
+def _take_decided(version_dir: str) -> Any:
+    with _DECIDED_LOCK:
+        return _DECIDED.pop(os.path.realpath(version_dir), None)
 
 
 class Hls4mlBackend(Backend):
@@ -131,9 +160,13 @@ class Hls4mlBackend(Backend):
         if requested != "auto":
             return requested == "csim"
         try:
-            mode, _, _ = resolve_mode(requested, config, version_dir, None, backend_config.get("card-api", "auto"))
+            mode, _, emulator = resolve_mode(
+                requested, config, version_dir, None, backend_config.get("card-api", "auto")
+            )
         except BackendError:
             return False
+        if emulator is not None:  # numpy: the version's first instance (in this process) takes it
+            _keep_decided(version_dir, emulator)
         return mode == "csim"
 
     # the parent side of an instance process accounts the emulated device and reads the mode
@@ -142,14 +175,13 @@ class Hls4mlBackend(Backend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
+        requested = self.backend_config.get("fpga-mode", "auto")
+        # taken first, so that it is not kept when this load fails
+        decided = _take_decided(version_dir) if requested == "auto" else None
         self.project = Hls4mlProject.load(version_dir)
         self._check_io(config)
         self.mode, why, emulator = resolve_mode(
-            self.backend_config.get("fpga-mode", "auto"),
-            config,
-            version_dir,
-            self.project,
-            self.backend_config.get("card-api", "auto"),
+            requested, config, version_dir, self.project, self.backend_config.get("card-api", "auto"), decided
         )
         self._runner = emulator if emulator is not None else self._make_runner()
         # what its batches will take, set aside now: a model that does not fit fails here, alone
