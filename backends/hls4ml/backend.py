@@ -141,6 +141,9 @@ class Hls4mlBackend(Backend):
     #: whether this object accounts the emulated device's busy time (not in an instance
     #: process: the server's side of it does, where the telemetry is)
     accounts_device = True
+    #: whether this object's process encodes its outputs for the wire (the engine's; not an
+    #: instance process), which the memory it sets aside for its batches then counts
+    encodes_outputs = True
 
     @classmethod
     def describe_io(cls, config: dict, version_dir: str):
@@ -187,7 +190,7 @@ class Hls4mlBackend(Backend):
         # what its batches will take, set aside now: a model that does not fit fails here, alone
         try:
             self.memory, self._piece_rows = memory.plan(
-                config.get("name", ""), self.mode, config, self.project, self._runner
+                config.get("name", ""), self.mode, config, self.project, self._runner, self.encodes_outputs
             )
             self._reservation = memory.reserve(self.memory, instance_index)
         except BaseException:

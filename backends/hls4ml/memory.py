@@ -1,8 +1,10 @@
 """What one hls4ml model instance holds for its batches: the bound its load logs and sets aside.
 
 An instance runs one batch at a time: ``max_batch_size`` rows of the config's input and output
-tensors (the scheduler gathers the inputs into one array, the runner writes the output array),
-and, while it works, what its runner takes besides them:
+tensors (the scheduler gathers the inputs into one array, the runner writes the output array,
+and in the engine's process the instance encodes a copy of the outputs for the wire:
+``server/engine/memory.py``, whose load line this bound follows), and, while it works, what
+its runner takes besides them:
 
 * numpy: the emulation's intermediates, in pieces of rows within the budget
   (``emulator/working_set.py``, measured at load);
@@ -35,8 +37,9 @@ _ITEMSIZE = {"TYPE_FP32": 4, "TYPE_FP64": 8}
 
 @dataclass(frozen=True)
 class InstanceMemory:
-    """``rows`` rows of ``row_bytes`` (input + output) in flight, and ``working_bytes`` the
-    runner takes besides them (``working``: how, for the log; empty where nothing is counted)."""
+    """``rows`` rows of ``row_bytes`` (input + output, and the output's encoded copy where
+    ``encoded``: in the engine's process) in flight, and ``working_bytes`` the runner takes
+    besides them (``working``: how, for the log; empty where nothing is counted)."""
 
     model: str
     mode: str
@@ -45,10 +48,15 @@ class InstanceMemory:
     output_bytes: int
     working_bytes: int
     working: str
+    encoded: bool = True
+
+    @property
+    def row_bytes(self) -> int:
+        return self.input_bytes + self.output_bytes * (2 if self.encoded else 1)
 
     @property
     def batch_bytes(self) -> int:
-        return self.rows * (self.input_bytes + self.output_bytes)
+        return self.rows * self.row_bytes
 
     @property
     def total(self) -> int:
@@ -70,9 +78,12 @@ def row_bytes(config: dict) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def plan(model: str, mode: str, config: dict, project, runner) -> tuple[InstanceMemory, int | None]:
+def plan(
+    model: str, mode: str, config: dict, project, runner, encoded: bool = True
+) -> tuple[InstanceMemory, int | None]:
     """The instance's bound in ``mode``, and the rows the csim runner works through at once
-    (None: another mode). Sets the numpy emulator's budget and measures its working set."""
+    (None: another mode); ``encoded``: the instance runs in the engine's process, which encodes
+    its outputs. Sets the numpy emulator's budget and measures its working set."""
     rows = max(1, int(config.get("max_batch_size", 0)))
     in_bytes, out_bytes = row_bytes(config)
     budget = backend_budget(rows, in_bytes + out_bytes)
@@ -96,14 +107,14 @@ def plan(model: str, mode: str, config: dict, project, runner) -> tuple[Instance
             f"the C-simulation's float64 rows, at most {format_bytes(working)}: {piece} row(s) at a time at most "
             f"({format_bytes(per_row)} a row)"
         )
-    return InstanceMemory(model, mode, rows, in_bytes, out_bytes, working, words), piece
+    return InstanceMemory(model, mode, rows, in_bytes, out_bytes, working, words, encoded), piece
 
 
 def reserve(memory: InstanceMemory, instance: int) -> AddressSpaceReservation:
     """Set the instance's bound aside (hosting's ``reserve_address_space``: BackendError naming
     the model and the bytes where the process cannot map them)."""
     what = (
-        f"instance {instance}'s batches: {memory.rows} rows x {memory.input_bytes + memory.output_bytes:,} bytes "
+        f"instance {instance}'s batches: {memory.rows} rows x {memory.row_bytes:,} bytes "
         f"({format_bytes(memory.batch_bytes)})" + (f" and {memory.working}" if memory.working else "")
     )
     return reserve_address_space(

@@ -1,9 +1,12 @@
 """The memory a model's config lets the engine hold for it, for the load log.
 
 The engine allocates per model what its batches need: each instance runs one batch at a time,
-whose inputs the scheduler gathers into one array per tensor and whose outputs the backend
-returns whole, so ``instances x max_batch_size rows x (input + output bytes per row)`` bounds
-the batches in flight. Requests waiting in the dynamic batcher's queue hold their own inputs:
+whose inputs the scheduler gathers into one array per tensor, whose outputs the backend
+returns whole, and whose requests' outputs the instance then encodes for the wire, a copy of
+each (``tensors.encode_outputs``: into the frontend's response arena where there is one and it
+has room, else bytes of the engine's) that lives until the response is sent, beside the
+outputs. So ``instances x max_batch_size rows x (input + 2 x output bytes per row)`` bounds the
+batches in flight. Requests waiting in the dynamic batcher's queue hold their own inputs:
 ``max_queue_size`` (default_queue_policy) bounds how many, and each carries at most
 ``max_batch_size`` rows; without it the queue is bounded only by what the frontends accept
 (their request size limits and arenas), which are server-wide, not the model's.
@@ -41,8 +44,9 @@ def _format_bytes(n: int) -> str:
 @dataclass(frozen=True)
 class BatchMemory:
     """What a model's config bounds: ``instances`` batches of ``rows`` rows in flight, each row
-    ``input_bytes`` + ``output_bytes`` in its fixed-size tensors, and at most ``queued``
-    requests of ``rows`` rows waiting (None: the config sets no max_queue_size)."""
+    ``input_bytes`` + ``output_bytes`` in its fixed-size tensors (and the outputs' encoded
+    copy), and at most ``queued`` requests of ``rows`` rows waiting (None: the config sets no
+    max_queue_size)."""
 
     model: str
     instances: int
@@ -57,7 +61,8 @@ class BatchMemory:
 
     @property
     def row_bytes(self) -> int:
-        return self.input_bytes + self.output_bytes
+        """A row's inputs, outputs and the outputs' encoded copy."""
+        return self.input_bytes + 2 * self.output_bytes
 
     @property
     def in_flight_bytes(self) -> int:
@@ -68,7 +73,8 @@ class BatchMemory:
         text = (
             f"model '{self.model}' holds at most {_format_bytes(self.in_flight_bytes)} in batches in flight: "
             f"{self.instances} instance(s) x {self.rows} rows x {self.row_bytes:,} bytes per row "
-            f"({self.input_bytes:,} input + {self.output_bytes:,} output)"
+            f"({self.input_bytes:,} input + {self.output_bytes:,} output + {self.output_bytes:,} output "
+            "encoded for the wire)"
         )
         if self.queued is None:
             text += "; its queue has no max_queue_size (bounded by the frontends' request limits)"

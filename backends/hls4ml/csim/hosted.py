@@ -30,8 +30,10 @@ from ..backend import Hls4mlBackend, emulated_device
 class Hls4mlInstanceChild(Hls4mlBackend):
     """The backend as it runs inside an instance process."""
 
-    # the server's process accounts the emulated device (HostedHls4mlBackend.execute)
+    # the server's process accounts the emulated device (HostedHls4mlBackend.execute) and
+    # encodes the outputs (its side of the batch sets that aside)
     accounts_device = False
+    encodes_outputs = False
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         forward_logs()
@@ -51,8 +53,9 @@ class HostedHls4mlBackend(ProcessBackend):
         return Hls4mlBackend.describe_io(config, version_dir)
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
-        # the engine's side of a batch (its inputs gathered, its outputs copied from the child),
-        # set aside before the child starts: a model that cannot fit is not compiled
+        # the engine's side of a batch (its inputs gathered, its outputs copied from the child
+        # and encoded for the wire), set aside before the child starts: a model that cannot fit
+        # is not compiled
         in_bytes, out_bytes = memory.row_bytes(config)
         rows = max(1, int(config.get("max_batch_size", 0)))
         bound = memory.InstanceMemory(config.get("name", ""), "csim", rows, in_bytes, out_bytes, 0, "")
