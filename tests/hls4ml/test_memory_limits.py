@@ -7,7 +7,7 @@ its batch to 53 rows of 19 MB within the default 1 GiB budget; its numpy emulati
 and a Conv1D network in io_parallel, each repacked under other names and batch sizes, and the
 512x512x3 network packed with an 8 GiB batch budget: 431 rows, more than the limit can hold.
 
-The server and every process it starts run under RLIMIT_AS = 6 GiB (``address_limit.py``). In
+The server and every process it starts run under RLIMIT_AS = 6 GiB (``support/address_limit.py``). In
 each mode the eleven models that fit load and answer (bit for bit alike in both modes), the one that does not fails its
 load alone, naming the bytes it needed and the limit, and the peak address space and resident
 memory of every process are printed. Before, the csim server could load two models (two 1 GiB
@@ -33,8 +33,8 @@ import pytest
 
 pytest.importorskip("hls4ml")
 
-from address_limit import GIB, limited_entry, peaks
-from server_process import ServerProcess
+from support.address_limit import GIB, limited_entry, peaks
+from support.server_process import ServerProcess
 
 LIMIT = 6 * GIB
 #: rows sent to the large network: three pieces of at most two rows in numpy mode
