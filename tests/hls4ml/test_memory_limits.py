@@ -4,17 +4,20 @@ The repository is what an operator on a shared host brings (shapes of hls4ml's p
 models, packed with ``fpgaserve pack``): the 512x512x3 separable io_stream network (pack bounds
 its batch to 53 rows of 19 MB within the default 1 GiB budget; its numpy emulation takes
 280 MiB a row, so it works through a batch two rows at a time), the three-layer jet tagger
-and a Conv1D network in io_parallel, each repacked under other names and batch sizes, and the
-512x512x3 network packed with an 8 GiB batch budget: 431 rows, more than the limit can hold.
+(the bundled one) and a Conv1D network in io_parallel, each repacked under other names and
+batch sizes, and the 512x512x3 network packed with an 8 GiB batch budget: 431 rows, more than
+the limit can hold.
 
-The server and every process it starts run under RLIMIT_AS = 6 GiB (``support/address_limit.py``). In
-each mode the eleven models that fit load and answer (bit for bit alike in both modes), the one that does not fails its
-load alone, naming the bytes it needed and the limit, and the peak address space and resident
-memory of every process are printed. Before, the csim server could load two models (two 1 GiB
-shared segments per instance in the engine) and the oversized model loaded as if it fit.
+The server and every process it starts run under RLIMIT_AS = 6 GiB
+(``support/address_limit.py``). In each mode the eleven models that fit load and answer (bit
+for bit alike in both modes), the one that does not fails its load alone, naming the bytes it
+needed and the limit, and the peak address space and resident memory of every process are
+printed. Before, the csim server could load two models (two 1 GiB shared segments per instance
+in the engine) and the oversized model loaded as if it fit.
 
-Packs are made once per module (three conversions, the rest repacked from their projects);
-csim builds come from the session's cache.
+Packs are made once per module (one conversion, the rest repacked from projects), the large
+network's once per run (``support.hls4ml_models.sep512_repository``: test_hls4ml_io_stream
+serves the same pack); csim builds come from the run's cache.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -34,19 +38,13 @@ import pytest
 pytest.importorskip("hls4ml")
 
 from support.address_limit import GIB, limited_entry, peaks
-from support.server_process import ServerProcess
+from support.hls4ml_layers import keras_on_torch
+from support.hls4ml_models import sep512_repository
+from support.server_process import BUNDLED_REPO, ServerProcess
 
 LIMIT = 6 * GIB
 #: rows sent to the large network: three pieces of at most two rows in numpy mode
 LARGE_ROWS = 5
-
-
-def _keras():
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    keras = pytest.importorskip("keras", reason="the keras extra (pip install -e '.[keras]') is not installed")
-    if keras.backend.backend() != "torch":
-        pytest.skip(f"keras runs on {keras.backend.backend()}, these tests use its torch backend")
-    return keras
 
 
 def _pack(*args: str) -> None:
@@ -59,37 +57,29 @@ def _pack(*args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _keras_models(keras, folder: Path) -> dict[str, Path]:
+def _conv1d_keras(path: Path) -> None:
+    """KERAS_conv1d's input and head (100 x 7 -> Conv1D 'same' relu -> Dense 5 softmax), fewer filters."""
+    keras = keras_on_torch()
     layers = keras.layers
     keras.utils.set_random_seed(5)
-    # the 512x512x3 separable network of test_hls4ml_io_stream (depthwise, then pointwise)
-    i = keras.Input((512, 512, 3))
-    x = layers.DepthwiseConv2D(3, padding="same", bias_initializer="random_normal")(i)
-    x = layers.Conv2D(16, 1, activation="relu", bias_initializer="random_normal")(x)
-    keras.Model(i, layers.Flatten()(x)).save(folder / "sep512.keras")
-    # hls4ml's three-layer jet tagger (keras_3layer): 16 -> 64 -> 32 -> 32 -> 5
-    i = keras.Input((16,))
-    x = layers.Dense(64, activation="relu")(i)
-    x = layers.Dense(32, activation="relu")(x)
-    x = layers.Dense(32, activation="relu")(x)
-    keras.Model(i, layers.Dense(5, activation="softmax")(x)).save(folder / "jet_tagger.keras")
-    # KERAS_conv1d's input and head (100 x 7 -> Conv1D 'same' relu -> Dense 5 softmax), fewer filters
     i = keras.Input((100, 7))
     x = layers.Conv1D(8, 9, padding="same", activation="relu")(i)
     x = layers.Dense(5, activation="softmax")(layers.Flatten()(x))
-    keras.Model(i, x).save(folder / "conv1d.keras")
-    return {name: folder / f"{name}.keras" for name in ("sep512", "jet_tagger", "conv1d")}
+    keras.Model(i, x).save(path)
 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> Path:
-    keras = _keras()
     folder = tmp_path_factory.mktemp("memory-limits")
     repo = folder / "repo"
-    sources = _keras_models(keras, folder)
-    _pack("sep512", "--keras", str(sources["sep512"]), "--io-type", "io_stream", "--repository", str(repo))
-    for name in ("jet_tagger", "conv1d"):
-        _pack(name, "--keras", str(sources[name]), "--repository", str(repo))
+    # the 512x512x3 separable network of test_hls4ml_io_stream (depthwise, then pointwise): the
+    # run's one pack of it, copied (this repository is the test's own)
+    shutil.copytree(sep512_repository(tmp_path_factory) / "sep512", repo / "sep512")
+    # hls4ml's three-layer jet tagger (keras_3layer: 16 -> 64 -> 32 -> 32 -> 5) is the bundled
+    # one, repacked: no conversion, and its C-simulation build is the one other tests make
+    _pack("jet_tagger", "--hls4ml-project", str(BUNDLED_REPO / "jet_tagger" / "1"), "--repository", str(repo))
+    _conv1d_keras(folder / "conv1d.keras")
+    _pack("conv1d", "--keras", str(folder / "conv1d.keras"), "--repository", str(repo))
     # the same firmware under other names and batch sizes (one csim build each project)
     for name in ("jet_tagger", "conv1d"):
         for k, rows in enumerate((1024, 256, 64, 16), start=2):
