@@ -444,6 +444,8 @@ class XrtCComputeUnit(ComputeUnitHandle):
                     if argument is None:
                         raise DeviceError("the buffer was freed")
                     code = set_arg(run, index, argument)
+                elif ctype is ctypes.c_double:  # a float scalar: its value, not an int of it
+                    code = set_arg(run, index, ctype(float(value)))
                 else:
                     code = set_arg(run, index, ctype(int(value)))
                 if code != 0:
