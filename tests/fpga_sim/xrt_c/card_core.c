@@ -1963,6 +1963,27 @@ static void advance(double now)
     }
 }
 
+/* When x could finish, as its CU's queue stands (inf behind a hung or held command): what a
+ * waiter sleeps until. Anything that could make it earlier (an abort, a teardown, a rendezvous
+ * met) broadcasts; anything that makes it later is found when the waiter looks again. */
+static double predicted_end(const struct cu *cu, const struct cmd *target)
+{
+    double t = cu->last_end;
+    for (const struct cmd *x = cu->head; x; x = x->next) {
+        if (x->state == S_HUNG || cu->hung)
+            return INFINITY;
+        if (x->state == S_HELD)
+            return x == target ? x->hold_deadline : INFINITY;
+        if (x->started)
+            t = x->end_t;
+        else
+            t = (t > x->submit_t ? t : x->submit_t) + x->est;
+        if (x == target)
+            return t;
+    }
+    return INFINITY;
+}
+
 /* When cu could start a new command, assuming no hangs appear. */
 static double free_at(const struct cu *cu, double now)
 {
@@ -2215,7 +2236,7 @@ API int32_t fpgasim_wait(const uint64_t *ids, int32_t n, double timeout_s)
             if (x->state == S_DONE || x->state == S_ABORTED) {
                 finished = 1;
             } else {
-                double w = next_wake(&cards[x->card].cus[x->cu]);
+                double w = predicted_end(&cards[x->card].cus[x->cu], x);
                 if (w < wake)
                     wake = w;
             }
