@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from fpga_sim import card as simcard
+from fpga_sim import card_core
 from fpga_sim import kernels as simkernels
 from fpga_sim.projects import faast_project, kernel_wrapper_project
 from fpga_sim.xclbin import (
@@ -123,6 +124,9 @@ def projects(tmp_path_factory):
 
 
 def _simulated_cards(tmp_path, monkeypatch, mode: str):
+    why = card_core.unavailable()
+    if why:
+        pytest.skip(why)
     for name in SIM_ENV:
         monkeypatch.delenv(name, raising=False)
     control = tmp_path / "control"

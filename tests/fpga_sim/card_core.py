@@ -290,6 +290,16 @@ _CORE: list[Core] = []
 _LOCK = threading.Lock()
 
 
+def unavailable() -> str | None:
+    """Why the card core cannot be built on this machine (no C compiler), None when it can; a
+    source that does not compile raises (a fault of ours, never a reason to skip)."""
+    try:
+        core()
+    except SimulationError as e:
+        return str(e)
+    return None
+
+
 def core() -> Core:
     """The process's card core (built on first use; SimulationError when it cannot be built)."""
     if _CORE:
@@ -306,4 +316,16 @@ def core() -> Core:
     return _CORE[0]
 
 
-__all__ = ["ESIM", "STATES", "Adopt", "BufferInfo", "CardStats", "CmdInfo", "Core", "CuStats", "Model", "core"]
+__all__ = [
+    "ESIM",
+    "STATES",
+    "Adopt",
+    "BufferInfo",
+    "CardStats",
+    "CmdInfo",
+    "Core",
+    "CuStats",
+    "Model",
+    "core",
+    "unavailable",
+]
