@@ -954,8 +954,7 @@ API int32_t fpgasim_bo_copy(uint64_t src, uint64_t src_off, uint64_t dst, uint64
     struct buf *a = table_get(&buffers, src), *b = table_get(&buffers, dst);
     if (a != NULL && b != NULL && src_off + n <= a->size && dst_off + n <= b->size && n) {
         const unsigned char *from = dev_read(a, src_off, n);
-        if (b->dev == a->dev && dst_off == src_off) {
-        } else {
+        if (b->dev != a->dev || dst_off != src_off) { /* (the same bytes: nothing to move) */
             dev_prepare_write(b, dst_off, n);
             memmove(b->dev + dst_off, from, n);
         }
