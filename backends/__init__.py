@@ -1,8 +1,13 @@
-"""Backends execute one batch of numpy arrays; they never see protobuf or gRPC.
+"""Backends execute one batch of numpy arrays; they never see the wire (no request message,
+no gRPC or HTTP), only their model's configuration (as a dict) and its files.
 
-A backend class is registered under the name a config.pbtxt uses (``backend: "numpy"``,
-or a platform such as ``onnxruntime_onnx`` resolved to ``onnxruntime``). Imports are lazy so
-a missing optional dependency (onnxruntime, pynq) only affects the models that need it.
+This package is the registry: a backend class is registered under the name a config.pbtxt
+uses (``backend: "numpy"``, or a platform such as ``onnxruntime_onnx`` resolved to
+``onnxruntime``), by module and class name, and loaded by name (``backend_class``): the engine
+finds backends only here, and a missing optional dependency (onnxruntime, pynq) only affects
+the models that need it. The contract is base.py; code fpgaserve hosts in instance processes
+goes through hosting/. A backend imports the contract, the registry, hosting and the
+server's configuration and error types, never another backend's module nor the engine.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ _REGISTRY = {
     "numpy": ("fpgaserve.backends.numpy_backend", "NumpyBackend"),
     "onnxruntime": ("fpgaserve.backends.onnxruntime_backend", "OnnxRuntimeBackend"),
     "hls4ml": ("fpgaserve.backends.hls4ml.backend", "Hls4mlBackend"),
-    "python": ("fpgaserve.backends.python_backend", "PythonBackend"),
+    "python": ("fpgaserve.backends.python.backend", "PythonBackend"),
 }
 
 

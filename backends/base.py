@@ -104,6 +104,8 @@ def config_parameter(config: dict, key: str, default: str | None = None) -> str 
 class Backend(ABC):
     #: file the version folder must contain (used for the error message when it is absent)
     default_filename: str = ""
+    #: how a missing model file is reported (``model_file``; ``{path}``: the file looked for)
+    missing_model_file: str = "model file not found: {path}"
     #: whether loading a model runs code from its files (a Python module, a compiled
     #: simulation, a bitstream): such files are never accepted from clients unless the server
     #: allows it (RepositoryModelLoad ``file:`` uploads, --allow-model-code-upload)
@@ -123,6 +125,17 @@ class Backend(ABC):
         self.instance_index = instance_index
         # server-wide settings for this backend (tritonserver's --backend-config=<backend>,k=v)
         self.backend_config = backend_config or {}
+
+    @classmethod
+    def model_file(cls, config: dict, version_dir: str) -> str:
+        """The version's model file: the config's ``default_model_filename``, else the backend's
+        ``default_filename``, in the version folder and inside the model directory (a config may
+        come from a client); BackendError (``missing_model_file``) when it is not there."""
+        filename = config.get("default_model_filename") or cls.default_filename
+        path = version_file(version_dir, filename, "default_model_filename")
+        if not os.path.isfile(path):
+            raise BackendError(cls.missing_model_file.format(path=path))
+        return path
 
     @classmethod
     def describe_io(
@@ -150,12 +163,11 @@ class Backend(ABC):
         runner) stays in the server's process, one hop less per batch."""
         return False
 
-    @classmethod
-    def instance_process_host(cls) -> type | None:
-        """The ``ProcessBackend`` subclass that hosts this backend's instances in processes
-        when its parent side has work of its own (accounting, the child's load report); None:
-        ``instance_process.hosted`` builds a plain one."""
-        return None
+    #: "module:Class" of the ``ProcessBackend`` subclass that hosts this backend's instances in
+    #: processes when its parent side has work of its own (accounting, the child's load
+    #: report); "": ``hosting.hosted`` builds a plain one. A name, loaded when needed, as the
+    #: registry loads backends: the host's module imports the backend's, not the other way
+    instance_process_host: str = ""
 
     @abstractmethod
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import sys
 
 import numpy as np
 
-from .base import Backend, BackendError, version_file
+from .base import Backend, BackendError
 
 _module_ids = itertools.count()
 
@@ -26,10 +25,7 @@ class NumpyBackend(Backend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
-        filename = config.get("default_model_filename") or self.default_filename
-        path = version_file(version_dir, filename, "default_model_filename")
-        if not os.path.isfile(path):
-            raise BackendError(f"model file not found: {path}")
+        path = self.model_file(config, version_dir)
         # A fresh module object per instance: instances must not share module-level state
         # by accident, and reloading a changed model.py must not see the old module.
         module_name = f"fpgaserve_numpy_model_{next(_module_ids)}"

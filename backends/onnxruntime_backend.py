@@ -8,11 +8,9 @@ unit of parallelism (and a 2-core host is not oversubscribed).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from .base import Backend, BackendError, TensorDescription, config_parameter, version_file
+from .base import Backend, BackendError, TensorDescription, config_parameter
 
 # ONNX tensor element type strings -> Triton wire names
 _ORT_TYPES = {
@@ -33,6 +31,8 @@ _ORT_TYPES = {
 
 
 def _session(path: str, config: dict):
+    """An ONNX Runtime session of ``path`` with the config's thread counts (see the module
+    docstring), on the CPU; BackendError when ORT cannot load it."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -46,14 +46,6 @@ def _session(path: str, config: dict):
         return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
         raise BackendError(f"failed to load ONNX model {path}: {e}") from e
-
-
-def _model_path(config: dict, version_dir: str) -> str:
-    filename = config.get("default_model_filename") or OnnxRuntimeBackend.default_filename
-    path = version_file(version_dir, filename, "default_model_filename")
-    if not os.path.isfile(path):
-        raise BackendError(f"model file not found: {path}")
-    return path
 
 
 def _describe(args) -> list[tuple[str, str, list]]:
@@ -71,7 +63,7 @@ class OnnxRuntimeBackend(Backend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
-        self.session = _session(_model_path(config, version_dir), config)
+        self.session = _session(self.model_file(config, version_dir), config)
         self._inputs = {a.name: a.type for a in self.session.get_inputs()}
         declared = config.get("input", [])
         if len(declared) != len(self._inputs) and not any(i.get("optional") for i in declared):
@@ -95,7 +87,7 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def describe_io(cls, config: dict, version_dir: str):
-        session = _session(_model_path(config, version_dir), config)
+        session = _session(cls.model_file(config, version_dir), config)
         ins = _describe(session.get_inputs())
         outs = _describe(session.get_outputs())
         # The graph batches when every tensor's first dim is dynamic; Triton then strips it.
@@ -106,6 +98,13 @@ class OnnxRuntimeBackend(Backend):
             [TensorDescription(n, t, tuple(d[strip:])) for n, t, d in outs],
             batched,
         )
+
+    @staticmethod
+    def open_session(path: str, config: dict):
+        """An ONNX Runtime session of the model file ``path``, set up as this backend sets up its
+        own (for a backend that runs an ONNX model as part of its work: hls4ml's float
+        reference); BackendError when it cannot load."""
+        return _session(path, config)
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feed = inputs

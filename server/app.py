@@ -26,7 +26,8 @@ from .flags import ServerOptions  # declared with its command-line flags
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener, grpc_credentials, port_refusal
-from .frontends.http import HttpFrontend, MetricsFrontend, http_ssl_context
+from .frontends.http import HttpFrontend, MetricsFrontend
+from .frontends.http_listener import http_ssl_context
 from .log_settings import LogSettings
 from .metrics import Metrics
 from .shared_memory import SystemSharedMemoryManager
@@ -76,15 +77,7 @@ class InferenceServer:
             self.http_restrictions = http_restrictions(options.http_restricted_apis)
         except RestrictionError as e:
             raise StartupError(str(e)) from None
-        self.log_settings = LogSettings(
-            options.log_verbose,
-            options.log_file,
-            options.log_format,
-            allow_log_file_update=options.allow_log_file_update,
-            log_info=options.log_info,
-            log_warning=options.log_warning,
-            log_error=options.log_error,
-        )
+        self.log_settings = LogSettings.from_options(options, allow_log_file_update=options.allow_log_file_update)
         self.shm = SystemSharedMemoryManager(
             max_regions=options.max_shm_regions, allow_client_shm=options.allow_client_shm
         )

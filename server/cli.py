@@ -30,9 +30,13 @@ def _raise_fd_limit() -> None:
         pass
 
 
+from fpgaserve.backends.hosting import start_process  # noqa: E402
+
 from . import eventloop  # noqa: E402
 from .app import InferenceServer  # noqa: E402
 from .errors import StartupError  # noqa: E402
+
+# The flags are declared once, in flags.py; these names stay importable from here.
 from .flags import (  # noqa: E402, F401
     IGNORED,
     ServerOptions,
@@ -42,9 +46,6 @@ from .flags import (  # noqa: E402, F401
     options_from_args,
     parse_backend_config,
 )
-
-# The flags are declared once, in flags.py; these names stay importable from here.
-from .process_memory import keep_freed_memory  # noqa: E402
 
 # flag -> (takes a value, why it has no effect): the ignored tritonserver flags (flags.IGNORED)
 IGNORED_TRITON_FLAGS: dict[str, tuple[bool, str]] = {flag.name: (True, flag.ignored or "") for flag in IGNORED}
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # the image installs this program as `tritonserver` too (SuperSONIC, cmsTriton call that)
     prog = "tritonserver" if os.path.basename(sys.argv[0]) == "tritonserver" else "fpgaserve"
     args = build_parser(prog).parse_args(argv)
-    keep_freed_memory()
+    start_process()
     _raise_fd_limit()
     try:
         server = InferenceServer(options_from_args(args))

@@ -74,6 +74,30 @@ def permission_denied(message: str) -> InferenceError:
     return InferenceError(Status.PERMISSION_DENIED, message)
 
 
+def format_shape(shape) -> str:
+    """A shape as Triton's texts write it: ``[-1,16]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+# what Triton adds to a shape error of a batching model (its text, verbatim)
+BATCH_DIM_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
+def unexpected_shape(prefix: str, input_name: str, model: str, expected, got, batched: bool) -> InferenceError:
+    """Triton's error for an input whose shape does not match the config (INVALID_ARG): a
+    request's (the data plane) and a warm-up sample's (the engine) read the same."""
+    # (Triton ends the text with ". " when there is no NOTE)
+    return invalid_argument(
+        f"{prefix}unexpected shape for input '{input_name}' for model '{model}'. Expected "
+        f"{format_shape(expected)}, got {format_shape(got)}." + (BATCH_DIM_NOTE if batched else " ")
+    )
+
+
 class StartupError(Exception):
     """The server cannot start (an unusable option, TLS file or address; a model that failed
     with --exit-on-error). Library code raises it; only the command line (``cli.main``) turns

@@ -91,6 +91,21 @@ class LogSettings:
         self._handler: logging.Handler | None = None
         self.apply()
 
+    @classmethod
+    def from_options(cls, options, allow_log_file_update: bool = False) -> LogSettings:
+        """The settings of the server's ``--log-*`` options (``flags.ServerOptions``), applied:
+        the one place they are read, for each of the server's processes. Only the process
+        that answers LogSettings RPCs passes ``allow_log_file_update``."""
+        return cls(
+            options.log_verbose,
+            options.log_file,
+            options.log_format,
+            allow_log_file_update=allow_log_file_update,
+            log_info=options.log_info,
+            log_warning=options.log_warning,
+            log_error=options.log_error,
+        )
+
     def as_dict(self) -> dict:
         return dict(self.values)
 

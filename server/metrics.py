@@ -15,7 +15,7 @@ autoscaling query uses those names, so samples are added under the family name i
   standard ``process_*`` CPU and memory metrics of this process;
 * model instance processes: ``fpgaserve_instance_restarts_total{model,version}``, and the
   families model code defines (Triton's Python-backend ``pb_utils.MetricFamily``,
-  engine/custom_metrics.py);
+  backends/hosting/custom_metrics.py);
 * devices (``BackendTelemetry``): the ``fpga_*`` families and ``nv_gpu_*`` aliases of every
   FPGA card and emulated device (``EMU-<index>-<mode>``) the hls4ml models run on
   (backends/hls4ml/card/telemetry.py).
@@ -30,11 +30,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import Metric
 
 from fpgaserve.backends import telemetry_collectors
+from fpgaserve.backends.hosting import custom_metric_families, restart_families
 
-from .engine import custom_metrics
-from .engine.instance_process import restart_families
+from .engine.instance import abandoned_instances_running
 from .engine.latency import LatencyConfig
-from .engine.scheduler import abandoned_instances_running
 from .engine.statistics import QUEUE_BUCKETS_US
 
 log = logging.getLogger("fpgaserve.metrics")
@@ -168,7 +167,7 @@ class InferenceCollector:
         abandoned.add_sample("fpgaserve_abandoned_instances", {}, abandoned_instances_running())
         yield abandoned
         yield from restart_families()
-        yield from custom_metrics.families()
+        yield from custom_metric_families()
         for extra in self.extra:
             yield from extra.collect()
 

@@ -36,7 +36,7 @@ PLATFORM_BACKENDS = {
     "onnxruntime_onnx": "onnxruntime",
 }
 
-# an ensemble has no backend: its steps run on the composing models (engine/ensemble.py)
+# an ensemble has no backend: its steps run on the composing models (engine/ensemble_scheduler.py)
 ENSEMBLE_PLATFORM = "ensemble"
 
 
@@ -495,13 +495,47 @@ def triton_json_from_dict(config: dict) -> dict:
     return triton_json(message)
 
 
+# model_metrics (``--metrics-config histogram_latencies``): the families a config may set buckets
+# for, with their defaults; the engine's latency recorder (engine/latency.py) uses the same.
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+# request and compute histograms (µs). They start at 5 µs, below the queue histogram's
+# 100 µs: an hls4ml design computes in a few µs and a request over loopback takes tens, so
+# 100 µs as the first bound would put every request of a fast model in one bucket and
+# histogram_quantile could not tell 5 µs from 90 µs.
+DURATION_BUCKETS_US = (
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    1_000_000,
+    5_000_000,
+)
+#: histogram families a model's ``model_metrics`` may set buckets for -> the default buckets
+HISTOGRAM_FAMILIES: dict[str, tuple[float, ...]] = {
+    "nv_inference_first_response_histogram_ms": FIRST_RESPONSE_BUCKETS_MS,
+    "nv_inference_request_duration_histogram_us": DURATION_BUCKETS_US,
+    "nv_inference_compute_duration_histogram_us": DURATION_BUCKETS_US,
+}
+#: buckets one histogram may have: every bucket is a series per model version on /metrics
+MAX_BUCKETS = 64
+
+
 def histogram_buckets(config: ModelConfig, source: str = "model_metrics") -> dict[str, tuple[float, ...]]:
     """The ``model_metrics`` histogram buckets of the config: family -> bounds. A family
     fpgaserve does not export, buckets that are not finite and strictly increasing, none or
     more than ``MAX_BUCKETS``, or a family named twice is a ``ConfigError``: a dashboard
     built on buckets the server silently did not use would show wrong quantiles."""
-    from .engine.latency import HISTOGRAM_FAMILIES, MAX_BUCKETS
-
     out: dict[str, tuple[float, ...]] = {}
     for control in config.model_metrics.metric_control:
         family = control.metric_identifier.family

@@ -1,4 +1,4 @@
-"""Bounded C-simulation compiles (backends/hls4ml/csim.py: CompileLimits).
+"""Bounded C-simulation compiles (backends/hls4ml/csim/library.py: CompileLimits).
 
 g++ compiling a large io_parallel project once grew past 20 GiB on a 24 GiB host. Each test
 compiles a bundled hls4ml project (bitstreams/: real hls4ml output, ~4 s to build) into a fresh
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from fpgaserve.backends.hls4ml import csim
 from fpgaserve.backends.hls4ml.csim import CompileLimitError, CompileLimits, CsimLibrary
+from fpgaserve.backends.hls4ml.csim import library as csim
 from fpgaserve.backends.hls4ml.project import Hls4mlProject
 from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess
 

@@ -1,4 +1,4 @@
-"""The C-simulation build cache when it is read-only (backends/hls4ml/csim.py).
+"""The C-simulation build cache when it is read-only (backends/hls4ml/csim/library.py).
 
 An image's cache (/var/cache/fpgaserve/csim, the bundled models' builds) is read-only in an
 apptainer SIF or a ``--read-only`` container. A model whose build is not there must still load:

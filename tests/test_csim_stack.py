@@ -4,7 +4,7 @@ not fit its stack cap is refused at load, never a signal.
 hls4ml's C-simulation keeps every layer output (and a dense layer's products) as local arrays:
 the ``wide`` model here (Linear(2, 524288) + ReLU, io_parallel, packed by ``fpgaserve pack``)
 needs tens of MB of stack for one row, which overflows a thread's default 8 MB. The batch shim
-runs it on a thread whose stack is sized from the project (backends/hls4ml/stack.py); the
+runs it on a thread whose stack is sized from the project (backends/hls4ml/csim/stack.py); the
 server serves it bit-exactly (csim equals numpy), beside the bundled ``facile``, which keeps
 answering bit-exactly. With the same library called on an 8 MB stack, the row dies of SIGSEGV
 (in a child process): the sizing is what makes it work. Pack chooses the model's
@@ -31,8 +31,8 @@ pytest.importorskip("hls4ml")
 
 import tritonclient.grpc as grpcclient
 
+from fpgaserve.backends.hls4ml.csim.stack import CAP_ENV, estimate_stack_bytes
 from fpgaserve.backends.hls4ml.project import Hls4mlProject
-from fpgaserve.backends.hls4ml.stack import CAP_ENV, estimate_stack_bytes
 from server_process import BUNDLED_REPO, ServerProcess
 
 WIDTH = 1 << 19
@@ -196,7 +196,7 @@ def test_a_whole_row_stream_word_counts_by_its_elements():
     """An io_stream project's flattened output is one nnet::array word of the whole row
     (4,194,304 elements for a 512x512x16 output): the widest element is its ap_fixed, not
     the word (which made the estimate 208 TiB), and the word's bytes still count in full."""
-    from fpgaserve.backends.hls4ml.stack import _Sizes
+    from fpgaserve.backends.hls4ml.csim.stack import _Sizes
 
     sizes = _Sizes(
         {

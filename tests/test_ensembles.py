@@ -115,7 +115,7 @@ def test_step_error_fails_the_request_and_the_server_keeps_serving(ens_server):
         assert str(e.value.status()) == status
         np.testing.assert_array_equal(_infer(client, module, "pipe", X), EXPECTED["pipe"])
     after = _grpc(ens_server).get_inference_statistics("pipe", as_json=True)["model_stats"][0]
-    # Triton 2.51 counts each failed ensemble request twice (see engine/ensemble.py)
+    # Triton 2.51 counts each failed ensemble request twice (see engine/ensemble_scheduler.py)
     fails = int(after["inference_stats"]["fail"].get("count", 0)) - int(
         before["inference_stats"]["fail"].get("count", 0)
     )

@@ -1,4 +1,4 @@
-"""The C-simulation runtime (backends/hls4ml/csim.py + batch_shim.cpp).
+"""The C-simulation runtime (backends/hls4ml/csim/: library.py + batch_shim.cpp).
 
 Projects are converted from small PyTorch models with hls4ml and compiled by hls4ml itself;
 its ``HLSModel.predict`` (one sample per ctypes call through hls4ml's own bridge) is the
@@ -23,8 +23,8 @@ import pytest
 hls4ml = pytest.importorskip("hls4ml")
 torch = pytest.importorskip("torch")
 
-from fpgaserve.backends.hls4ml import csim  # noqa: E402
 from fpgaserve.backends.hls4ml.csim import CsimLibrary, fix_axi_typedefs  # noqa: E402
+from fpgaserve.backends.hls4ml.csim import library as csim  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject, ProjectError, installed_templates_dir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the C-simulation needs g++")

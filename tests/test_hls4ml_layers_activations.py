@@ -271,12 +271,12 @@ def test_keras_activations_bit_exact_with_csim(tmp_path):
     kinds |= {"sigmoid", "tanh", "softplus", "elu", "selu"}
     model = _assert_bit_exact("keras_acts", hm, tmp_path / "keras", kinds)
     wide = [x for x in model.graph.layers if x.name in ("ssign3", "tern3")]
-    assert [model._type(x.template[0], x).width for x in wide] == [24, 24]
+    assert [model.type_of(x.template[0], x).width for x in wide] == [24, 24]
     _assert_grid_bit_exact("keras_acts", hm, model)
     for name, (size, table_t, _result) in TABLES.items():  # the settings reached the firmware
         layer = next(x for x in model.graph.layers if x.name == name)
         assert layer.config["consts"]["table_size"] == str(size), name
-        assert model._cfg_type(layer, "table_t") == FixedType.parse(table_t), name
+        assert model.config_type(layer, "table_t") == FixedType.parse(table_t), name
 
 
 def test_pytorch_activations_bit_exact_with_csim(tmp_path):
@@ -289,7 +289,7 @@ def test_pytorch_activations_bit_exact_with_csim(tmp_path):
     model = _assert_bit_exact("torch_acts", hm, tmp_path / "torch", {"prelu", "thresholded_relu", "sigmoid", "elu"})
     _assert_grid_bit_exact("torch_acts", hm, model)
     prelu = next(x for x in model.graph.layers if x.kind == "prelu")
-    assert model._type(prelu.template[1], prelu).width == 36  # the slopes' auto type: the Dense's
+    assert model.type_of(prelu.template[1], prelu).width == 36  # the slopes' auto type: the Dense's
 
 
 def test_pytorch_shared_prelu_is_refused(tmp_path):
@@ -321,7 +321,7 @@ def test_qonnx_activations_bit_exact_with_csim(tmp_path):
     fpm = _assert_bit_exact("qonnx_acts", hm, tmp_path / "qonnx", {"softsign", "thresholded_relu", "binary_tanh"})
     _assert_grid_bit_exact("qonnx_acts", hm, fpm)
     binary = next(x for x in fpm.graph.layers if x.kind == "binary_tanh")
-    assert str(fpm._type(binary.template[1], binary)) == "ap_uint<1>"
+    assert str(fpm.type_of(binary.template[1], binary)) == "ap_uint<1>"
 
 
 def test_unary_lut_bit_exact_with_csim(tmp_path):
@@ -329,7 +329,7 @@ def test_unary_lut_bit_exact_with_csim(tmp_path):
     model = _assert_bit_exact("unary_lut", hm, tmp_path / "lut", {"unary_lut"})
     _assert_grid_bit_exact("unary_lut", hm, model)
     assert [x.kind for x in model.graph.layers] == ["unary_lut", "unary_lut"]
-    assert str(model._cfg_type(model.graph.layers[0], "table_t")) == "ap_fixed<14,4,AP_RND,AP_WRAP,0>"
+    assert str(model.config_type(model.graph.layers[0], "table_t")) == "ap_fixed<14,4,AP_RND,AP_WRAP,0>"
     # an input wider than the table can index is refused (the firmware would read past it)
     dst = tmp_path / "lut_wide"
     shutil.copytree(tmp_path / "lut", dst, ignore=shutil.ignore_patterns("*.so", "ap_types"))
@@ -352,13 +352,13 @@ def test_table_activation_gathers_match_the_index_formula(monkeypatch):
     from fpgaserve.backends.hls4ml.fixed_point import FixedType
 
     class _M:
-        def _type(self, name, layer):
+        def type_of(self, name, layer):
             return FixedType.parse(layer.config["types"].get(name, name))
 
-        def _cfg_type(self, layer, key):
-            return self._type(key, layer)
+        def config_type(self, layer, key):
+            return self.type_of(key, layer)
 
-        def _check_width(self, *a, **k):
+        def check_width(self, *a, **k):
             pass
 
     rng = np.random.default_rng(5)

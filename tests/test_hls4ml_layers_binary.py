@@ -149,7 +149,7 @@ def test_qonnx_binary_network_bit_exact(workdir):
     assert kinds.count("normalize_binary_tanh") == 2
     # quantize_dense_output made fc3's result an ap_int and the thresholds after it integers
     fused = [layer for layer in model.graph.layers if layer.kind == "normalize_binary_tanh"]
-    assert {model._type(layer.template[0], layer).integer_type for layer in fused} == {False, True}
+    assert {model.type_of(layer.template[0], layer).integer_type for layer in fused} == {False, True}
 
     rng = np.random.default_rng(9)
     lsb = 2.0**-4  # the input Quant's grid: values on it and halfway between
@@ -203,7 +203,7 @@ def _threshold_inputs(model: FixedPointModel, rows: int) -> np.ndarray:
         if layer.kind == "clone_stream" and layer.inputs[0] in sources:
             sources.add(layer.output)
         if layer.inputs[0] in sources and layer.kind.startswith("normalize_"):
-            in_t = model._type(layer.template[0], layer)
+            in_t = model.type_of(layer.template[0], layer)
             for arg in layer.args[2:]:
                 # the thresholds as the firmware holds them (converted to data_T: some wrap)
                 values = in_t.from_float(model.graph.weight_array(layer, arg)) * 2.0**-in_t.frac

@@ -91,7 +91,7 @@ def _random_dense(m: FixedPointModel, rng: random.Random, it: int):
         "types": {"accum_t": acc, "weight_t": tw, "bias_t": tw},
         "using": {"kernel": kernel, "product": "nnet::product::mult"},
     }
-    m._layer_key = ("random", it)
+    m.layer_key = ("random", it)
     return Layer("dense", f"random{it}", [tin, tout, "cfg"], ["x", "y", "w", "b"], "cfg", cfg), n_in, n_out
 
 

@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 hls4ml = pytest.importorskip("hls4ml")
 
 from fpgaserve.backends.hls4ml.emulator import FixedPointModel, UnsupportedLayerError  # noqa: E402
-from fpgaserve.backends.hls4ml.emulator.conv import _band_layout  # noqa: E402
+from fpgaserve.backends.hls4ml.emulator.conv import band_layout  # noqa: E402
 from fpgaserve.backends.hls4ml.project import Hls4mlProject  # noqa: E402
 from test_hls4ml_layers import PRECISION, _assert_bit_exact, _inputs, _keras  # noqa: E402
 
@@ -94,7 +94,7 @@ def test_keras_depthwise_bit_exact_with_csim(dim, tmp_path):
     assert fops["dw1"] and fops["dw4"] and not fops["dw2"] and not fops["dw3"]
     for name in ("cs", "pw"):  # the float64 path took the bands, not the gathered windows
         layer = next(layer for layer in emu.graph.layers if layer.name == name)
-        assert _band_layout(layer, emu.graph.fill_buffer(layer)) is not None
+        assert band_layout(layer, emu.graph.fill_buffer(layer)) is not None
     # batches below conv.BAND_MIN_ROWS gather windows instead of bands: the same bits
     x = _inputs(emu.n_in)[:700:100]
     ref = np.asarray(hm.predict(np.ascontiguousarray(x))).reshape(len(x), -1)

@@ -70,7 +70,7 @@ def test_keras_wide_softmax_multidim_layernorm_bit_exact(tmp_path):
     kinds = {"multiply", "subtract", "maximum", "average", "minimum", "dense", "selu", "relu"}
     emu = _assert_bit_exact("keras_wide", hm, tmp_path / "kw", kinds | {"softmax_multidim", "layernormalize"})
     types = [
-        str(emu._type(layer.template[-2 if layer.kind in ("multiply", "subtract") else 1], layer))
+        str(emu.type_of(layer.template[-2 if layer.kind in ("multiply", "subtract") else 1], layer))
         for layer in emu.graph.layers
         if layer.kind in ("multiply", "subtract")
     ]

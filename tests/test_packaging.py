@@ -3,7 +3,7 @@
 * Every third-party module that server/, backends/, pack/ and protos/ import is a declared
   dependency: imports at module level in the base dependencies (they load with the server),
   lazy ones (inside a function: optional features) in the base or in the extra of their feature.
-* The private aiohttp state server/frontends/http.py reads exists in the installed aiohttp (the
+* The private aiohttp state server/frontends/http_listener.py reads exists in the installed aiohttp (the
   reason aiohttp is pinned to a minor release): a new release that renames it fails here, at
   once, rather than in the connection handling.
 * fpgaserve.protos loads the descriptors the build compiled and refuses, naming the build
@@ -35,7 +35,7 @@ SCANNED = ("server", "backends", "pack", "protos")
 # Imported by the code but not a PyPI distribution, with the reason.
 # modules fpgaserve itself ships outside its package: the Python backend's
 # triton_python_backend_utils, put on sys.path only in a model's instance process
-SHIPPED = {path.stem for path in (ROOT / "backends" / "python_stub").glob("*.py")}
+SHIPPED = {path.stem for path in (ROOT / "backends" / "python" / "stub").glob("*.py")}
 
 NOT_ON_PYPI = {
     # XRT's own Python binding, installed with XRT (/opt/xilinx/xrt/python); the card runtime
@@ -149,7 +149,7 @@ def test_every_optional_import_is_still_imported():
 
 
 def test_aiohttp_private_state_that_http_reads_exists():
-    """server/frontends/http.py's _Connection and _Server read these; pyproject.toml pins aiohttp
+    """server/frontends/http_listener.py's _Connection and _Server read these; pyproject.toml pins aiohttp
     to the minor release that has them."""
     from aiohttp import web
     from aiohttp.web_protocol import RequestHandler

@@ -571,7 +571,7 @@ def _children(server_pid: int) -> list[int]:
                     cmdline = f.read()
             except OSError:
                 continue
-            if int(stat.rsplit(") ", 1)[1].split()[1]) == server_pid and b"instance_worker" in cmdline:
+            if int(stat.rsplit(") ", 1)[1].split()[1]) == server_pid and b"fpgaserve.backends.hosting" in cmdline:
                 found.append(int(entry))
     return found
 
@@ -1070,7 +1070,7 @@ def _pb_utils():
     """The module models import, loaded here by path (the server never imports it)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "backends" / "python_stub" / "triton_python_backend_utils.py"
+    path = Path(__file__).resolve().parent.parent / "backends" / "python" / "stub" / "triton_python_backend_utils.py"
     spec = importlib.util.spec_from_file_location("pb_utils_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

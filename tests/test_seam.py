@@ -23,7 +23,7 @@ import pytest
 from fpgaserve.server import model_config
 from fpgaserve.server.dataplane import DataPlane, DataPlaneAPI
 from fpgaserve.server.dataplane.tensors import WireInput, WireRequest, all_outputs
-from fpgaserve.server.engine.repository import ModelVersion
+from fpgaserve.server.engine.model_version import ModelVersion
 from fpgaserve.server.engine.request import InferenceRequest
 from fpgaserve.server.engine.statistics import BatchStat, Duration, ModelStatistics
 from fpgaserve.server.errors import MAX_CLIENT_MESSAGE_BYTES, InferenceError, Status

@@ -1,6 +1,9 @@
-"""The hls4ml backend: hls4ml firmware on PYNQ cards, or its bit-exact emulation.
+"""The hls4ml backend: hls4ml firmware on Alveo cards (through XRT's C API, its pyxrt binding
+or PYNQ), or its emulation: bit-exact in numpy (emulator/) or hls4ml's C-simulation (csim/),
+float through the packed ONNX reference. backend.py chooses the mode per model; card/ is
+everything that touches a card; project.py reads an hls4ml project.
 
-Importing this package is cheap; the execution modes import what they need (pynq, g++,
+Importing this package is cheap; the execution modes import what they need (XRT, pynq, g++,
 onnxruntime) only when a model is loaded in that mode.
 """
 

@@ -4,14 +4,14 @@ The model repository says *what* the firmware is (the hls4ml project, the xclbin
 reference); the server's ``--fpga-mode`` says *how* it runs, so the same repository serves
 on an Alveo host and in CI:
 
-=========  =================================================================  ===========
-mode       what runs                                                          exactness
-=========  =================================================================  ===========
-hardware   the xclbin on a card, through pyxrt or PYNQ 3.0.1 (``card/``)      the firmware
-csim       hls4ml's C-simulation, compiled with g++ at load (csim.py)         bit-exact
-numpy      vectorized ap_fixed emulation of the same firmware (emulator.py)   bit-exact
-onnx       the float reference model.onnx through ONNX Runtime                float, not exact
-=========  =================================================================  ===========
+=========  ==================================================================  ================
+mode       what runs                                                           exactness
+=========  ==================================================================  ================
+hardware   the xclbin on a card: XRT's C API, pyxrt or PYNQ (``card/``)        the firmware
+csim       hls4ml's C-simulation, compiled with g++ at load (``csim/``)        bit-exact
+numpy      vectorized ap_fixed emulation of the same firmware (``emulator/``)  bit-exact
+onnx       the float reference model.onnx through ONNX Runtime                 float, not exact
+=========  ==================================================================  ================
 
 ``auto`` is hardware when a card is present and the version has an xclbin; otherwise numpy
 when the emulator reproduces every layer of the firmware bit for bit (it refuses anything
@@ -28,7 +28,8 @@ the model's kernel, the default; instances are spread over them on all the model
 its xclbin), ``kernel_timeout_secs`` (default from ``kernel-timeout-secs``, else 5).
 
 Server-wide (``--backend-config=hls4ml,<key>=<value>``): ``fpga-mode``, ``kernel-timeout-secs``,
-``card-api`` (``auto``: pyxrt when it imports, else PYNQ; ``xrt``; ``pynq``), ``card-reset``
+``card-api`` (``auto``: XRT's C API when ``libxrt_coreutil`` loads, else pyxrt when it imports,
+else PYNQ; ``xrt-c``; ``xrt``; ``pynq``: ``card/runtime/``), ``card-reset``
 (``auto``: run ``xbutil reset`` after a hang; ``off``: log the operator's command),
 ``card-retry-secs`` (health probes retry a card waiting for a reset at most this often, 10),
 ``csim-compile-memory-mb`` and ``csim-compile-timeout-secs`` (bounds of the g++ build of a
@@ -135,11 +136,9 @@ class Hls4mlBackend(Backend):
             return False
         return mode == "csim"
 
-    @classmethod
-    def instance_process_host(cls) -> type:
-        from .hosted import HostedHls4mlBackend
-
-        return HostedHls4mlBackend
+    # the parent side of an instance process accounts the emulated device and reads the mode
+    # the child resolved (by name: that module imports this one)
+    instance_process_host = "fpgaserve.backends.hls4ml.csim.hosted:HostedHls4mlBackend"
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
@@ -156,7 +155,7 @@ class Hls4mlBackend(Backend):
         # without a card the firmware runs on the emulated device of its mode, which telemetry
         # reports as a device (EMU-<index>-<mode>); the hardware runner accounts its own calls
         self.emulated_device = (
-            None if self.mode == "hardware" or not self.accounts_device else _emulated_device(self.mode)
+            None if self.mode == "hardware" or not self.accounts_device else emulated_device(self.mode)
         )
         if instance_index == 0:
             log.info(
@@ -361,7 +360,7 @@ class Hls4mlBackend(Backend):
             close()
 
 
-def _emulated_device(mode: str):
+def emulated_device(mode: str):
     from .card.telemetry import device_telemetry
     from .emulated import emulated_devices
 
@@ -393,7 +392,7 @@ class OnnxReference:
     fixed-point arithmetic; docs/hls4ml.md gives the measured deviation from csim."""
 
     def __init__(self, config: dict, version_dir: str):
-        from ..onnxruntime_backend import _session
+        from .. import backend_class
 
         path = Path(version_file(version_dir, "model.onnx", "the float reference"))
         if not path.is_file():
@@ -401,7 +400,8 @@ class OnnxReference:
                 f"no float reference (model.onnx) was packed for this model: fpga-mode onnx needs {path}; "
                 "serve it with --fpga-mode numpy or csim, or pack it again with --float-reference MODEL.onnx"
             )
-        self.session = _session(str(path), config)
+        # through the registry, as the engine finds backends: ONNX Runtime's session as its backend makes it
+        self.session = backend_class("onnxruntime").open_session(str(path), config)  # type: ignore[attr-defined]
         ins, outs = self.session.get_inputs(), self.session.get_outputs()
         if len(ins) != 1 or len(outs) < 1:
             raise BackendError(f"{path} must have one input (has {len(ins)})")

@@ -127,7 +127,7 @@ class FixedType:
         return self.width > INT64_WIDTH
 
     # ------------------------------------------------------------------ overflow
-    def _wrap(self, q: np.ndarray) -> np.ndarray:
+    def wrap(self, q: np.ndarray) -> np.ndarray:
         """Low W bits of the (mod 2**64 exact) int64 q, sign-extended for signed types."""
         mask = np.int64((1 << self.width) - 1) if self.width < 64 else np.int64(-1)
         low = q & mask
@@ -156,7 +156,7 @@ class FixedType:
                 pos = (wrapped & keep) | mid  # sign 0, middle bits 1
                 neg = (wrapped & keep) | top  # sign 1, middle bits 0 (top is negative in int64)
                 # re-interpret the W-bit pattern as signed
-                out = np.where(over, self._wrap(pos), np.where(under, self._wrap(neg), wrapped))
+                out = np.where(over, self.wrap(pos), np.where(under, self.wrap(neg), wrapped))
             else:
                 ones = np.int64(((1 << n) - 1) << (w - n))
                 out = np.where(over | under, wrapped | ones, wrapped)
@@ -175,7 +175,7 @@ class FixedType:
 
     def _finish_int(self, q: np.ndarray) -> np.ndarray:
         """Overflow step for an exact int64 value q already on this type's grid."""
-        wrapped = self._wrap(q)
+        wrapped = self.wrap(q)
         if self.overflow == "AP_WRAP" and self.sat_bits == 0:
             return wrapped
         return self._overflow(wrapped, q > self.raw_max, q < self.raw_min)
@@ -233,7 +233,7 @@ class FixedType:
         k = -s
         if k == 0:
             return self._finish_int(raw)
-        wrapped = self._wrap(raw << np.int64(k)) if k < 64 else np.zeros(raw.shape, np.int64)
+        wrapped = self.wrap(raw << np.int64(k)) if k < 64 else np.zeros(raw.shape, np.int64)
         if self.overflow == "AP_WRAP" and self.sat_bits == 0:
             return wrapped  # int64 shifts are exact modulo 2**64, so the low W bits are right
         # overflow verdict without shifting: raw * 2**k > max  <=>  raw > floor(max / 2**k)
@@ -277,7 +277,7 @@ class FixedType:
         if over is None or under is None:
             over, under = q > self.raw_max, q < self.raw_min
         if not self.wide:
-            wrapped = self._wrap(q.low64())
+            wrapped = self.wrap(q.low64())
             return self._overflow(wrapped, over, under) if saturating else wrapped
         out = q.wrap(self.width, self.signed)
         if not saturating:
@@ -307,7 +307,7 @@ class FixedType:
             )
         x = np.asarray(x, dtype=np.float64)
         if self.integer_type:
-            return self._int_from_float(x)
+            return self.int_from_float(x)
         with np.errstate(over="ignore", invalid="ignore"):
             m = np.ldexp(x, self.frac)
             if self.frac >= 0 and m.size and bool(np.all(np.abs(m) < 2.0**62)):
@@ -328,7 +328,7 @@ class FixedType:
             modulus = 2.0**self.width
             low = np.fmod(q, modulus)
             low = np.where(low < 0, low + modulus, low)
-            wrapped = self._wrap(low.astype(np.int64))
+            wrapped = self.wrap(low.astype(np.int64))
             wrapped = np.where(huge, np.int64(0), wrapped)
             if self.overflow == "AP_WRAP" and self.sat_bits == 0:
                 return wrapped
@@ -351,7 +351,7 @@ class FixedType:
         )
         return inc.astype(np.float64)
 
-    def _int_from_float(self, x: np.ndarray) -> np.ndarray:
+    def int_from_float(self, x: np.ndarray) -> np.ndarray:
         """``ap_int<W>(double)``: the magnitude is truncated, wrapped, then negated. Its shift
         logic turns every negative input above -0.5 into +1 (ap_int_base.h), kept here."""
         with np.errstate(invalid="ignore"):
@@ -360,7 +360,7 @@ class FixedType:
             low = np.fmod(mag, 2.0**self.width).astype(np.int64)
             low = np.where((x < 0) & (x > -0.5), np.int64(-1), low)
             val = np.where(np.signbit(x) & (x != 0), -low, low)
-        return self._wrap(val)
+        return self.wrap(val)
 
     # ------------------------------------------------------------------ back to floats
     def to_float(self, raw) -> np.ndarray:
@@ -403,7 +403,7 @@ def f64_capable(t: FixedType) -> bool:
     return t.width <= 52 and not t.integer_type
 
 
-def _quantize_f64(t: FixedType, v: np.ndarray) -> np.ndarray:
+def quantize_f64(t: FixedType, v: np.ndarray) -> np.ndarray:
     """In place: v (exact multiples of 2**-s, |v| < 2**52) -> integers by t's quantization mode."""
     mode = t.quant
     if mode == "AP_TRN":
@@ -468,7 +468,7 @@ def cast_f64(
     if s > 0:
         scale = 2.0**-s
         v *= scale
-        v = _quantize_f64(t, v)
+        v = quantize_f64(t, v)
         if lo is not None and hi is not None:
             lo, hi = math.floor(lo * scale) - 1, math.ceil(hi * scale) + 1
     elif s < 0:

@@ -201,7 +201,8 @@ class Hls4mlProject:
     def read_generated_template(self) -> str:
         """nnet_utils/nnet_code_gen.h as the C-simulation compiles it: the project's own (hls4ml
         writes it per model; pack keeps it only where it differs from the installed one), else
-        the installed hls4ml's generic one, which csim.py's copy of the library provides."""
+        the installed hls4ml's generic one, which the C-simulation's copy of the library
+        (csim/library.py) provides."""
         if (self.firmware_dir / GENERATED_TEMPLATE_FILE).is_file():
             return self.read_firmware(GENERATED_TEMPLATE_FILE)
         path = installed_templates_dir() / GENERATED_TEMPLATE_FILE

@@ -24,10 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+# the statistics frontends render: the engine's counters, re-exported with the API
+from ..engine.statistics import Duration, ModelStatistics
+
 if TYPE_CHECKING:
-    from ..engine.repository import ModelVersion
+    from ..engine.model_version import ModelVersion
     from ..engine.request import EncodedOutput
-    from ..engine.statistics import ModelStatistics
     from ..shared_memory import SystemSharedMemoryManager
     from .tensors import WireRequest
 
@@ -160,3 +162,6 @@ class DataPlaneAPI(ABC):
     ) -> dict[str, list[str]]:
         """Triton's TraceSetting: apply ``settings`` (all or none) globally or to ``model``;
         the settings in force there (server/engine/tracing.py)."""
+
+
+__all__ = ["DataPlaneAPI", "Duration", "ModelStatistics", "RegionStatus", "ServerInfo", "VersionStatistics"]

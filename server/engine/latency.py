@@ -36,39 +36,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from ..model_config import HISTOGRAM_FAMILIES
+
 DEFAULT_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
-FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
-# request and compute histograms (µs). They start at 5 µs, below the queue histogram's
-# 100 µs: an hls4ml design computes in a few µs and a request over loopback takes tens, so
-# 100 µs as the first bound would put every request of a fast model in one bucket and
-# histogram_quantile could not tell 5 µs from 90 µs.
-DURATION_BUCKETS_US = (
-    5,
-    10,
-    25,
-    50,
-    100,
-    250,
-    500,
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    1_000_000,
-    5_000_000,
-)
-#: histogram families a model's ``model_metrics`` may set buckets for -> the default buckets
-HISTOGRAM_FAMILIES: dict[str, tuple[float, ...]] = {
-    "nv_inference_first_response_histogram_ms": FIRST_RESPONSE_BUCKETS_MS,
-    "nv_inference_request_duration_histogram_us": DURATION_BUCKETS_US,
-    "nv_inference_compute_duration_histogram_us": DURATION_BUCKETS_US,
-}
-#: buckets one histogram may have: every bucket is a series per model version on /metrics
-MAX_BUCKETS = 64
 MAX_AGE_S = 60.0
 AGE_BUCKETS = 5
 SAMPLE = 4096

@@ -1,7 +1,10 @@
-"""The model registry: Triton-layout repositories, version policies, load/unload, control modes.
+"""The model registry: Triton-layout repositories, load/unload, ensembles' dependencies,
+readiness, control modes.
 
-Layout: ``<repo>/<model>/config.pbtxt`` and numeric version folders ``<repo>/<model>/<n>/``
-(names starting with "0" are ignored, like Triton). Control modes as tritonserver has them:
+What a load reads is model_reader.py's (config, backend, versions; the folders themselves:
+model_files.py), what it builds version_loader.py's (instances, warm-up, scheduler); the
+registry decides what loads when and swaps versions in and out. Control modes as tritonserver
+has them:
 
 * ``none``     - load everything at start; load/unload RPCs are refused;
 * ``explicit`` - load only ``--load-model`` names (``*`` = all) at start; RPCs load/unload;
@@ -17,181 +20,32 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import itertools
 import logging
-import os
 import re
 import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from fpgaserve.backends import BackendError, backend_class
-from fpgaserve.backends.base import path_inside
-
-from .. import datatypes
 from .. import model_config as mc
-from ..errors import (
-    InferenceError,
-    Status,
-    escape_control,
-    internal,
-    invalid_argument,
-    not_found,
-    permission_denied,
-    unavailable,
-)
-from . import bls, config_support, ensemble, warmup
-from .batcher import DynamicBatcher
-from .instance_process import ProcessBackend, hosted
-from .latency import LatencyConfig, LatencyRecorder
-from .memory import batch_memory
-from .repoagents import RepositoryAgentError, run_load_agents
-from .scheduler import DirectScheduler, ModelInstance, Scheduler
-from .sequence import SequenceBatcher
-from .statistics import ModelStatistics
+from ..errors import InferenceError, escape_control, internal, invalid_argument, not_found, unavailable
+from . import ensemble_plan
+from .latency import LatencyConfig
+from .model_files import TempDirReaper, dir_signature, materialize_files, scan
+from .model_reader import read_model
+from .model_version import LOADING, READY, UNAVAILABLE, UNLOADING, ModelEntry, ModelVersion, VersionLoadError
+from .version_loader import ensemble_version, load_version
 
 log = logging.getLogger("fpgaserve.repository")
 
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 CONTROL_MODES = ("none", "explicit", "poll")
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
-# a config parameter that runs any backend's instances in their own processes
-INSTANCE_PROCESS_PARAMETER = "instance_process"
-
-
-class VersionLoadError(InferenceError):
-    """A version that failed its load after its instances were built (its warm-up), in
-    Triton's text: INVALID_ARGUMENT "load failed for model 'm': version 1 is at UNAVAILABLE
-    state: <reason>;\n", the index showing the version UNAVAILABLE with ``reason``."""
-
-    __slots__ = ("reason", "version")
-
-    def __init__(self, name: str, version: int, reason: str):
-        super().__init__(
-            Status.INVALID_ARG,
-            f"load failed for model '{name}': version {version} is at UNAVAILABLE state: {reason};\n",
-        )
-        self.version = version
-        self.reason = reason
 
 
 def check_model_name(name: str) -> None:
     """A model name from a client names a directory: no separators, control characters, '..'."""
     if name in (".", "..") or "/" in name or "\\" in name or any(c < " " or c == "\x7f" for c in name):
         raise invalid_argument(f"invalid model name '{escape_control(name)}'")
-
-
-def _read_labels(model_dir: Path, config) -> dict[str, list[str]]:
-    """Each output's label_filename (relative to the model directory, and inside it), read at
-    load: a missing or escaping label file is a load error, and requests never touch the disk."""
-    labels: dict[str, list[str]] = {}
-    for out in config.output:
-        name = out.label_filename
-        if not name or name in labels:
-            continue
-        try:
-            path = path_inside(model_dir, model_dir, name, f"output '{out.name}' label_filename")
-        except BackendError as e:
-            raise mc.ConfigError(str(e)) from None
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                labels[name] = [line.rstrip("\n") for line in f]
-        except OSError as e:
-            raise mc.ConfigError(f"output '{out.name}' label_filename '{name}' cannot be read: {e.strerror}") from None
-    return labels
-
-
-_VERSION_UIDS = itertools.count(1)
-
-
-class ModelVersion:
-    """One loaded version: what the codec validates against and the scheduler executes."""
-
-    def __init__(
-        self,
-        name: str,
-        version: int,
-        config,
-        version_dir: str,
-        model_dir: str,
-        labels: dict[str, list[str]] | None = None,
-    ):
-        self.name = name
-        self.version = version
-        self.version_str = str(version)
-        self.config = config
-        self.version_dir = version_dir
-        self.model_dir = model_dir
-        self.inputs = mc.input_specs(config)
-        self.outputs = mc.output_specs(config)
-        self.max_batch_size = config.max_batch_size
-        self.required_input_count = sum(1 for s in self.inputs.values() if not s.optional)
-        self.platform = config.platform or config.backend
-        # decoupled: a request may get any number of responses (ModelStreamInfer only)
-        self.decoupled = config.model_transaction_policy.decoupled
-        self.stats = ModelStatistics()
-        # identifies this load of the version across processes (a frontend decodes against a
-        # snapshot; the engine checks the request still addresses the same load)
-        self.uid = next(_VERSION_UIDS)
-        # --engine-processes N > 1, in a frontend's snapshot: the engine process serving it
-        self.engine = 0
-        self.scheduler: Scheduler | None = None
-        self.load_duration_s = 0.0
-        self._labels = labels or {}
-
-    def labels(self, filename: str) -> list[str]:
-        return self._labels.get(filename, [])
-
-    def unhealthy(self) -> str | None:
-        """None while some instance can serve, else why none can (``Backend.health``): a loaded
-        version whose every device is out of service is not ready, so load balancers and
-        readiness probes turn away from the replica until it recovers."""
-        scheduler = self.scheduler
-        if scheduler is None:
-            return None
-        reasons = []
-        for instance in scheduler.instances:
-            backend = instance.backend
-            try:
-                why = backend.health() if backend is not None else None
-            except Exception as e:  # a health check must not break readiness itself
-                why = f"health check failed: {e}"
-            if why is None:
-                return None
-            reasons.append(why)
-        return "; ".join(dict.fromkeys(reasons)) if reasons else None
-
-
-@dataclass
-class ModelEntry:
-    """Everything the registry knows about one model name."""
-
-    name: str
-    model_dir: str | None = None
-    config: object | None = None  # the normalized ModelConfig last loaded
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    # per-version (state, reason) for RepositoryIndex, including failed versions
-    version_states: dict[int, tuple[str, str]] = field(default_factory=dict)
-    state: str = ""  # "" = known from the repository but never loaded
-    reason: str = ""
-    signature: str = ""  # content signature for poll mode
-    temp_dir: str | None = None  # materialized "file:" overrides
-    # bumped by every load and unload: a drain that finishes after a newer load or unload
-    # started must not overwrite that one's state
-    generation: int = 0
-    # an ensemble's composing models (from its last config read), and whether it was
-    # unloaded because one of them went (it comes back when that one is loaded again)
-    depends_on: tuple[str, ...] = ()
-    dependency_unloaded: bool = False
-    # loaded by a load request (or at startup) rather than only as an ensemble's composing
-    # model: an unload with unload_dependents leaves such a model loaded, as Triton does
-    explicit: bool = False
-
-    def ready_versions(self) -> list[int]:
-        return sorted(self.versions)
 
 
 def _shown(text: str, limit: int = 64) -> str:
@@ -222,107 +76,10 @@ def parse_version(version: str) -> int:
     return v
 
 
-def _dir_signature(model_dir: Path) -> str:
-    """Hash of names, sizes and mtimes of every file under a model folder (poll mode)."""
-    h = hashlib.sha256()
-    for root, dirs, files in os.walk(model_dir):
-        dirs.sort()
-        for f in sorted(files):
-            p = os.path.join(root, f)
-            try:
-                st = os.stat(p)
-            except OSError:
-                continue
-            h.update(f"{os.path.relpath(p, model_dir)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
-
-
-def _available_versions(model_dir: Path) -> list[int]:
-    versions = []
-    for child in model_dir.iterdir():
-        if child.is_dir() and child.name.isdigit() and not child.name.startswith("0"):
-            versions.append(int(child.name))
-    return sorted(versions)
-
-
-def _select_versions(config, available: list[int], source: str) -> list[int]:
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice")
-    if kind == "all":
-        chosen = list(available)
-    elif kind == "specific":
-        missing = [v for v in policy.specific.versions if v not in available]
-        if missing:
-            raise mc.ConfigError(f"{source}: version_policy requests versions {missing} that do not exist")
-        chosen = sorted(set(policy.specific.versions))
-    else:
-        n = policy.latest.num_versions if kind == "latest" else 1
-        chosen = available[-n:] if available else []
-    if not chosen:
-        raise mc.ConfigError(f"{source}: no version folder to load (expected numeric folders such as 1/)")
-    return chosen
-
-
-# Triton's AutoCompleteBackendFields: a config naming neither platform nor backend (e.g. a
-# RepositoryModelLoad override such as {"max_batch_size": 16}) gets them from the model file
-# found in the newest version folder.
-_DETECTED_BACKENDS = (("model.onnx", "onnxruntime_onnx", "onnxruntime"), ("model.py", "", "numpy"))
-
-
-def _detect_backend(config, model_dir: Path) -> None:
-    for version in reversed(_available_versions(model_dir)):
-        for filename, platform, backend in _DETECTED_BACKENDS:
-            path = model_dir / str(version) / filename
-            if path.is_file():
-                if filename == "model.py" and _is_triton_python_model(path):
-                    backend = "python"  # Triton's choice for a model.py; ours is numpy's Model
-                config.platform, config.backend = platform, backend
-                return
-
-
-def _is_triton_python_model(path: Path) -> bool:
-    """Whether a model.py is written for Triton's Python backend (defines TritonPythonModel)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return re.search(r"^class\s+TritonPythonModel\b", f.read(), re.MULTILINE) is not None
-    except OSError:
-        return False
-
-
-def _auto_complete(config, backend_cls, version_dir: str) -> None:
-    """Triton's auto-complete: fill inputs/outputs (and batching) from the model files."""
-    completed = backend_cls.auto_complete(mc.config_dict(config), version_dir)
-    if completed is not None:  # the model completed its config itself (Python backend)
-        mc.replace_from_dict(config, completed)
-        # Triton's normalizations apply to what the model added (a dynamic batcher's default
-        # preferred size)
-        mc.normalize(config, config.name, backend_cls.default_filename)
-        return
-    if config.input and config.output:
-        return
-    described = backend_cls.describe_io(mc.config_dict(config), version_dir)
-    if described is None:
-        return
-    ins, outs, batched = described
-    if batched and config.max_batch_size == 0 and not config.input and not config.output:
-        # tritonserver's default-max-batch-size backend setting
-        config.max_batch_size = 4
-    if not batched and config.max_batch_size > 0:
-        raise mc.ConfigError(
-            f"model '{config.name}' has max_batch_size {config.max_batch_size} but its graph has no "
-            "dynamic batch dimension"
-        )
-    for existing, described_list in ((config.input, ins), (config.output, outs)):
-        if existing:
-            continue
-        for d in described_list:
-            t = existing.add()
-            t.name = d.name
-            t.data_type = mc.pb.DataType.Value(datatypes.BY_WIRE[d.datatype].config)
-            t.dims.extend(d.dims if d.dims else [1])
-
-
 class ModelRepository:
+    """The models of the repository folders ``paths``: loads and unloads them as the control
+    mode allows, and answers which version a request addresses (``get``)."""
+
     def __init__(
         self,
         paths: list[str],
@@ -363,31 +120,20 @@ class ModelRepository:
         # --engine-processes N > 1: (name, model folder) -> whether this engine process serves
         # the model (server/engine/placement.py); the others' models are not listed here
         self.owns = owns
+        # where a backend in an instance process sends its calls into the server (BLS
+        # requests): set by the data plane at wiring (they are its clients), None: refused
+        self.instance_calls: Callable[..., Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ discovery
-    def _scan(self, owned_only: bool = True) -> dict[str, Path]:
+    def scan(self, owned_only: bool = True) -> dict[str, Path]:
         """The model folders of the repositories (with ``owns``, only this engine process's,
         unless ``owned_only`` is False: a load routed here by the coordinator)."""
-        found: dict[str, Path] = {}
-        for repo in self.paths:
-            if not repo.is_dir():
-                log.error("model repository %s does not exist", repo)
-                continue
-            for child in sorted(repo.iterdir()):
-                if child.is_dir() and not child.name.startswith("."):
-                    if child.name in found:
-                        log.error(
-                            "model '%s' appears in more than one repository; using %s", child.name, found[child.name]
-                        )
-                        continue
-                    found[child.name] = child
-        if owned_only and self.owns is not None:
-            found = {name: path for name, path in found.items() if self.owns(name, path)}
-        return found
+        return scan(self.paths, self.owns if owned_only else None)
 
+    # ------------------------------------------------------------------ discovery
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        found = self._scan()
+        found = self.scan()
         for name in found:
             self.models.setdefault(name, ModelEntry(name, str(found[name])))
         if self.control_mode == "explicit":
@@ -395,7 +141,7 @@ class ModelRepository:
         else:
             names = list(found)
         if self.owns is not None:  # another engine process loads its own models
-            every = self._scan(owned_only=False)
+            every = self.scan(owned_only=False)
             names = [n for n in names if n in found or n not in every]
         for name in names:
             if self.models[name].state:
@@ -431,10 +177,10 @@ class ModelRepository:
 
     async def poll_once(self) -> None:
         """Load new and changed models, unload removed ones (poll mode)."""
-        found = await asyncio.get_running_loop().run_in_executor(None, self._scan)
+        found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
         for name, path in found.items():
             entry = self.models.get(name)
-            sig = await asyncio.get_running_loop().run_in_executor(None, _dir_signature, path)
+            sig = await asyncio.get_running_loop().run_in_executor(None, dir_signature, path)
             if entry is None or entry.signature != sig or entry.model_dir != str(path):
                 self.models.setdefault(name, ModelEntry(name, str(path)))
                 try:
@@ -469,7 +215,7 @@ class ModelRepository:
         """Build and swap in the new versions; returns the replaced ones (still to drain).
         ``chain``: the ensembles whose loading loads this model (to refuse a cycle)."""
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(None, self._scan, False)
+        found = await loop.run_in_executor(None, self.scan, False)
         entry = self.models.get(name)
         if files:
             if config_json is None:
@@ -488,7 +234,7 @@ class ModelRepository:
         temp_dir = None
         try:
             if files:
-                temp_dir = await loop.run_in_executor(None, _materialize_files, name, files)
+                temp_dir = await loop.run_in_executor(None, materialize_files, name, files)
                 model_dir = Path(temp_dir)
             else:
                 model_dir = found[name]
@@ -530,7 +276,7 @@ class ModelRepository:
             self._notify("unload", v)
         if old_temp:
             # the replaced versions keep their open files; their folder goes once they drained
-            old.append(_TempDirReaper(old_temp))
+            old.append(TempDirReaper(old_temp))
         log.info(
             "loaded model '%s' version(s) %s (%s) in %.2f s%s",
             name,
@@ -547,105 +293,56 @@ class ModelRepository:
         """(the new versions, their config, the folder's signature, replaced versions of
         composing models an ensemble's load (re)loaded, to drain)."""
         loop = asyncio.get_running_loop()
-        unacted: list[str | None] = []
-
-        def prepare():
-            path = mc.config_path(model_dir, self.model_config_name)
-            source = str(path)
-            if config_json is not None:
-                config = mc.parse_config_json(config_json)
-                source = f"config override of '{name}'"
-            else:
-                config = mc.read_config_file(path)
-            # named from the config as written: normalization sets fields of its own
-            unacted.append(config_support.load_warning(name, config))
-            try:  # before anything reads the model's files (tritonserver runs them at poll)
-                run_load_agents(config, model_dir)
-            except RepositoryAgentError as e:
-                raise mc.ConfigError(f"{source}: {e}") from None
-            if mc.is_ensemble(config):
-                return prepare_ensemble(config, source)
-            if not mc.backend_name(config):
-                _detect_backend(config, model_dir)
-            try:
-                cls = backend_class(mc.backend_name(config))
-            except BackendError as e:
-                raise mc.ConfigError(f"{source}: {e}") from None
-            hosting = mc.parameter(config, INSTANCE_PROCESS_PARAMETER, "").lower()
-            if hosting not in ("", "true", "false"):
-                raise mc.ConfigError(
-                    f"{source}: parameter {INSTANCE_PROCESS_PARAMETER} is '{hosting}'; it takes true (each "
-                    "instance in a process of its own) or false (in the process of the server)"
-                )
-            if hosting == "true" and not issubclass(cls, ProcessBackend):
-                cls = hosted(cls)  # each instance in its own process
-            if uploaded and cls.executes_model_files and not self.allow_code_upload:
-                raise permission_denied(
-                    f"failed to load '{name}': backend '{mc.backend_name(config)}' would run the code in the "
-                    "uploaded 'file:' parameters, which this server does not accept (start it with "
-                    "--allow-model-code-upload=true to allow it)",
-                )
-            mc.normalize(config, name, cls.default_filename)
-            versions = _select_versions(config, _available_versions(model_dir), source)
-            try:
-                if self.auto_complete_config:
-                    _auto_complete(config, cls, str(model_dir / str(versions[-1])))
-            except BackendError as e:
-                raise mc.ConfigError(f"{source}: {e}") from None
-            return finish(config, cls, versions, source)
-
-        def prepare_ensemble(config, source):
-            mc.normalize(config, name)
-            versions = _select_versions(config, _available_versions(model_dir), source)
-            return finish(config, None, versions, source)
-
-        def finish(config, cls, versions, source):
-            # (no input or output is not an error: tritonserver loads such a config, e.g. the
-            # override {"max_batch_size": 16} of a Python model that does not auto-complete,
-            # and then refuses requests that name inputs the config does not declare)
-            mc.validate(config, name, source)
-            try:
-                mc.validate_ensemble(config)
-            except mc.ConfigError as e:
-                raise mc.ConfigError(f"{source}: {e}") from None
-            try:
-                labels = _read_labels(model_dir, config)
-            except mc.ConfigError as e:
-                raise mc.ConfigError(f"{source}: {e}") from None
-            return config, cls, versions, _dir_signature(model_dir), labels
-
+        read = functools.partial(
+            read_model,
+            name,
+            model_dir,
+            config_json,
+            model_config_name=self.model_config_name,
+            uploaded=uploaded,
+            allow_code_upload=self.allow_code_upload,
+            auto_complete_config=self.auto_complete_config,
+        )
         try:
-            config, cls, versions, signature, labels = await loop.run_in_executor(None, prepare)
+            model = await loop.run_in_executor(None, read)
         except mc.ConfigError as e:
             # Triton's text, then the reason (which names the file and the problem)
             raise internal(f"failed to load '{name}', failed to poll from model repository: {e}") from None
         # once per load, before the versions build (a failing build still had the fields)
-        for warning in unacted:
-            if warning:
-                log.warning("%s", warning)
+        if model.warning:
+            log.warning("%s", model.warning)
+        config, labels = model.config, model.labels
 
-        if cls is None:  # an ensemble: its composing models first, then its versions
+        if model.backend is None:  # an ensemble: its composing models first, then its versions
             steps, composing_old = await self._load_composing(name, config, chain)
-            pipelines = []
-            for version in versions:
-                mv = ModelVersion(name, version, config, str(model_dir / str(version)), str(model_dir), labels)
-                if self.latency.any_distribution:
-                    mv.stats.latencies = LatencyRecorder(self.latency, buckets=mc.histogram_buckets(config))
-                mv.scheduler = ensemble.EnsembleScheduler(mv, steps, self.get)
-                mv.scheduler.start()
-                pipelines.append(mv)
-            return pipelines, config, signature, composing_old
+            pipelines = [
+                ensemble_version(name, version, config, model_dir, labels, steps, self.get, self.latency)
+                for version in model.versions
+            ]
+            return pipelines, config, model.signature, composing_old
 
         built: list[ModelVersion] = []
         try:
-            for version in versions:
-                built.append(await self._build_version(name, version, config, cls, model_dir, labels))
+            for version in model.versions:
+                built.append(
+                    await load_version(
+                        name,
+                        version,
+                        config,
+                        model.backend,
+                        model_dir,
+                        labels,
+                        latency=self.latency,
+                        backend_config=self.backend_config,
+                        instance_calls=self.instance_calls,
+                    )
+                )
         except Exception:
             for v in built:
                 if v.scheduler is not None:
                     await v.scheduler.stop()
             raise
-        return built, config, signature, []
+        return built, config, model.signature, []
 
     async def _load_composing(self, name: str, config, chain: tuple[str, ...]):
         """An ensemble's dependencies, as Triton resolves them at load: composing models not
@@ -653,7 +350,7 @@ class ModelRepository:
         checked against its model's config. Returns (the steps, versions those loads replaced).
         Errors are INVALID_ARGUMENT with Triton's "load failed for model" texts."""
         entry = self.models[name]
-        names = ensemble.composing_names(config)
+        names = ensemble_plan.composing_names(config)
         entry.depends_on = tuple(names)
 
         def failed(text: str) -> InferenceError:
@@ -666,7 +363,7 @@ class ModelRepository:
                 error = failed(circular)
                 error.circular = circular  # type: ignore[attr-defined]
                 raise error
-        found = await asyncio.get_running_loop().run_in_executor(None, self._scan, False)
+        found = await asyncio.get_running_loop().run_in_executor(None, self.scan, False)
         missing = sorted(d for d in names if d not in found and not (d in self.models and self.models[d].versions))
         if missing:
             raise failed(f"ensemble {name} contains models that are not available or ambiguous: {', '.join(missing)}")
@@ -697,10 +394,10 @@ class ModelRepository:
                 )
             composing[step.model_name] = dep_entry.config
         try:
-            ensemble.check_composing(config, composing)
-        except ensemble.EnsembleError as e:
+            ensemble_plan.check_composing(config, composing)
+        except ensemble_plan.EnsembleError as e:
             raise failed(str(e)) from None
-        return ensemble.plan(config), replaced
+        return ensemble_plan.plan(config), replaced
 
     async def _reload_dependents(self, name: str, seen: set[str]) -> list:
         """After ``name`` loaded: reload the ensembles that use it (checked again against its
@@ -740,111 +437,11 @@ class ModelRepository:
             log.info("unloaded ensemble '%s': its composing model '%s' was unloaded", entry.name, name)
             self._retire_dependents(entry.name, retired)
 
-    async def _build_version(self, name, version, config, cls, model_dir: Path, labels=None) -> ModelVersion:
-        loop = asyncio.get_running_loop()
-        version_dir = str(model_dir / str(version))
-        mv = ModelVersion(name, version, config, version_dir, str(model_dir), labels)
-        if self.latency.any_distribution:
-            mv.stats.latencies = LatencyRecorder(
-                self.latency, decoupled=mv.decoupled, buckets=mc.histogram_buckets(config)
-            )
-        cfg_dict = mc.config_dict(config)
-        backend_settings = self.backend_config.get(mc.backend_name(config), {})
-        if (
-            not issubclass(cls, ProcessBackend)
-            and not mc.parameter(config, INSTANCE_PROCESS_PARAMETER, "")
-            and await loop.run_in_executor(
-                None, cls.instance_process_by_default, cfg_dict, version_dir, backend_settings
-            )
-        ):
-            # per version: what the backend runs (an hls4ml model's fpga-mode) may differ by version
-            cls = hosted(cls)
-        instances: list[ModelInstance] = []
-        index = 0
-        try:
-            for group in config.instance_group:
-                for _ in range(group.count):
-                    instance = ModelInstance(mv, None, index)
-                    # Build the backend on the instance's own thread: backends that keep
-                    # thread-affine state (device handles) are then created where they run.
-                    try:
-                        instance.backend = await loop.run_in_executor(
-                            instance.executor,
-                            functools.partial(cls, cfg_dict, version_dir, index, backend_config=backend_settings),
-                        )
-                    except BaseException:
-                        instance.executor.shutdown(wait=False)
-                        raise
-                    instances.append(instance)
-                    # a backend in its own process may call models (BLS): through this repository
-                    bind = getattr(instance.backend, "bind_engine", None)
-                    if bind is not None:
-                        bind(loop, functools.partial(bls.engine_call, self.get))
-                    index += 1
-            if config.model_warmup:
-                await self._warm_up(mv, instances)
-        except warmup.WarmupError as e:
-            for inst in instances:
-                await loop.run_in_executor(None, inst.close)
-            raise VersionLoadError(name, version, e.reason) from None
-        except BackendError as e:
-            for inst in instances:
-                await loop.run_in_executor(None, inst.close)
-            raise internal(f"failed to load '{name}' version {version}: {e}") from None
-        except Exception as e:
-            for inst in instances:
-                await loop.run_in_executor(None, inst.close)
-            detail = e.message if isinstance(e, InferenceError) else f"{type(e).__name__}: {e}"
-            raise internal(f"failed to load '{name}' version {version}: {detail}") from None
-        mv.scheduler = make_scheduler(mv, instances)
-        mv.scheduler.start()
-        # what the config lets this version hold, said once per load (see memory.py)
-        log.info("%s", batch_memory(config, len(instances)).describe())
-        return mv
-
-    async def _warm_up(self, mv: ModelVersion, instances: list[ModelInstance]) -> None:
-        """Run the config's ``model_warmup`` samples on every instance before the version is
-        READY (on a card each instance is a compute unit, so every CU is exercised). Samples
-        run in the config's order; the instances run each one side by side. The executions
-        are counted in the statistics, as Triton counts them. WarmupError: the first
-        instance's (in index order) failure."""
-        loop = asyncio.get_running_loop()
-        samples = await loop.run_in_executor(None, warmup.build_samples, mv.config, mv.model_dir)
-        where = ", ".join(
-            f"{i.index}" + (f" ({i.backend.location()})" if i.backend.location() else "") for i in instances
-        )
-        for sample in samples:
-            start = time.monotonic()
-
-            def run(instance: ModelInstance, sample=sample) -> list:
-                return [instance.warm_up(sample) for _ in range(sample.count)]
-
-            outcomes = await asyncio.gather(
-                *(loop.run_in_executor(i.executor, run, i) for i in instances), return_exceptions=True
-            )
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            for outcome in outcomes:
-                for executed in outcome:  # type: ignore[union-attr]
-                    for rows, timings, duration_ns in executed:
-                        mv.stats.record_execution(rows, timings)
-                        mv.stats.record_successes(rows, duration_ns * rows, [0] * rows, timings)
-            log.info(
-                "model %s: warm-up '%s' x %d on %d instances [%s] in %.3f s",
-                mv.name,
-                sample.name,
-                sample.count,
-                len(instances),
-                where,
-                time.monotonic() - start,
-            )
-
     async def _drain(self, name: str, versions: list) -> None:
         """Let retired versions finish what they hold, up to --model-unload-timeout-secs; an
         instance still inside execute() then is abandoned and reported."""
         for v in versions:
-            if isinstance(v, _TempDirReaper):
+            if isinstance(v, TempDirReaper):
                 v.reap()
                 continue
             stuck = await v.scheduler.stop(timeout=self.unload_timeout_secs)
@@ -978,7 +575,7 @@ class ModelRepository:
 
     def index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
         """[(name, version, state, reason)] for RepositoryIndex, sorted by name."""
-        found = self._scan()
+        found = self.scan()
         rows = []
         names = sorted(set(found) | {n for n, e in self.models.items() if e.state})
         for name in names:
@@ -1005,62 +602,3 @@ class ModelRepository:
 
     def loaded_versions(self) -> list[ModelVersion]:
         return [v for e in self.models.values() for v in e.versions.values()]
-
-
-def make_scheduler(model, instances: list[ModelInstance]) -> Scheduler:
-    """Triton's choice: a ``dynamic_batching`` block (on a batching model, not decoupled)
-    gets the dynamic batcher; otherwise every request executes alone."""
-    config = model.config
-    if config.HasField("sequence_batching"):
-        return SequenceBatcher(model, instances)
-    if config.HasField("dynamic_batching") and model.max_batch_size > 0 and not model.decoupled:
-        return DynamicBatcher(model, instances)
-    return DirectScheduler(model, instances)
-
-
-class _TempDirReaper:
-    """Removes a replaced model's uploaded files once its versions have drained."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def reap(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-def _materialize_files(name: str, files: dict[str, bytes]) -> str:
-    """Write RepositoryModelLoad ``file:<version>/<name>`` contents into a private folder.
-
-    Each path must stay inside it: relative, no '..' or empty components, no control
-    characters. Files are created fresh (O_EXCL, no symlink followed)."""
-    root = tempfile.mkdtemp(prefix="fpgaserve-load-")
-    try:
-        for rel, data in files.items():
-            parts = rel.split("/")
-            if (
-                not rel
-                or rel.startswith("/")
-                or any(p in ("", ".", "..") for p in parts)
-                or any(c < " " or c in "\\\x7f" for c in rel)
-            ):
-                raise invalid_argument(
-                    f"failed to load '{name}', invalid file path '{escape_control(rel)}' in load parameters"
-                )
-            path = os.path.join(root, *parts)
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-            except OSError as e:
-                # a name longer than the file system takes (Triton's model_control example sends
-                # 256 characters), a full disk: tritonserver's text and status for a load whose
-                # files cannot be written, then the system's reason
-                raise internal(
-                    f"failed to load '{name}', failed to poll from model repository: cannot write file "
-                    f"'{escape_control(rel)[:300]}': {e.strerror or 'error'}"
-                ) from None
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return root

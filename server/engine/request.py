@@ -46,7 +46,7 @@ class EncodedOutput(NamedTuple):
 
 @dataclass(eq=False, slots=True)  # slots: ~15 % cheaper to build and read, on every request
 class InferenceRequest:
-    model: Any  # repository.ModelVersion (kept untyped to avoid an import cycle)
+    model: Any  # model_version.ModelVersion (untyped: importing it would close a circle through the scheduler)
     inputs: dict[str, np.ndarray]
     outputs: list[RequestedOutput]
     batch_size: int  # rows along dim 0; 1 for models without batching
@@ -79,7 +79,7 @@ class InferenceRequest:
     # (request, its output slices) -> its encoded outputs (bytes, shared-memory writes,
     # classification); set by the data plane, called in the instance's worker thread. It takes
     # the request so that one callable serves every request of a channel (no object each).
-    # A step of an ensemble gets the slices themselves back (engine/ensemble.py), hence Any.
+    # A step of an ensemble gets the slices themselves back (ensemble_scheduler.py), hence Any.
     encode: Callable[[InferenceRequest, dict[str, np.ndarray]], Any] = None  # type: ignore[assignment]
     # set by the scheduler when the request succeeded: its execution's compute durations
     # (statistics.BatchTimings), which an ensemble charges to itself, as Triton does

@@ -494,19 +494,10 @@ class _Otel:
         self.provider.shutdown()
 
 
-def traceparent_from(pairs) -> str:
-    """The W3C ``traceparent`` among gRPC metadata pairs (keys are lower case), or ''."""
-    for key, value in pairs or ():
-        if key == "traceparent":
-            return value if isinstance(value, str) else value.decode("latin-1")
-    return ""
-
-
 __all__ = [
     "Trace",
     "TraceConfigError",
     "TraceStartup",
     "Tracer",
     "parse_trace_config",
-    "traceparent_from",
 ]

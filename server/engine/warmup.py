@@ -24,6 +24,7 @@ import numpy as np
 from fpgaserve.backends.base import BackendError, path_inside
 
 from .. import datatypes
+from ..errors import unexpected_shape
 
 # Upper bound on one warm-up sample's input bytes, all its inputs and the batch of its
 # batch_size rows together: warm-up data is small by nature, and the bound is what keeps a
@@ -108,8 +109,6 @@ def build_samples(config, model_dir: str, limit: int = MAX_WARMUP_SAMPLE_BYTES) 
     to be under ``limit``."""
     from fpgaserve.protos import inference as pb
 
-    from ..dataplane.tensors import _SHAPE_NOTE, _fmt_shape
-
     declared = {t.name: t for t in config.input}
     batched = config.max_batch_size > 0
     samples = []
@@ -148,10 +147,7 @@ def build_samples(config, model_dir: str, limit: int = MAX_WARMUP_SAMPLE_BYTES) 
             if len(dims) != len(config_dims) or any(c not in (-1, d) for c, d in zip(config_dims, dims)):
                 expected = ([-1] if batched else []) + config_dims
                 got = ([1] if batched else []) + dims
-                raise WarmupError(
-                    f"{_NO_ID}unexpected shape for input '{name}' for model '{config.name}'. Expected "
-                    f"{_fmt_shape(expected)}, got {_fmt_shape(got)}." + (_SHAPE_NOTE if batched else " ")
-                )
+                raise WarmupError(unexpected_shape(_NO_ID, name, config.name, expected, got, batched).message)
             dtype = datatypes.BY_CONFIG[pb.DataType.Name(spec.data_type)]
             # bounded before anything is allocated (math.prod of Python ints cannot overflow)
             elements = math.prod(dims)

@@ -14,8 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from ..dataplane.api import DataPlaneAPI, VersionStatistics
-from ..engine.statistics import Duration
+from ..dataplane.api import DataPlaneAPI, Duration, VersionStatistics
 from ..errors import InferenceError, bound_message, internal, invalid_argument, unavailable, unimplemented
 
 _INFER_STATS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")

@@ -43,7 +43,6 @@ from fpgaserve.protos import (
 )
 
 from ..dataplane.api import DataPlaneAPI
-from ..engine.tracing import traceparent_from
 from ..errors import InferenceError, Status, invalid_argument, unimplemented
 from . import common
 from . import grpc_codec as codec
@@ -72,6 +71,14 @@ GRPC_STATUS = {
 _MALFORMED_ID_LIMIT = 256  # characters of a salvaged request id echoed in an error
 MAX_STREAM_IN_FLIGHT = 1024  # requests per ModelStreamInfer stream not yet answered on the wire
 _ANSWERED = object()  # queued after a stream request's last response
+
+
+def traceparent_from(pairs) -> str:
+    """The W3C ``traceparent`` among gRPC metadata pairs (keys are lower case), or ''."""
+    for key, value in pairs or ():
+        if key == "traceparent":
+            return value if isinstance(value, str) else value.decode("latin-1")
+    return ""
 
 
 def _salvage_request_id(data: bytes) -> str:

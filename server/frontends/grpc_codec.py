@@ -18,12 +18,14 @@ from ..dataplane.tensors import (
     ALLOWED_TRITON_PARAMETERS,
     RESERVED_PARAMETER_ERROR,
     SPARE_INPUTS,
+    EncodedOutput,
+    RequestedOutput,
+    ShmTarget,
     WireInput,
     WireRequest,
     all_outputs,
     id_prefix,
 )
-from ..engine.request import EncodedOutput, RequestedOutput, ShmTarget
 from ..errors import invalid_argument
 
 #: a serialized ModelInferRequest this large has its raw inputs split off before parsing (see

@@ -24,24 +24,26 @@ from .. import datatypes
 from ..dataplane.tensors import (
     ALLOWED_TRITON_PARAMETERS,
     SPARE_INPUTS,
+    EncodedOutput,
+    RequestedOutput,
+    ShmTarget,
     WireInput,
     WireRequest,
     all_outputs,
     deserialize_bytes,
     id_prefix,
 )
-from ..engine.request import EncodedOutput, RequestedOutput, ShmTarget
 from ..errors import InferenceError, invalid_argument
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
 # TritonJson's texts for a value of the wrong JSON type (common/triton_json.h)
-_NOT_BOOL = "attempt to access JSON non-boolean as boolean"
+NOT_BOOL = "attempt to access JSON non-boolean as boolean"
 _NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 _NOT_INT = "attempt to access JSON non-signed-integer as signed-integer"
 _NOT_STRING = "attempt to access JSON non-string as string"
 _NOT_ARRAY = "attempt to access JSON non-array as array"
-_NOT_OBJECT = "attempt to access JSON non-object as object"
+NOT_OBJECT = "attempt to access JSON non-object as object"
 
 _UINT64_MAX = 2**64 - 1
 
@@ -52,7 +54,7 @@ def _unable(what: str, why: str) -> InferenceError:
 
 def as_bool(value, what: str) -> bool:
     if not isinstance(value, bool):
-        raise _unable(what, _NOT_BOOL)
+        raise _unable(what, NOT_BOOL)
     return value
 
 
@@ -141,7 +143,7 @@ class JsonTypedValues:
             return np.empty(0, dtype=dt.dtype)
         if dt.wire == "BOOL":
             if kind != "b":
-                raise _unable("data", _NOT_BOOL)
+                raise _unable("data", NOT_BOOL)
         elif dt.dtype.kind == "u":
             if kind not in "iu" or (kind == "i" and inferred.min() < 0):
                 raise _unable("data", _NOT_UINT)
@@ -181,7 +183,7 @@ class OutputPlan:
 
 def _request_parameters(params, wire: WireRequest, plan: OutputPlan) -> None:
     if not isinstance(params, dict):
-        raise invalid_argument(f"failed to get request params.: {_NOT_OBJECT}")
+        raise invalid_argument(f"failed to get request params.: {NOT_OBJECT}")
     for key, value in params.items():
         if key == "sequence_id":
             if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -262,7 +264,7 @@ def collect(header, binary: memoryview, model, shm) -> tuple[WireRequest, Output
     leftover binary data, outputs."""
     name = model.name
     if not isinstance(header, dict):
-        raise invalid_argument(f"Unable to parse 'inputs': {_NOT_OBJECT}")
+        raise invalid_argument(f"Unable to parse 'inputs': {NOT_OBJECT}")
     request_id = ""
     if "id" in header:
         request_id = as_string(header["id"], "id")
@@ -284,10 +286,10 @@ def collect(header, binary: memoryview, model, shm) -> tuple[WireRequest, Output
     data: Any
     for tensor in inputs:
         if not isinstance(tensor, dict):
-            raise invalid_argument(f"Unable to parse 'inputs': {_NOT_OBJECT}")
+            raise invalid_argument(f"Unable to parse 'inputs': {NOT_OBJECT}")
         params = tensor.get("parameters") or {}
         if not isinstance(params, dict):
-            raise invalid_argument(f"Unable to parse 'parameters': {_NOT_OBJECT}")
+            raise invalid_argument(f"Unable to parse 'parameters': {NOT_OBJECT}")
         _input_content_check(tensor, params)
         in_name = as_string(_member(tensor, "name"), "name")
         datatype = as_string(_member(tensor, "datatype"), "datatype")
@@ -335,10 +337,10 @@ def collect(header, binary: memoryview, model, shm) -> tuple[WireRequest, Output
         seen: set[str] = set()
         for out in outputs:
             if not isinstance(out, dict):
-                raise invalid_argument(f"Unable to parse 'outputs': {_NOT_OBJECT}")
+                raise invalid_argument(f"Unable to parse 'outputs': {NOT_OBJECT}")
             params = out.get("parameters") or {}
             if not isinstance(params, dict):
-                raise invalid_argument(f"Unable to parse 'parameters': {_NOT_OBJECT}")
+                raise invalid_argument(f"Unable to parse 'parameters': {NOT_OBJECT}")
             if "shared_memory_region" in params:
                 if "classification" in params:
                     raise invalid_argument("Output can't set both 'shared_memory_region' and 'classification'")

@@ -38,7 +38,7 @@ import threading
 
 import numpy as np
 
-from ..engine.instance_channel import register_shared, unregister_shared
+from fpgaserve.backends.hosting import register_shared, unregister_shared
 
 ALIGN = 64  # cache-line aligned blocks: numpy views of any dtype are aligned
 PAGE = mmap.PAGESIZE

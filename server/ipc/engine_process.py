@@ -17,13 +17,14 @@ import os
 import signal
 import sys
 
+from fpgaserve.backends.hosting import start_process
+
 from ..app import ServerOptions, make_repository
 from ..dataplane import DataPlane
 from ..engine.latency import parse_metrics_config
 from ..engine.tracing import Tracer, parse_trace_config
 from ..log_settings import LogSettings
 from ..metrics import Metrics
-from ..process_memory import keep_freed_memory
 from ..shared_memory import SystemSharedMemoryManager
 from .engine_server import EngineServer
 from .engines import engine_options
@@ -79,18 +80,10 @@ async def serve(options: ServerOptions, socket_path: str, index: int, count: int
 
 def main(argv: list[str] | None = None) -> int:
     config_path, socket_path, index, count = sys.argv[1:] if argv is None else argv
-    # a fresh interpreter: the main process's malloc settings are not inherited
-    keep_freed_memory()
+    start_process()  # a fresh interpreter: the main process's settings are not inherited
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))
-    log_settings = LogSettings(
-        options.log_verbose,
-        options.log_file,
-        options.log_format,
-        log_info=options.log_info,
-        log_warning=options.log_warning,
-        log_error=options.log_error,
-    )
+    log_settings = LogSettings.from_options(options)
     try:
         return asyncio.run(serve(options, socket_path, int(index), int(count), log_settings))
     except KeyboardInterrupt:

@@ -14,20 +14,18 @@ import functools
 import itertools
 import logging
 import os
-import time
-from collections import namedtuple
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dataplane import DataPlane
-from ..dataplane.tensors import encode_outputs
-from ..engine.repository import ModelVersion
+from ..dataplane.tensors import encode_outputs, engine_request
+from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput, InferenceRequest, RequestedOutput, ShmTarget
 from ..errors import InferenceError, Status, internal, unavailable
 from .arena import ArenaReader, ResponseArena
-from .protocol import FrameChannel
+from .protocol import FrameChannel, RegionInfo, statistics_views
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
@@ -35,8 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fpgaserve.engine")
 
-RegionInfo = namedtuple("RegionInfo", "name key offset byte_size")
-StatisticsView = namedtuple("StatisticsView", "name version_str stats")
 
 # DataPlane methods a frontend may call (anything else is refused)
 _PLAIN_CALLS = frozenset(
@@ -233,18 +229,9 @@ class EngineServer:
             elif method in _PLAIN_CALLS:
                 value = await getattr(dp, method)(*args)
             elif method == "model_snapshot":
-                mv = await dp.model(*args)
-                value = (
-                    mv.name,
-                    mv.version,
-                    mv.uid,
-                    mv.config.SerializeToString(),
-                    mv._labels,
-                    mv.version_dir,
-                    mv.model_dir,
-                )
+                value = (await dp.model(*args)).snapshot()
             elif method == "statistics":
-                value = [StatisticsView(mv.name, mv.version_str, mv.stats) for mv in await dp.statistics(*args)]
+                value = statistics_views(await dp.statistics(*args))
             elif method in ("shm_status", "cuda_shm_status"):
                 regions = await getattr(dp, method)(*args)
                 value = [RegionInfo(r.name, r.key, r.offset, r.byte_size) for r in regions]
@@ -359,23 +346,21 @@ class EngineServer:
                     arrays[in_name] = np.ndarray(shape, specs[in_name].datatype.dtype, view, payload[0])
                 else:  # travelled in the frame (BYTES, or the arena was full)
                     arrays[in_name] = payload
-            ireq = InferenceRequest(
-                model=mv,
-                inputs=arrays,
-                outputs=self._outputs(fe, mv, outputs),
-                batch_size=batch_size,
-                id=request_id,
-                parameters=parameters,
-                priority=priority,
-                timeout_us=timeout_us,
-                arrival_ns=time.monotonic_ns(),
-                future=reply,  # type: ignore[arg-type]  # a stand-in: see InferenceRequest.future
-                encode=fe.encode,  # type: ignore[arg-type]
+            ireq = engine_request(
+                mv,
+                arrays,
+                self._outputs(fe, mv, outputs),
+                batch_size,
+                request_id,
+                parameters,
+                priority,
+                timeout_us,
+                fe.encode,  # type: ignore[arg-type]  # (set at hello, before any request)
+                tracer=self.dataplane.tracer,
+                traceparent=traceparent,
+                future=reply,  # a stand-in for the scheduler's future: see InferenceRequest.future
                 tag=token,
             )
-            tracer = self.dataplane.tracer
-            if tracer.active:
-                ireq.trace = tracer.start(name, traceparent)
             if mv.decoupled:
                 loop = asyncio.get_running_loop()
                 ireq.emit = lambda encoded: loop.call_soon_threadsafe(fe.send, _emitted(token, encoded))

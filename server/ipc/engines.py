@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..engine.placement import PlacementError, engine_of_model
 from ..errors import InferenceError, StartupError, invalid_argument
+from .protocol import statistics_views
 from .remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve")
@@ -143,7 +144,7 @@ class EngineGroup:
         if config_json is None and name in self.placed:
             return self.placed[name]
         repository = self.dataplane.repository
-        found = repository._scan(owned_only=False)
+        found = repository.scan(owned_only=False)
         path = found.get(name)
         if path is None and config_json is None:
             return 0  # unknown: engine 0 answers with Triton's error
@@ -179,7 +180,7 @@ class EngineGroup:
                 return await self._routed(name, "statistics", args)
             views = list(await self._local("statistics", args))
             for r in self.remotes.values():
-                views += await r._call("statistics", *args)
+                views += await r.call("statistics", *args)
             return sorted(views, key=lambda v: (v.name, int(v.version_str)))
         if method in ("load", "unload"):
             name = args[0]
@@ -188,29 +189,29 @@ class EngineGroup:
                 self.placed[name] = index
             if index == 0:
                 return await getattr(dp, method)(*args)
-            return await self.remotes[index]._call(method, *args)
+            return await self.remotes[index].call(method, *args)
         if method == "shm_register":
             await dp.shm_register(*args)
             done = []
             try:
                 for r in self.remotes.values():
-                    await r._call("shm_register", *args)
+                    await r.call("shm_register", *args)
                     done.append(r)
             except BaseException:
                 for r in done:
-                    await r._call("shm_unregister", args[0])
+                    await r.call("shm_unregister", args[0])
                 await dp.shm_unregister(args[0])
                 raise
             return None
         if method == "shm_unregister":
             await dp.shm_unregister(*args)
             for r in self.remotes.values():
-                await r._call("shm_unregister", *args)
+                await r.call("shm_unregister", *args)
             return None
         if method in ("update_log_settings", "trace_settings") and not (method == "trace_settings" and args[0]):
             value = await getattr(dp, method)(*args)
             for r in self.remotes.values():
-                await r._call(method, *args)
+                await r.call(method, *args)
             return value
         if method == "trace_settings":
             return await self._routed(args[0], method, args)
@@ -218,28 +219,17 @@ class EngineGroup:
 
     async def _local(self, method: str, args: tuple):
         """Engine 0's own answer, in the form the EngineServer sends it."""
-        from .engine_server import StatisticsView
-
         if method == "statistics":
-            return [StatisticsView(mv.name, mv.version_str, mv.stats) for mv in await self.dataplane.statistics(*args)]
+            return statistics_views(await self.dataplane.statistics(*args))
         if method == "model_snapshot":
-            mv = await self.dataplane.model(*args)
-            return (
-                mv.name,
-                mv.version,
-                mv.uid,
-                mv.config.SerializeToString(),
-                mv._labels,
-                mv.version_dir,
-                mv.model_dir,
-            )
+            return (await self.dataplane.model(*args)).snapshot()
         return await getattr(self.dataplane, method)(*args)
 
     async def _routed(self, name: str, method: str, args: tuple):
         index = self._owner(name)
         if index == 0:
             return await self._local(method, args)
-        return await self.remotes[index]._call(method, *args)
+        return await self.remotes[index].call(method, *args)
 
     async def snapshot(self, name: str, version: str) -> tuple:
         """The model snapshot a frontend decodes against, and the engine that serves it."""
@@ -253,7 +243,7 @@ class EngineGroup:
         families = []
         for remote in self.remotes.values():
             try:
-                families += await remote._call("metric_families")
+                families += await remote.call("metric_families")
             except InferenceError as e:
                 log.warning("metrics of an engine process are missing from this scrape: %s", e.message)
         return families

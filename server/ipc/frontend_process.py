@@ -17,14 +17,16 @@ import os
 import signal
 import sys
 
+from fpgaserve.backends.hosting import start_process
+
 from ..app import ServerOptions
 from ..errors import StartupError
 from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
 from ..frontends.grpc_listener import GrpcListener
-from ..frontends.http import HttpFrontend, http_ssl_context
+from ..frontends.http import HttpFrontend
+from ..frontends.http_listener import http_ssl_context
 from ..log_settings import LogSettings
-from ..process_memory import keep_freed_memory
 from .remote import RemoteDataPlane
 
 log = logging.getLogger("fpgaserve.frontend")
@@ -113,20 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     config_path, socket_path, index, grpc_port, http_port = args[:5]
     engine_sockets = args[5].split(os.pathsep) if len(args) > 5 else []  # --engine-processes N > 1
-    # a fresh interpreter: the main process's malloc settings are not inherited
-    keep_freed_memory()
+    start_process()  # a fresh interpreter: the main process's settings are not inherited
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))
     options.grpc_port = int(grpc_port)
     options.http_port = int(http_port)
-    LogSettings(
-        options.log_verbose,
-        options.log_file,
-        options.log_format,
-        log_info=options.log_info,
-        log_warning=options.log_warning,
-        log_error=options.log_error,
-    )
+    LogSettings.from_options(options)
     try:
         return asyncio.run(serve(options, socket_path, int(index), engine_sockets))
     except KeyboardInterrupt:

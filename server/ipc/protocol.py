@@ -44,7 +44,18 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
+from collections import namedtuple
 from collections.abc import Callable
+
+# values of call results, pickled by reference to this module (which both ends import)
+RegionInfo = namedtuple("RegionInfo", "name key offset byte_size")
+StatisticsView = namedtuple("StatisticsView", "name version_str stats")
+
+
+def statistics_views(versions) -> list[StatisticsView]:
+    """ModelStatistics's versions (``DataPlane.statistics``) as the values the channel carries."""
+    return [StatisticsView(v.name, v.version_str, v.stats) for v in versions]
+
 
 _LEN = struct.Struct("<I")
 MAX_FRAME = 1 << 31  # a header with inline BYTES tensors can be large; INT32_MAX like gRPC

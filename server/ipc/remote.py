@@ -33,10 +33,9 @@ import numpy as np
 
 from ..dataplane.api import DataPlaneAPI, RegionStatus, ServerInfo, VersionStatistics
 from ..dataplane.tensors import WireRequest, normalize
-from ..engine.repository import ModelVersion
+from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput
 from ..errors import InferenceError, Status, unavailable
-from ..model_config import ModelConfig
 from ..shared_memory import SystemSharedMemoryManager
 from .arena import Arena, ArenaFull
 from .protocol import FrameChannel
@@ -275,7 +274,9 @@ class RemoteDataPlane(DataPlaneAPI):
             # the engine accepted it, so the object changed between the two opens
             log.warning("shared memory %s %s not mirrored: %s", op, args[0], e.message)
 
-    async def _call(self, method: str, *args) -> Any:
+    async def call(self, method: str, *args) -> Any:
+        """Call a data-plane method in the engine (one the engine's server allows): its result,
+        or its InferenceError. Engine 0 also calls the other engines' methods through this."""
         token = next(self._tokens)
         future = asyncio.get_running_loop().create_future()
         self._pending[token] = _Pending(future, (), None)
@@ -292,16 +293,16 @@ class RemoteDataPlane(DataPlaneAPI):
 
     # ------------------------------------------------------------------ the DataPlane API
     async def live(self) -> bool:
-        return await self._call("live")
+        return await self.call("live")
 
     async def ready(self) -> bool:
-        return not self.exiting and await self._call("ready")
+        return not self.exiting and await self.call("ready")
 
     async def model_ready(self, name: str, version: str = "") -> bool:
-        return not self.exiting and await self._call("model_ready", name, version)
+        return not self.exiting and await self.call("model_ready", name, version)
 
     async def server_metadata(self) -> ServerInfo:
-        return await self._call("server_metadata")
+        return await self.call("server_metadata")
 
     async def model(self, name: str, version: str = "") -> ModelVersion:
         key = (name, version)
@@ -320,21 +321,17 @@ class RemoteDataPlane(DataPlaneAPI):
 
     async def _fetch_snapshot(self, name: str, version: str) -> ModelVersion:
         generation = self._generation
-        value = await self._call("model_snapshot", name, version)
-        name_, number, uid, config_bytes, labels, version_dir, model_dir = value[:7]
-        snapshot = ModelVersion(name_, number, ModelConfig.FromString(config_bytes), version_dir, model_dir, labels)
-        snapshot.uid = uid
-        if len(value) > 7:  # --engine-processes N > 1: the engine that serves it
-            snapshot.engine = value[7]
+        value = await self.call("model_snapshot", name, version)
+        snapshot = ModelVersion.from_snapshot(value)
         if generation == self._generation:  # not if the repository changed meanwhile
             self._snapshots[(name, version)] = snapshot
         return snapshot
 
     async def ready_versions(self, name: str) -> list[int]:
-        return await self._call("ready_versions", name)
+        return await self.call("ready_versions", name)
 
     async def statistics(self, name: str = "", version: str = "") -> Sequence[VersionStatistics]:
-        return await self._call("statistics", name, version)
+        return await self.call("statistics", name, version)
 
     def check_accepting(self) -> None:
         if self.exiting:
@@ -414,38 +411,38 @@ class RemoteDataPlane(DataPlaneAPI):
 
     # ------------------------------------------------------------------ repository
     async def repository_index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
-        return await self._call("repository_index", ready_only)
+        return await self.call("repository_index", ready_only)
 
     async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
-        await self._call("load", name, config_json, files)
+        await self.call("load", name, config_json, files)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        await self._call("unload", name, unload_dependents)
+        await self.call("unload", name, unload_dependents)
 
     # ------------------------------------------------------------------ shared memory
     async def shm_status(self, name: str = "") -> Sequence[RegionStatus]:
-        return await self._call("shm_status", name)
+        return await self.call("shm_status", name)
 
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        await self._call("shm_register", name, key, offset, byte_size)
+        await self.call("shm_register", name, key, offset, byte_size)
 
     async def shm_unregister(self, name: str = "") -> None:
-        await self._call("shm_unregister", name)
+        await self.call("shm_unregister", name)
 
     async def cuda_shm_status(self, name: str = "") -> Sequence[RegionStatus]:
-        return await self._call("cuda_shm_status", name)
+        return await self.call("cuda_shm_status", name)
 
     async def cuda_shm_register(self) -> None:
-        await self._call("cuda_shm_register")
+        await self.call("cuda_shm_register")
 
     async def cuda_shm_unregister(self, name: str = "") -> None:
-        await self._call("cuda_shm_unregister", name)
+        await self.call("cuda_shm_unregister", name)
 
     # ------------------------------------------------------------------ settings
     async def update_log_settings(self, settings: dict) -> dict:
-        return await self._call("update_log_settings", settings)
+        return await self.call("update_log_settings", settings)
 
     async def trace_settings(
         self, model: str = "", settings: dict[str, list[str]] | None = None
     ) -> dict[str, list[str]]:
-        return await self._call("trace_settings", model, settings)
+        return await self.call("trace_settings", model, settings)

@@ -9,7 +9,7 @@ Read top to bottom as a batch flows:
 ``codecs.py``      element layouts the ABIs use (32-bit words, native ap_fixed, float32)
 ``cards.py``       one object per physical card: its xclbin, compute units, health, recovery
 ``runner.py``      one model instance on a compute unit: buffers, calls, timeouts
-``runtime/``       the card APIs: ``pyxrt`` (XRT's binding, the default) and PYNQ 3.0.1
+``runtime/``       the card APIs (``api.py``): XRT's C API (the default), ``pyxrt`` and PYNQ 3.0.1
 ``telemetry.py``   ``fpga_*`` and ``nv_gpu_*`` metrics of cards and emulated devices
 ``doctor.py``      ``fpgaserve doctor``: checks a host, its cards and a repository
 =================  ==========================================================================

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
-from ..fixed_point import FixedType, _quantize_f64, cast_f64, f64_capable, overflow_f64
+from ..fixed_point import FixedType, cast_f64, f64_capable, overflow_f64, quantize_f64
 from ..wide import Wide, mul
 from .dense import fast_from_raw
 from .maths import f32_map, f64_map, scaled_trunc, wrap32
@@ -29,9 +29,9 @@ def _select(cond: np.ndarray, a, b, out_t: FixedType):
 
 @register("relu")
 def build_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     if in_t.wide or out_t.wide:
-        m._wide_layer()
+        m.allow_wide()
         return (lambda x: out_t.cast(Wide.where(x > 0, x, 0), in_t)), out_t
 
     s = in_t.frac - out_t.frac
@@ -48,7 +48,7 @@ def build_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
         # range needs checking (one reduction, not cast_f64's two; calo_cnn's relu1 at 64 rows:
         # 51 -> 47 us)
         x *= scale
-        x = _quantize_f64(out_t, x)
+        x = quantize_f64(out_t, x)
         np.maximum(x, 0.0, out=x)
         if wrap_only and hi > out_t.raw_max and float(x.max(initial=0.0)) <= out_t.raw_max:
             return x
@@ -59,21 +59,21 @@ def build_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
 
 @register("linear")
 def build_linear(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     lo, hi = float(in_t.raw_min), float(in_t.raw_max)
     if in_t.wide or out_t.wide:
-        m._wide_layer()  # the cast takes and gives Wide raws
+        m.allow_wide()  # the cast takes and gives Wide raws
         return (lambda x: out_t.cast(x, in_t)), out_t
     return (lambda x: out_t.cast(x, in_t)), out_t, (lambda x: cast_f64(out_t, x, in_t.frac, lo, hi))
 
 
 @register("leaky_relu")
 def build_leaky_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    param_t = m._type(layer.template[1], layer)
-    out_t = m._type(layer.template[2], layer)
-    alpha_value = m._literal_arg(layer, 1, "alpha")
+    param_t = m.type_of(layer.template[1], layer)
+    out_t = m.type_of(layer.template[2], layer)
+    alpha_value = m.literal_arg(layer, 1, "alpha")
     alpha = int(param_t.from_float(np.array([alpha_value]))[0])
-    m._check_width(layer, in_t.width + param_t.width, "alpha * x")
+    m.check_width(layer, in_t.width + param_t.width, "alpha * x")
     frac = in_t.frac + param_t.frac
 
     def leaky(x):
@@ -190,9 +190,7 @@ def _shift_index(e: int, offset: int, sign: int):
     return index, index_f64
 
 
-def _lut_activation(
-    m: FixedPointModel, layer: Layer, in_t: FixedType, table: np.ndarray, table_t: FixedType, span: int
-):
+def lut_activation(m: FixedPointModel, layer: Layer, in_t: FixedType, table: np.ndarray, table_t: FixedType, span: int):
     """hls4ml's sigmoid/tanh indexing: index = int(x * N / span) + (span/2) * N / span, clamped.
 
     Returns ``(op, out_t, op_f64)``. The index saturates outside x in [-span/2, span/2), so
@@ -200,7 +198,7 @@ def _lut_activation(
     raws: over every raw of a narrow input (one gather), else over the unsaturated range
     (a subtraction and a gather), else, for a power-of-two N / span, the index by shifts. The
     element-by-element formula (``lut``) is kept for the rest and builds the tables."""
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     n = const_int(layer, "table_size")
     mul, den = _reduced(n << max(0, -in_t.frac), span << max(0, in_t.frac))
     scaled = scaled_trunc(layer, in_t.width, mul, den)
@@ -239,33 +237,33 @@ def _table_inputs(n: int, span: float) -> np.ndarray:
 
 @register("sigmoid")
 def build_sigmoid(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    table_t = m._cfg_type(layer, "table_t")
+    table_t = m.config_type(layer, "table_t")
     n = const_int(layer, "table_size")
     in_val = _table_inputs(n, 8.0)
     e = f32_map("expf", -in_val)
     val = (1.0 / (np.float32(1) + e).astype(np.float64)).astype(np.float32)  # 1.0 / float: double division
     table = table_t.from_float(val.astype(np.float64))
-    return _lut_activation(m, layer, in_t, table, table_t, 16)
+    return lut_activation(m, layer, in_t, table, table_t, 16)
 
 
 @register("tanh")
 def build_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    table_t = m._cfg_type(layer, "table_t")
+    table_t = m.config_type(layer, "table_t")
     n = const_int(layer, "table_size")
     in_val = _table_inputs(n, 4.0)
     table = table_t.from_float(f32_map("tanhf", in_val).astype(np.float64))
-    return _lut_activation(m, layer, in_t, table, table_t, 8)
+    return lut_activation(m, layer, in_t, table, table_t, 8)
 
 
 @register("softplus")
 def build_softplus(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    table_t = m._cfg_type(layer, "table_t")
+    table_t = m.config_type(layer, "table_t")
     n = const_int(layer, "table_size")
     in_val = _table_inputs(n, 8.0)
     # softplus_fcn_float: std::log(std::exp(float) + 1.) -> expf, then double log, returned as float
     e = f32_map("expf", in_val).astype(np.float64) + 1.0
     val = f64_map("log", e).astype(np.float32)
-    return _lut_activation(m, layer, in_t, table_t.from_float(val.astype(np.float64)), table_t, 16)
+    return lut_activation(m, layer, in_t, table_t.from_float(val.astype(np.float64)), table_t, 16)
 
 
 def _negative_lut(m: FixedPointModel, layer: Layer, in_t: FixedType):
@@ -361,20 +359,20 @@ def _with_branches(ref, in_t: FixedType, out_t: FixedType, pos, pos_f64, neg, ne
 
 @register("elu")
 def build_elu(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    table_t = m._cfg_type(layer, "table_t")
+    table_t = m.config_type(layer, "table_t")
     n = const_int(layer, "table_size")
     if len(layer.template) == 4:
-        param_t, out_t = m._type(layer.template[1], layer), m._type(layer.template[2], layer)
-        alpha_value = m._literal_arg(layer, 1, "alpha")
+        param_t, out_t = m.type_of(layer.template[1], layer), m.type_of(layer.template[2], layer)
+        alpha_value = m.literal_arg(layer, 1, "alpha")
         if param_t.integer_type:
-            alpha = int(param_t._int_from_float(np.array([alpha_value]))[0])
+            alpha = int(param_t.int_from_float(np.array([alpha_value]))[0])
             fa = 0
         else:
             alpha, fa = int(param_t.from_float(np.array([alpha_value]))[0]), param_t.frac
     else:
-        out_t, alpha, fa = m._type(layer.template[1], layer), 1, 0  # elu(data, res): alpha = 1.0
+        out_t, alpha, fa = m.type_of(layer.template[1], layer), 1, 0  # elu(data, res): alpha = 1.0
     table = table_t.from_float(_table_neg8(n, lambda v: v).astype(np.float64))
-    m._check_width(layer, table_t.width + max(1, abs(alpha).bit_length() + 1), "alpha * table")
+    m.check_width(layer, table_t.width + max(1, abs(alpha).bit_length() + 1), "alpha * table")
     index = _negative_lut(m, layer, in_t)
     neg_vals = out_t.from_raw(table * np.int64(alpha), table_t.frac + fa)
 
@@ -396,8 +394,8 @@ def build_elu(m: FixedPointModel, layer: Layer, in_t: FixedType):
 
 @register("selu")
 def build_selu(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    table_t = m._cfg_type(layer, "table_t")
-    out_t = m._type(layer.template[1], layer)
+    table_t = m.config_type(layer, "table_t")
+    out_t = m.type_of(layer.template[1], layer)
     n = const_int(layer, "table_size")
     lam_d, alpha_d = float("1.0507009873554804934193349852946"), float("1.6732632423543772848170429916717")
     table = table_t.from_float(_table_neg8(n, lambda v: lam_d * (alpha_d * v)).astype(np.float64))
@@ -408,8 +406,8 @@ def build_selu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     frac = in_t.frac + lam_t.frac
     if in_t.width + lam_t.width > 62 or out_t.wide:
         # auto-sized inputs (a Dense's accumulator): lambda * x on Wide raws
-        m._wide_layer()
-        m._check_width(layer, in_t.width + lam_t.width, "lambda * x", wide=True)
+        m.allow_wide()
+        m.check_width(layer, in_t.width + lam_t.width, "lambda * x", wide=True)
 
         def selu_wide(x):
             pos = out_t.from_raw(mul(x, lam), frac)
@@ -448,7 +446,7 @@ def _hard_params(m: FixedPointModel, layer: Layer) -> tuple[int, int, int, int]:
         if key not in statics:
             raise UnsupportedLayerError(f"{layer.describe()}: parameters.h defines no {layer.config_name}::{key}")
         ctype, value = statics[key]
-        t = m._type(ctype, layer)
+        t = m.type_of(ctype, layer)
         try:
             v = float(value.rstrip("fF"))
         except ValueError:
@@ -459,11 +457,11 @@ def _hard_params(m: FixedPointModel, layer: Layer) -> tuple[int, int, int, int]:
 
 @register("hard_sigmoid")
 def build_hard_sigmoid(m: FixedPointModel, layer: Layer, in_t: FixedType, tanh: bool = False):
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     slope, f_slope, shift, f_shift = _hard_params(m, layer)
     fp = f_slope + in_t.frac
     f = max(fp, f_shift)
-    m._check_width(layer, in_t.width + 17 + abs(f - fp) + abs(f - f_shift), "slope * x + shift")
+    m.check_width(layer, in_t.width + 17 + abs(f - fp) + abs(f - f_shift), "slope * x + shift")
     up_p, up_s = np.int64(f - fp), np.int64(f - f_shift)
     shift_raw, one = np.int64(shift) << up_s, np.int64(1) << np.int64(f)
 

@@ -36,7 +36,7 @@ def build_binary_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """+1 for data >= 0, -1 below; an ``ap_uint<1>`` result (QONNX's XNOR type) gets 1/0
     (``binary_cast``'s overload), any other res_T the cast of the ap_int<2> (-1 wraps or
     saturates in an unsigned type)."""
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     xnor = out_t.integer_type and not out_t.signed and out_t.width == 1  # std::is_same<res_T, ap_uint<1>>
     pos = _from_int(out_t, 1)
     neg = np.int64(0) if xnor else _from_int(out_t, -1)
@@ -67,8 +67,8 @@ def build_ternary_tanh(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """``2 * data`` is stored in data_T first (so it wraps or saturates by data_T's mode), then
     compared with 1 and -1; the comparisons are exact on raws: a raw exceeds the real ``c``
     exactly when it exceeds ``floor(c * 2**F)``."""
-    out_t = m._type(layer.template[1], layer)
-    m._check_width(layer, in_t.width + 1, "2 * x")
+    out_t = m.type_of(layer.template[1], layer)
+    m.check_width(layer, in_t.width + 1, "2 * x")
     f = in_t.frac
     t_pos = (1 << f) if f >= 0 else 0  # floor(+1 * 2**f)
     t_neg = -(1 << f) if f >= 0 else -1  # floor(-1 * 2**f)

@@ -47,8 +47,8 @@ def build_prelu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     zero bits: those are dropped from the integer multiplier (and from its fractional width)
     before the product, which keeps a wide param_T (hls4ml sets it to the input's precision,
     36 bits after an auto-sized Dense) inside int64 and often float64."""
-    param_t = m._type(layer.template[1], layer)
-    out_t = m._type(layer.template[2], layer)
+    param_t = m.type_of(layer.template[1], layer)
+    out_t = m.type_of(layer.template[2], layer)
     arg = layer.args[1]
     n_in = const_int(layer, "n_in")
     if arg not in layer.weights:
@@ -61,13 +61,13 @@ def build_prelu(m: FixedPointModel, layer: Layer, in_t: FixedType):
             f"{layer.describe()}: the slope array '{arg}' has {n_alpha} values but the layer reads {n_in} "
             "(hls4ml writes a shared PReLU slope as a single value; the firmware reads beyond it)"
         )
-    alpha = m._weights(layer, arg, param_t)
+    alpha = m.weight_raws(layer, arg, param_t)
     k = _trailing_zeros(alpha, param_t.frac)
     alpha_k = alpha >> np.int64(k)  # exact: every slope is a multiple of 2**k
     frac_k = param_t.frac - k  # >= 0, so the positive branch's multiplier 2**frac_k is an integer
     one = np.int64(1) << np.int64(frac_k)
     mult_bits = max(int(np.abs(alpha_k).max(initial=0)).bit_length(), frac_k + 1) + 1
-    m._check_width(layer, in_t.width + mult_bits, "alpha * x")
+    m.check_width(layer, in_t.width + mult_bits, "alpha * x")
     frac = in_t.frac + frac_k
 
     def prelu(x):
@@ -93,9 +93,9 @@ def build_thresholded_relu(m: FixedPointModel, layer: Layer, in_t: FixedType):
     The comparison is exact between the two fixed-point values: theta is moved to the input's
     grid as ``floor(theta * 2**F_in)`` (an integer raw ``x`` exceeds a real ``q`` exactly when it
     exceeds ``floor(q)``)."""
-    param_t = m._type(layer.template[1], layer)
-    out_t = m._type(layer.template[2], layer)
-    theta_value = m._literal_arg(layer, 1, "theta")
+    param_t = m.type_of(layer.template[1], layer)
+    out_t = m.type_of(layer.template[2], layer)
+    theta_value = m.literal_arg(layer, 1, "theta")
     try:
         theta = int(param_t.from_float(np.array([theta_value]))[0])
     except ValueError as e:

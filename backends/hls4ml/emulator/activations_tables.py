@@ -20,7 +20,7 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import FixedType
-from .activations import _lut_activation, domain_lookup
+from .activations import domain_lookup, lut_activation
 from .registry import register
 
 if TYPE_CHECKING:
@@ -45,12 +45,12 @@ def tabulate_domain(op, in_t: FixedType):
 
 @register("softsign")
 def build_softsign(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    """The sigmoid-style lookup (``_lut_activation``: a gather over the input's raws where the
+    """The sigmoid-style lookup (``lut_activation``: a gather over the input's raws where the
     index cannot wrap, so the index arithmetic runs once per raw at build time)."""
-    table_t = m._cfg_type(layer, "table_t")
+    table_t = m.config_type(layer, "table_t")
     n = const_int(layer, "table_size")
     table = table_t.from_float(softsign_table(n).astype(np.float64))
-    return _lut_activation(m, layer, in_t, table, table_t, 16)
+    return lut_activation(m, layer, in_t, table, table_t, 16)
 
 
 @register("unary_lut")
@@ -58,14 +58,14 @@ def build_unary_lut(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """``res = table[raw & (2**W - 1)]`` cast to res_T. The table is the weight array of the
     call (loaded as table_t, the type the function's signature requires). An input wider than
     the table's index range would read past the table, so it is refused."""
-    out_t = m._type(layer.template[1], layer)
-    table_t = m._cfg_type(layer, "table_t")
+    out_t = m.type_of(layer.template[1], layer)
+    table_t = m.config_type(layer, "table_t")
     n = const_int(layer, "table_size")
     arg = layer.args[2] if len(layer.args) > 2 else ""
     if arg not in layer.weights:
         raise UnsupportedLayerError(f"{layer.describe()}: no load_weights_from_txt call fills the table '{arg}'")
     _file, load_type, n_values = layer.weights[arg]
-    if m._type(load_type, layer) != table_t:
+    if m.type_of(load_type, layer) != table_t:
         raise UnsupportedLayerError(
             f"{layer.describe()}: the table '{arg}' is loaded as {load_type}, not {layer.config_name}::table_t"
         )
@@ -76,7 +76,7 @@ def build_unary_lut(m: FixedPointModel, layer: Layer, in_t: FixedType):
             f"{layer.describe()}: a {in_t.width}-bit input indexes up to {2**in_t.width} entries, "
             f"the table has {n} (the firmware would read past it)"
         )
-    values = out_t.cast(m._weights(layer, arg, table_t), table_t)
+    values = out_t.cast(m.weight_raws(layer, arg, table_t), table_t)
     values_f = values.astype(np.float64)
     mask = np.int64((1 << in_t.width) - 1)
 

@@ -45,9 +45,9 @@ def build_conv(m: FixedPointModel, layer: Layer, in_t: FixedType):
     n_filt = const_int(layer, "n_filt")
     consts = layer.config.get("consts", {})
     strategy = consts.get("strategy", "nnet::latency").split("::")[-1]
-    _, mult = m._sub_config(layer, "mult_config")
+    _, mult = m.sub_config(layer, "mult_config")
     for type_key in ("accum_t", "weight_t", "bias_t"):
-        if m._cfg_type(layer, type_key) != m._type(mult["types"].get(type_key, type_key), layer):
+        if m.config_type(layer, type_key) != m.type_of(mult["types"].get(type_key, type_key), layer):
             raise UnsupportedLayerError(f"{layer.describe()}: {type_key} differs between the layer and its mult_config")
     pixels, window = table.shape
     n_in_total = int(np.prod([const_int(layer, k) for k in _conv_in_dims(layer)]))
@@ -76,9 +76,9 @@ def build_conv(m: FixedPointModel, layer: Layer, in_t: FixedType):
     )
     padded = bool((table < 0).any())
     flat_index = np.where(table < 0, n_in_total, table).reshape(-1)
-    key = m._layer_key
-    layout = _band_layout(layer, table)
-    bands = _band_product(m, key, layout, lambda x: gather(x, 0.0)) if layout is not None else None
+    key = m.layer_key
+    layout = band_layout(layer, table)
+    bands = band_product(m, key, layout, lambda x: gather(x, 0.0)) if layout is not None else None
     built = build_dense(m, dense_layer, in_t, bands)
     op, out_t = built[0], built[1]
     fop = built[2] if len(built) > 2 else None
@@ -90,7 +90,7 @@ def build_conv(m: FixedPointModel, layer: Layer, in_t: FixedType):
         # np.take along axis 1 writes a C-contiguous (rows, pixels * window) array, so the
         # reshape is free; the float64 chain reuses one buffer (no page faults per call);
         # mode="clip" skips numpy's bounds checks (3x faster): the table was checked at build
-        out = m._buffer((key, "im2col"), (rows, flat_index.size)) if x.dtype == np.float64 else None
+        out = m.scratch((key, "im2col"), (rows, flat_index.size)) if x.dtype == np.float64 else None
         return np.take(x, flat_index, axis=1, out=out, mode="clip").reshape(rows * pixels, window)
 
     def conv(x):
@@ -114,7 +114,7 @@ def _conv_in_dims(layer: Layer) -> tuple[str, ...]:
     return ("in_width", "n_chan")
 
 
-def _band_layout(layer: Layer, table: np.ndarray) -> tuple[int, ...] | None:
+def band_layout(layer: Layer, table: np.ndarray) -> tuple[int, ...] | None:
     """(H, W, C, KH, KW, sh, sw, pt, pl, OH, OW, Hp, Wp) when the buffer filler's table is
     exactly a strided convolution of the input zero-padded by (pt, pl) at the top/left (a 1D
     convolution as H = 1), windows ordered (kh, kw, c) and pixels (oh, ow); None otherwise
@@ -144,7 +144,7 @@ def _band_layout(layer: Layer, table: np.ndarray) -> tuple[int, ...] | None:
     return h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, hp, wp
 
 
-def _band_product(m: FixedPointModel, key, layout: tuple[int, ...], windows) -> ProductFactory:
+def band_product(m: FixedPointModel, key, layout: tuple[int, ...], windows) -> ProductFactory:
     """The convolution's float64 sums by bands (module docstring). The output width is cut
     into tiles of ``tw`` columns, so a band spans the tile's input columns only (a full-width
     band multiplies mostly zeros): the smallest tile whose product has at least 8 columns
@@ -176,14 +176,14 @@ def _band_product(m: FixedPointModel, key, layout: tuple[int, ...], windows) -> 
             rows = x.shape[0]
             if pointwise:  # each pixel's window is the pixel: the input is the im2col matrix
                 return np.matmul(
-                    x.reshape(rows * h * w, c), wf, out=m._buffer((key, "windows"), (rows * h * w, n_filt))
+                    x.reshape(rows * h * w, c), wf, out=m.scratch((key, "windows"), (rows * h * w, n_filt))
                 )
             if rows < BAND_MIN_ROWS:
                 g = windows(x)
-                return np.matmul(g, wf, out=m._buffer((key, "windows"), (g.shape[0], n_filt)))
+                return np.matmul(g, wf, out=m.scratch((key, "windows"), (g.shape[0], n_filt)))
             if pad:
                 # zeros around the input: written when the buffer is made, the inside every call
-                xp = m._buffer((key, "padded"), (rows, hp, wp, c), fill=np.zeros(1))
+                xp = m.scratch((key, "padded"), (rows, hp, wp, c), fill=np.zeros(1))
                 xp[:, pt : pt + h, pl : pl + w, :] = x.reshape(rows, h, w, c)
             else:
                 xp = np.ascontiguousarray(x)
@@ -194,14 +194,14 @@ def _band_product(m: FixedPointModel, key, layout: tuple[int, ...], windows) -> 
                 src = np.ndarray(
                     (rows, tiles, hp, twin * c), np.float64, xp, 0, (row, tw * sw * c * item, wp * c * item, item)
                 )
-                xt = m._buffer((key, "tiles"), src.shape)
+                xt = m.scratch((key, "tiles"), src.shape)
                 np.copyto(xt, src)
                 strides = (hp * twin * c * item, sh * twin * c * item, tiles * hp * twin * c * item, item)
                 view = np.ndarray((tiles, oh, rows, kh * twin * c), np.float64, xt, 0, strides)
             else:
                 strides = (tw * sw * c * item, sh * wp * c * item, row, item)
                 view = np.ndarray((tiles, oh, rows, kh * twin * c), np.float64, xp, 0, strides)
-            out = m._buffer((key, "bands"), (rows, oh, tiles, tw * n_filt))
+            out = m.scratch((key, "bands"), (rows, oh, tiles, tw * n_filt))
             np.matmul(view, band, out=out.transpose(2, 1, 0, 3))
             return out.reshape(rows * oh * ow, n_filt)
 

@@ -88,10 +88,10 @@ def build_dense(m: FixedPointModel, layer: Layer, in_t: FixedType, product_f64: 
     from the float64 op's input in another order (e.g. without gathering windows). Used only
     where the sum is exact in float64 whatever the order (the linear path below)."""
     n_in, n_out = const_int(layer, "n_in"), const_int(layer, "n_out")
-    out_t = m._type(layer.template[1], layer)
-    w_t, b_t = m._cfg_type(layer, "weight_t"), m._cfg_type(layer, "bias_t")
-    w = m._weights(layer, layer.args[2], w_t)
-    b = m._weights(layer, layer.args[3], b_t)
+    out_t = m.type_of(layer.template[1], layer)
+    w_t, b_t = m.config_type(layer, "weight_t"), m.config_type(layer, "bias_t")
+    w = m.weight_raws(layer, layer.args[2], w_t)
+    b = m.weight_raws(layer, layer.args[3], b_t)
     if w.size != n_in * n_out or b.size != n_out:
         raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_in}x{n_out}")
     trip = _dense_triplets(m, layer, n_in, n_out)
@@ -167,7 +167,7 @@ def dense_from_arrays(
     product per real multiplication instead of a block-diagonal matrix ``groups`` times
     larger (whose per-input loops touch every zero block). ``buffer_key``: the key of the
     float64 path's scratch buffers (default: the layer's), for layers built of several denses."""
-    acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+    acc_t, w_t, b_t = (m.config_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
     w_raw = w
 
     def block_diagonal():
@@ -183,7 +183,7 @@ def dense_from_arrays(
         return block_diagonal()  # Wide raws have no grouped layout
     G = groups
     if not wide:
-        m._check_width(layer, in_t.width + w_t.width + 1, "the product")
+        m.check_width(layer, in_t.width + w_t.width + 1, "the product")
     wmat = np.zeros((n_in, n_out), np.int64)
     kmat = np.zeros((n_in, n_out), np.int64)
     used = np.zeros((n_in, n_out), np.int64)
@@ -231,7 +231,7 @@ def dense_from_arrays(
                 acc <<= shift
             acc += bias_lin
             if modular:
-                acc = acc_t._wrap(acc)
+                acc = acc_t.wrap(acc)
             return finish(acc)
 
         fop = None
@@ -255,7 +255,7 @@ def dense_from_arrays(
             for i, wrow, krow, mask in rows:
                 prod = quantize(x[:, i : i + 1] * wrow + krow)
                 acc += prod if mask is None else np.where(mask, prod, 0)
-            acc = acc_t._wrap(acc)
+            acc = acc_t.wrap(acc)
             return acc if (binary_cast is None and out_t == acc_t) else finish(acc)
 
         return dense_per_input, out_t
@@ -454,7 +454,7 @@ def _rounded_products(
                 acc &= wrap_mask
         out = acc.reshape(rows, groups * n_out).astype(np.int64)
         if modular and use_f64:
-            out = acc_t._wrap(out)
+            out = acc_t.wrap(out)
         return out if finish is None else finish(out)
 
     return dense_rounded
@@ -517,11 +517,11 @@ def _dense_wide(m: FixedPointModel, layer: Layer, wmat, bias_acc, in_t, acc_t, o
     accumulators): the linear form on Wide raws. x is cut into slices small enough that each
     slice's product with the weights is exact in float64 BLAS; the partial products are
     shifted into place and summed in two int64 limbs (``wide.py``)."""
-    m._wide_layer()
+    m.allow_wide()
     colsum = int(np.abs(wmat).sum(axis=0).max(initial=0))
     bits = in_t.width + max(1, colsum.bit_length()) + max(0, acc_t.frac - fp)
-    m._check_width(layer, bits, "the accumulated products", wide=True)
-    m._check_width(layer, acc_t.width + 1, "the accumulator plus bias", wide=True)
+    m.check_width(layer, bits, "the accumulated products", wide=True)
+    m.check_width(layer, acc_t.width + 1, "the accumulator plus bias", wide=True)
     if not linear:
         raise UnsupportedLayerError(
             f"{layer.describe()}: {acc_t} accumulating products of {fp} fractional bits in this "
@@ -610,7 +610,7 @@ def fast_from_raw(t: FixedType, frac: int, overflow: bool = True) -> Callable[[n
         else:
             q = raw
         if wrap:
-            return t._wrap(q) if overflow else q
+            return t.wrap(q) if overflow else q
         return np.clip(q, lo, hi)
 
     return cast
@@ -653,7 +653,7 @@ def _dense_f64(
         acc_lo, acc_hi = float(acc_t.raw_min), float(acc_t.raw_max)
     else:
         modular, acc_lo, acc_hi = False, lo, hi
-    key = m._layer_key if buffer_key is None else buffer_key
+    key = m.layer_key if buffer_key is None else buffer_key
     n_in, n_out = wf.shape
     product = product_f64(wf) if product_f64 is not None else None
 
@@ -669,7 +669,7 @@ def _dense_f64(
             if groups > 1:
                 x = x.reshape(rows * groups, n_in)
                 rows = x.shape[0]
-            acc = m._buffer(key, (rows, n_out))
+            acc = m.scratch(key, (rows, n_out))
             if rows >= 64 * n_out and not single_blas:
                 # multithreaded OpenBLAS is slow at tall, narrow products (a convolution's windows:
                 # a million rows times 18x4 weights, 10x slower than the same product transposed);
@@ -678,14 +678,14 @@ def _dense_f64(
                 # product is the faster one and needs no transposing copy back into acc: measured
                 # on 2 busy cores, 16000 x 47 @ 47 x 36 1.9 ms vs 6.0 ms + 0.4 ms copy, and a
                 # million rows times 18x4 22 ms vs 54 ms (2 BLAS threads: 56 vs 80 ms, 9x4 454 vs 51)
-                acc[...] = np.matmul(wf_t, x.T, out=m._buffer((key, "t"), (n_out, rows))).T
+                acc[...] = np.matmul(wf_t, x.T, out=m.scratch((key, "t"), (n_out, rows))).T
             else:
                 np.matmul(x, wf, out=acc)
             if groups > 1:
                 rows //= groups
                 acc = acc.reshape(rows, groups * n_out)
         # a bias row broadcast over a short inner axis is slow in numpy: add a full-size copy
-        acc += m._buffer((key, "bias"), (rows, groups * n_out), fill=bf)
+        acc += m.scratch((key, "bias"), (rows, groups * n_out), fill=bf)
         if modular:
             acc = overflow_f64(acc_t, acc)
         return cast_f64(out_t, acc, acc_t.frac, acc_lo, acc_hi)

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
 from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64
-from .conv import BAND_MIN_ROWS, _band_layout, _band_product
+from .conv import BAND_MIN_ROWS, band_layout, band_product
 from .registry import register
 
 #: up to this many channels the float64 path multiplies conv.py's bands with a block-diagonal
@@ -71,12 +71,12 @@ def check_depthwise(m: FixedPointModel, layer: Layer, in_t: FixedType) -> None:
             f"{layer.describe()}: depth multiplier {n_filt // max(n_chan, 1)} (n_filt {n_filt} != n_chan {n_chan}); "
             "hls4ml's depthwise C++ asserts a multiplier of 1"
         )
-    _, mult = m._sub_config(layer, "mult_config")
+    _, mult = m.sub_config(layer, "mult_config")
     product = mult.get("using", {}).get("product", "nnet::product::mult")
     if not product.endswith("product::mult"):
         raise UnsupportedLayerError(f"{layer.describe()}: product {product} is not supported (only product::mult)")
     for type_key in ("accum_t", "weight_t"):
-        if m._cfg_type(layer, type_key) != m._type(mult["types"].get(type_key, type_key), layer):
+        if m.config_type(layer, type_key) != m.type_of(mult["types"].get(type_key, type_key), layer):
             raise UnsupportedLayerError(f"{layer.describe()}: {type_key} differs between the layer and its mult_config")
     if in_t.integer_type and in_t.width == 1 and not in_t.signed:
         raise UnsupportedLayerError(f"{layer.describe()}: binary (ap_uint<1>) input is not supported")
@@ -99,16 +99,16 @@ def depthwise_from_table(m: FixedPointModel, layer: Layer, in_t: FixedType, tabl
     if table.max(initial=-1) >= n_in_total:
         raise UnsupportedLayerError(f"{layer.describe()}: buffer filler reads beyond the input")
 
-    out_t = m._type(layer.template[1], layer)
-    acc_t, w_t, b_t = (m._cfg_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
-    w = m._weights(layer, layer.args[2], w_t)
-    b = m._weights(layer, layer.args[3], b_t)
+    out_t = m.type_of(layer.template[1], layer)
+    acc_t, w_t, b_t = (m.config_type(layer, k) for k in ("accum_t", "weight_t", "bias_t"))
+    w = m.weight_raws(layer, layer.args[2], w_t)
+    b = m.weight_raws(layer, layer.args[3], b_t)
     if w.size != window or b.size != n_chan:
         raise UnsupportedLayerError(
             f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match {n_k}x{n_chan}/{n_chan}"
         )
-    m._check_width(layer, in_t.width + w_t.width, "the product")
-    m._check_width(layer, acc_t.width + 1, "the accumulator")
+    m.check_width(layer, in_t.width + w_t.width, "the product")
+    m.check_width(layer, acc_t.width + 1, "the accumulator")
     wk = w.reshape(n_k, n_chan)  # weights[k * n_chan + c]
     bias_acc = acc_t.cast(b, b_t)  # (accum_t) biases[c]
     fp, fa = in_t.frac + w_t.frac, acc_t.frac
@@ -122,13 +122,13 @@ def depthwise_from_table(m: FixedPointModel, layer: Layer, in_t: FixedType, tabl
     flat_index = np.where(index < 0, n_in_total, index).reshape(-1)
     n_res = pixels * n_chan
     w_rows = np.tile(wk, (1, pixels))  # (K, pixels * n_chan): weights broadcast over the pixels
-    key = m._layer_key
+    key = m.layer_key
 
     def gather(x, zero):
         rows = x.shape[0]
         if padded:
             x = np.concatenate([x, np.full((rows, 1), zero, dtype=x.dtype)], axis=1)
-        out = m._buffer((key, "window"), (rows, flat_index.size)) if x.dtype == np.float64 else None
+        out = m.scratch((key, "window"), (rows, flat_index.size)) if x.dtype == np.float64 else None
         # mode="clip" skips the bounds checks: the table was checked at build
         return np.take(x, flat_index, axis=1, out=out, mode="clip").reshape(rows, n_k, n_res)
 
@@ -155,7 +155,7 @@ def depthwise_from_table(m: FixedPointModel, layer: Layer, in_t: FixedType, tabl
             acc <<= shift
             acc += bias_res
             if modular:
-                acc = acc_t._wrap(acc)
+                acc = acc_t.wrap(acc)
             return out_t.cast(acc, acc_t)
 
         op = depthwise_linear
@@ -185,13 +185,13 @@ def depthwise_from_table(m: FixedPointModel, layer: Layer, in_t: FixedType, tabl
             else:
                 acc_lo, acc_hi, wrap = lo, hi, False
 
-            layout = _band_layout(layer, table) if n_chan <= BAND_MAX_CHANNELS else None
+            layout = band_layout(layer, table) if n_chan <= BAND_MAX_CHANNELS else None
             bands = None
             if layout is not None:
                 # the depthwise layer as a convolution whose filter c reads channel c only
                 block = np.zeros((n_k, n_chan, n_chan))
                 block[:, np.arange(n_chan), np.arange(n_chan)] = wk * 2.0 ** int(shift)
-                bands = _band_product(m, key, layout, None)(block.reshape(window, n_chan))
+                bands = band_product(m, key, layout, None)(block.reshape(window, n_chan))
 
             def depthwise_f64(x):
                 rows = x.shape[0]
@@ -199,8 +199,8 @@ def depthwise_from_table(m: FixedPointModel, layer: Layer, in_t: FixedType, tabl
                     acc = bands(x).reshape(rows, n_res)  # exact sums: the order is free
                 else:
                     g = gather(x, 0.0)
-                    acc = np.multiply(g[:, 0], wf[0], out=m._buffer(key, (rows, n_res)))
-                    tmp = m._buffer((key, "term"), acc.shape)
+                    acc = np.multiply(g[:, 0], wf[0], out=m.scratch(key, (rows, n_res)))
+                    tmp = m.scratch((key, "term"), acc.shape)
                     for k in range(1, n_k):
                         acc += np.multiply(g[:, k], wf[k], out=tmp)
                 acc += bf

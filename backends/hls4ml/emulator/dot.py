@@ -40,7 +40,7 @@ def accumulate(layer: Layer, acc_t: FixedType, frac: int, n: int, bound: int, ea
 
             def summed(t):
                 total = quantized(t).sum(axis=-1)
-                return acc_t._wrap(total) if modular else total
+                return acc_t.wrap(total) if modular else total
 
             return summed
 
@@ -62,16 +62,16 @@ def build_dot1d(m: FixedPointModel, layer: Layer, in_t: FixedType):
     mult[i]`` in order, ``res[0] = res_T(acc)`` (``nnet::cast`` with input1_T: dot_config
     has no weight_t, so an ap_uint<1> input1 would not compile). Only ``product::mult``
     (hls4ml picks another one for 1-bit xnor inputs only)."""
-    t1, t2 = m._in_types
+    t1, t2 = m.in_types
     product = layer.config.get("using", {}).get("product", "nnet::product::mult").split("::")[-1]
     if product != "mult":
         raise UnsupportedLayerError(f"{layer.describe()}: dot1d with product {product} is not supported")
     n = const_int(layer, "n_in")
     if const_int(layer, "n_out") != 1:
         raise UnsupportedLayerError(f"{layer.describe()}: dot1d with n_out != 1")
-    out_t = m._type(layer.template[2], layer)
-    acc_t = m._cfg_type(layer, "accum_t")
-    m._check_width(layer, t1.width + t2.width, "data1 * data2")
+    out_t = m.type_of(layer.template[2], layer)
+    acc_t = m.config_type(layer, "accum_t")
+    m.check_width(layer, t1.width + t2.width, "data1 * data2")
     frac = t1.frac + t2.frac
     acc = accumulate(layer, acc_t, frac, n, t1.max_abs_raw() * t2.max_abs_raw(), each_quantized=True)
 

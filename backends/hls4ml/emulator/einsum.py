@@ -61,17 +61,17 @@ def build_einsum_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if len(layer.args) != 4:
         raise UnsupportedLayerError(f"{layer.describe()}: einsum_dense without weights (distributed arithmetic)")
     L0, L1, C, n_inp = (const_int(layer, k) for k in ("n_free_data", "n_free_kernel", "n_contract", "n_inplace"))
-    dense_name, dense_cfg = m._sub_config(layer, "dense_conf")
+    dense_name, dense_cfg = m.sub_config(layer, "dense_conf")
     kernel = dense_cfg.get("using", {}).get("kernel", "")
     if not kernel.endswith("DenseLatency"):
         raise UnsupportedLayerError(f"{layer.describe()}: einsum_dense with dense kernel {kernel or '?'}")
     dense = Layer("dense", layer.name, layer.template, layer.args, dense_name, dense_cfg, weights=layer.weights)
     if const_int(dense, "n_in") != C or const_int(dense, "n_out") != L1:
         raise UnsupportedLayerError(f"{layer.describe()}: {dense_name} sizes differ from the einsum's")
-    out_t = m._type(layer.template[1], layer)
-    w_t, b_t = m._cfg_type(dense, "weight_t"), m._cfg_type(dense, "bias_t")
-    w = m._weights(layer, layer.args[2], w_t)
-    b = m._weights(layer, layer.args[3], b_t)
+    out_t = m.type_of(layer.template[1], layer)
+    w_t, b_t = m.config_type(dense, "weight_t"), m.config_type(dense, "bias_t")
+    w = m.weight_raws(layer, layer.args[2], w_t)
+    b = m.weight_raws(layer, layer.args[3], b_t)
     if w.size != n_inp * L1 * C or b.size != n_inp * L0 * L1:
         raise UnsupportedLayerError(f"{layer.describe()}: weight sizes {w.size}/{b.size} do not match the einsum")
     n_in, n_out = n_inp * L0 * C, n_inp * L0 * L1
@@ -83,7 +83,7 @@ def build_einsum_dense(m: FixedPointModel, layer: Layer, in_t: FixedType):
     ops, fops = [], []
     for i in range(n_inp):
         wi, bi = w[i * L1 * C : (i + 1) * L1 * C], b[i * L0 * L1 : (i + 1) * L0 * L1]
-        key = (m._layer_key, "inplace", i)  # each slice's own float64 buffers (its bias)
+        key = (m.layer_key, "inplace", i)  # each slice's own float64 buffers (its bias)
         built = dense_from_arrays(m, dense, in_t, out_t, wi, bi, C, L1, trip, cast_n_in=C, groups=L0, buffer_key=key)
         ops.append(built[0])
         fops.append(built[2] if len(built) > 2 else None)
@@ -111,14 +111,14 @@ def build_einsum(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """``accum_buf = 0; accum_buf += product(a, b)`` over the contracted index (each ``+=``
     quantizes the exact sum into accum_t), ``res_T(accum_buf)``, then the output transpose.
     Only ``product::mult`` (hls4ml picks another one for 1-bit xnor inputs only)."""
-    t0, t1 = m._in_types
+    t0, t1 = m.in_types
     product = layer.config.get("using", {}).get("product", "nnet::product::mult").split("::")[-1]
     if product != "mult":
         raise UnsupportedLayerError(f"{layer.describe()}: einsum with product {product} is not supported")
     L0, L1, C, n_inp = (const_int(layer, k) for k in ("n_free0", "n_free1", "n_contract", "n_inplace"))
-    out_t = m._type(layer.template[2], layer)
-    acc_t = m._cfg_type(layer, "accum_t")
-    m._check_width(layer, t0.width + t1.width, "data0 * data1")
+    out_t = m.type_of(layer.template[2], layer)
+    acc_t = m.config_type(layer, "accum_t")
+    m.check_width(layer, t0.width + t1.width, "data0 * data1")
     src0 = _transpose_table(m, layer, _typedef_conf(layer, "tpose_inp0_config"), n_inp * L0 * C)
     src1 = _transpose_table(m, layer, _typedef_conf(layer, "tpose_inp1_config"), n_inp * L1 * C)
     src_out = _transpose_table(m, layer, _typedef_conf(layer, "tpose_out_conf"), n_inp * L0 * L1)

@@ -27,9 +27,9 @@ def build_embedding(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if not in_t.integer_type:
         raise UnsupportedLayerError(f"{layer.describe()}: embedding indices of fixed-point type {in_t}")
     n_in, n_out, vocab = (const_int(layer, k) for k in ("n_in", "n_out", "vocab_size"))
-    out_t = m._type(layer.template[1], layer)
-    e_t = m._cfg_type(layer, "embeddings_t")
-    table = m._weights(layer, layer.args[2], e_t)
+    out_t = m.type_of(layer.template[1], layer)
+    e_t = m.config_type(layer, "embeddings_t")
+    table = m.weight_raws(layer, layer.args[2], e_t)
     if table.size != vocab * n_out:
         raise UnsupportedLayerError(f"{layer.describe()}: {table.size} embeddings, expected {vocab}x{n_out}")
     rows = out_t.cast(table, e_t).reshape(vocab, n_out)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
-from ..fixed_point import F64_EXACT, FixedType, _quantize_f64, cast_f64, f64_capable, overflow_f64
+from ..fixed_point import F64_EXACT, FixedType, cast_f64, f64_capable, overflow_f64, quantize_f64
 from .maths import trunc_div, wrap32
 from .registry import register
 
@@ -52,17 +52,17 @@ def _inv_sqrt_table(layer: Layer, table_t: FixedType, size: int, eps_pow10: int,
 
 @register("layernormalize")
 def build_layernorm(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    out_t = m._type(layer.template[1], layer)
-    acc_t, table_t = m._cfg_type(layer, "accum_t"), m._cfg_type(layer, "table_t")
-    s_t, b_t = m._cfg_type(layer, "scale_t"), m._cfg_type(layer, "bias_t")
+    out_t = m.type_of(layer.template[1], layer)
+    acc_t, table_t = m.config_type(layer, "accum_t"), m.config_type(layer, "table_t")
+    s_t, b_t = m.config_type(layer, "scale_t"), m.config_type(layer, "bias_t")
     n_in, seq_len = const_int(layer, "n_in"), const_int(layer, "seq_len")
     size = const_int(layer, "table_size")
     eps_pow10, range_pow2 = const_int(layer, "epsilon_power_of_10"), const_int(layer, "table_range_power2")
     if seq_len <= 0 or n_in % seq_len:
         raise UnsupportedLayerError(f"{layer.describe()}: n_in {n_in} is not a multiple of seq_len {seq_len}")
     dim = n_in // seq_len
-    scale = m._weights(layer, layer.args[2], s_t)
-    bias = m._weights(layer, layer.args[3], b_t)
+    scale = m.weight_raws(layer, layer.args[2], s_t)
+    bias = m.weight_raws(layer, layer.args[3], b_t)
     if scale.size < dim or bias.size < dim:
         raise UnsupportedLayerError(f"{layer.describe()}: scale/bias shorter than {dim}")
     scale, bias = scale[:dim], bias[:dim]
@@ -73,15 +73,15 @@ def build_layernorm(m: FixedPointModel, layer: Layer, in_t: FixedType):
         raise UnsupportedLayerError(f"{layer.describe()}: accum_t: {e}") from None
     fa = acc_t.frac
     # widths of the exact intermediates (all int64 maths)
-    m._check_width(layer, max(acc_t.width, in_t.width + max(0, fa - in_t.frac)) + 1, "sum + x")
-    m._check_width(layer, 2 * acc_t.width, "sum * k_inv, d * d")
+    m.check_width(layer, max(acc_t.width, in_t.width + max(0, fa - in_t.frac)) + 1, "sum + x")
+    m.check_width(layer, 2 * acc_t.width, "sum * k_inv, d * d")
     fprod = fa + table_t.frac + s_t.frac
     f = max(fprod, b_t.frac)
-    m._check_width(layer, acc_t.width + table_t.width + s_t.width + (f - fprod) + 1, "d * inv * scale + bias")
-    m._check_width(layer, b_t.width + (f - b_t.frac) + 1, "d * inv * scale + bias")
+    m.check_width(layer, acc_t.width + table_t.width + s_t.width + (f - fprod) + 1, "d * inv * scale + bias")
+    m.check_width(layer, b_t.width + (f - b_t.frac) + 1, "d * inv * scale + bias")
     # index = int(var * table_size * 2**range_pow2): truncation toward zero of an exact product
     mul = size << range_pow2
-    m._check_width(layer, acc_t.width + mul.bit_length(), "var * table_size")
+    m.check_width(layer, acc_t.width + mul.bit_length(), "var * table_size")
     scale_up, bias_up = np.int64(f - fprod), bias << np.int64(f - b_t.frac)
 
     def to_acc(x):
@@ -181,7 +181,7 @@ def build_layernorm(m: FixedPointModel, layer: Layer, in_t: FixedType):
         res *= scale_f
         res += bias_f
         if out_t.frac < f:
-            res = _quantize_f64(out_t, res)
+            res = quantize_f64(out_t, res)
         return overflow_f64(out_t, res).reshape(rows, n_in)
 
     return layernorm, out_t, layernorm_f64

@@ -25,8 +25,8 @@ def _merge_sizes(m: FixedPointModel, layer: Layer) -> tuple[int, int, int]:
 
 @register("add", "subtract", "multiply", "average", "maximum", "minimum")
 def build_merge(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    t1, t2 = m._in_types
-    out_t = m._type(layer.template[2], layer)
+    t1, t2 = m.in_types
+    out_t = m.type_of(layer.template[2], layer)
     n1, n2, n = _merge_sizes(m, layer)
     i1, i2 = np.arange(n) % n1, np.arange(n) % n2
     kind = layer.kind
@@ -36,7 +36,7 @@ def build_merge(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if bits > 62 or any(t.wide for t in (t1, t2, out_t)) or (kind == "multiply" and t1.width + t2.width > 62):
         return _merge_wide(m, layer, t1, t2, out_t, i1, i2, bits)
     if kind == "multiply":
-        m._check_width(layer, t1.width + t2.width, "data1 * data2")
+        m.check_width(layer, t1.width + t2.width, "data1 * data2")
         return (lambda a, b: out_t.from_raw(a[:, i1] * b[:, i2], t1.frac + t2.frac)), out_t
     if kind in ("add", "subtract", "average"):
         sign = np.int64(-1 if kind == "subtract" else 1)
@@ -60,13 +60,13 @@ def build_merge(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def _merge_wide(m: FixedPointModel, layer: Layer, t1, t2, out_t: FixedType, i1, i2, bits: int):
     """The merges whose values or products need more than 62 bits (hls4ml's auto-sized
     results): the same formulas on Wide raws (two int64 limbs, ``wide.py``)."""
-    m._wide_layer()
+    m.allow_wide()
     kind = layer.kind
     f = max(t1.frac, t2.frac)
     s1, s2 = f - t1.frac, f - t2.frac
-    m._check_width(layer, bits, "the merged values", wide=True)
+    m.check_width(layer, bits, "the merged values", wide=True)
     if kind == "multiply":
-        m._check_width(layer, t1.width + t2.width, "data1 * data2", wide=True)
+        m.check_width(layer, t1.width + t2.width, "data1 * data2", wide=True)
         if t1.wide and t2.wide:
             raise UnsupportedLayerError(f"{layer.describe()}: products of two types wider than 63 bits")
         return (lambda a, b: out_t.from_raw(mul_wide(a[:, i1], b[:, i2]), t1.frac + t2.frac)), out_t
@@ -102,8 +102,8 @@ def _merge_wide(m: FixedPointModel, layer: Layer, t1, t2, out_t: FixedType, i1, 
     "concatenate3d_2",
 )
 def build_concatenate(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    t1, t2 = m._in_types
-    out_t = m._type(layer.template[2], layer)
+    t1, t2 = m.in_types
+    out_t = m.type_of(layer.template[2], layer)
     kind = layer.kind
     dims = 1 if kind.startswith("concatenate1d") else 2 if kind.startswith("concatenate2d") else 3
     c = layer.config.get("consts", {})
@@ -122,7 +122,7 @@ def build_concatenate(m: FixedPointModel, layer: Layer, in_t: FixedType):
     lo1, hi1, lo2, hi2 = float(t1.raw_min), float(t1.raw_max), float(t2.raw_min), float(t2.raw_max)
 
     if any(t.wide for t in (t1, t2, out_t)):
-        m._wide_layer()  # the casts below take and give Wide raws; the result array follows out_t
+        m.allow_wide()  # the casts below take and give Wide raws; the result array follows out_t
 
     def concat(a, b):
         if not out_t.wide:

@@ -59,7 +59,7 @@ class FixedPointModel:
         self._steps: list[tuple[list[str], str, Op, Op | None]] = []
         self._ws = threading.local()  # per-thread preallocated buffers, see _buffer
         self._widest: int | None = None  # values in the widest array one row makes, see _chunk_rows
-        in_type = self._type(project.input.ctype, None)
+        in_type = self.type_of(project.input.ctype, None)
         if in_type.width > 53:
             raise UnsupportedLayerError(f"input type {in_type}: conversion from double beyond 53 bits is not emulated")
         self.input_type = in_type
@@ -75,14 +75,14 @@ class FixedPointModel:
                 )
             in_types = [types[name] for name in layer.inputs]
             for k, actual in enumerate(in_types):
-                declared = self._type(layer.template[k], layer)
+                declared = self.type_of(layer.template[k], layer)
                 if declared != actual:
                     raise UnsupportedLayerError(
                         f"{layer.describe()}: input type {declared} differs from the type of "
                         f"'{layer.inputs[k]}' ({actual})"
                     )
-            self._layer_key = index
-            self._in_types = in_types
+            self.layer_key = index
+            self.in_types = in_types
             self._wide_ok = False
             built = builder(self, layer, in_types[0])
             op, out_t = built[0], built[1]
@@ -130,7 +130,7 @@ class FixedPointModel:
             readers = [k for k, step in enumerate(self._steps) if a[1] in step[0]]
             if len(a[0]) != 1 or b[0] != [a[1]] or readers != [i + 1]:
                 continue
-            self._layer_key = i + 1  # the fused op's scratch buffers are the second layer's
+            self.layer_key = i + 1  # the fused op's scratch buffers are the second layer's
             fused = fusion(self, layers[i], layers[i + 1], step_types[i][0], step_types[i][1], a[3], b[3])
             if fused is not None:
                 self._steps[i] = (a[0], a[1], a[2], _pass_through)
@@ -165,7 +165,7 @@ class FixedPointModel:
                     env.pop(name, None)
         return env[self._steps[-1][1]]
 
-    def _buffer(self, key, shape: tuple[int, ...], fill: np.ndarray | None = None) -> np.ndarray:
+    def scratch(self, key, shape: tuple[int, ...], fill: np.ndarray | None = None) -> np.ndarray:
         """A float64 array owned by this model and thread, reused across calls of the same
         batch size: scratch space, or (``fill``) a constant broadcast to ``shape`` once."""
         bufs = getattr(self._ws, "bufs", None)
@@ -185,7 +185,7 @@ class FixedPointModel:
         return buf
 
     # ------------------------------------------------------------------ types
-    def _type(self, name: str, layer: Layer | None) -> FixedType:
+    def type_of(self, name: str, layer: Layer | None) -> FixedType:
         seen = set()
         text = name.strip()
         local = layer.config.get("types", {}) if layer is not None else {}
@@ -203,15 +203,15 @@ class FixedPointModel:
     # typedefs a config struct inherits from its nnet:: base when it does not override them
     _BASE_TYPES: ClassVar[dict[tuple[str, str], str]] = {("activ_config", "table_t"): "ap_fixed<18,8>"}
 
-    def _cfg_type(self, layer: Layer, key: str) -> FixedType:
+    def config_type(self, layer: Layer, key: str) -> FixedType:
         inherited = self._BASE_TYPES.get((layer.config.get("base", ""), key))
         if key not in layer.config.get("types", {}) and inherited is not None:
             return FixedType.parse(inherited)
         if key not in layer.config.get("types", {}):
             raise UnsupportedLayerError(f"{layer.describe()}: {layer.config_name} defines no {key}")
-        return self._type(key, layer)
+        return self.type_of(key, layer)
 
-    def _sub_config(self, layer: Layer, key: str) -> tuple[str, dict]:
+    def sub_config(self, layer: Layer, key: str) -> tuple[str, dict]:
         """The config struct a layer's config names as ``typedef <struct> <key>;`` (a conv's
         mult_config, an einsum's dense_conf, a recurrent layer's gate configs): its name and
         parsed contents; refused when parameters.h has no such struct."""
@@ -224,7 +224,7 @@ class FixedPointModel:
         return name, config
 
     @staticmethod
-    def _literal_arg(layer: Layer, index: int, what: str) -> float:
+    def literal_arg(layer: Layer, index: int, what: str) -> float:
         """A float literal the top function passes to the layer (leaky_relu's alpha,
         thresholded_relu's theta, ...), its C suffix dropped; refused when it is not one."""
         try:
@@ -233,7 +233,7 @@ class FixedPointModel:
             text = layer.args[index] if index < len(layer.args) else ""
             raise UnsupportedLayerError(f"{layer.describe()}: cannot read {what} '{text}'") from None
 
-    def _weights(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
+    def weight_raws(self, layer: Layer, arg: str, t: FixedType) -> np.ndarray:
         """The raws of a weight array as ``load_weights_from_txt`` fills it: ap_fixed reads
         each text as a double and converts it; ap_int reads it as an integer text."""
         if t.integer_type:
@@ -245,7 +245,7 @@ class FixedPointModel:
             raise UnsupportedLayerError(f"{layer.describe()}: weights '{arg}': {e}") from None
 
     @staticmethod
-    def _check_width(layer: Layer, bits: int, what: str, wide: bool = False) -> None:
+    def check_width(layer: Layer, bits: int, what: str, wide: bool = False) -> None:
         """Refuse an intermediate of ``bits`` bits: beyond 62 for int64 maths, beyond
         ``MAX_WIDTH`` for the Wide maths of builders that have them (``wide``)."""
         limit = MAX_WIDTH if wide else 62
@@ -255,7 +255,7 @@ class FixedPointModel:
                 + (f"{limit}-bit wide raws" if wide else "int64 raws")
             )
 
-    def _wide_layer(self) -> None:
+    def allow_wide(self) -> None:
         """Called by a builder whose ops take and give Wide raws (``wide.py``) wherever its
         input or output types are wider than 63 bits; any other builder meeting such a type
         is refused when the model is built."""
@@ -377,4 +377,4 @@ def _int_weights(layer: Layer, tokens: list[str], t: FixedType) -> np.ndarray:
             )
         value = int(m.group(2))
         raws.append(-value if m.group(1) else value)
-    return t._wrap(np.array(raws, dtype=np.int64))
+    return t.wrap(np.array(raws, dtype=np.int64))

@@ -40,10 +40,10 @@ def _thresholds(m: FixedPointModel, layer: Layer, in_t: FixedType, arg: str) -> 
     The C++ parameter is ``data_T threshold[]``, so the array must be of data_T (any other
     element type does not compile); it is read as its declared type, which must equal in_t."""
     declared = layer.weights.get(arg)
-    t = m._type(declared[1], layer) if declared is not None else in_t
+    t = m.type_of(declared[1], layer) if declared is not None else in_t
     if t != in_t:
         raise UnsupportedLayerError(f"{layer.describe()}: threshold '{arg}' of type {t}, the data is {in_t}")
-    raw = m._weights(layer, arg, t)
+    raw = m.weight_raws(layer, arg, t)
     n_in = const_int(layer, "n_in")
     n_filt_text = layer.config.get("consts", {}).get("n_filt", "-1").strip()
     n_filt = -1 if n_filt_text == "-1" else const_int(layer, "n_filt")
@@ -103,10 +103,10 @@ def build_normalize_quantized_tanh_stream(m: FixedPointModel, layer: Layer, in_t
     """The stream forms (nnet_batchnorm_stream.h) index the thresholds by ``i * size + j``
     (n_filt == -1: the position in the array) or ``j % n_filt`` (the position in the word):
     the io_parallel values when a word holds whole pixels, which is what hls4ml writes."""
-    from .streams import _pack
+    from .streams import stream_pack
 
     text = layer.config.get("consts", {}).get("n_filt", "-1").strip()
-    if text != "-1" and _pack(m, layer, 0) % const_int(layer, "n_filt"):
+    if text != "-1" and stream_pack(m, layer, 0) % const_int(layer, "n_filt"):
         raise UnsupportedLayerError(f"{layer.describe()}: stream words that split a pixel's channels")
     if layer.kind == "normalize_binary_tanh":
         return build_normalize_binary_tanh(m, layer, in_t)

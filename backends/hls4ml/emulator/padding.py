@@ -109,7 +109,7 @@ def _check_out(layer: Layer, name: str, actual: int, declared: int) -> None:
 def build_zeropad(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """Zero padding: the input as the window of a zeroed output (channels last or first, as
     the loops write)."""
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     if layer.kind.endswith("_cf") and out_t != in_t:
         # the _cf forms declare res as data_T: hls4ml's call only compiles with equal types
         raise UnsupportedLayerError(f"{layer.describe()}: channels-first padding from {in_t} to {out_t}")
@@ -139,7 +139,7 @@ def build_zeropad(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def build_cropping(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """Cropping: a window of the input. The C++ starts at crop_top/crop_left and copies
     out_height x out_width (the bottom/right crops are implicit), so those are what count."""
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     if layer.kind == "cropping1d_cl":
         w, c, left, ow = _consts(layer, "in_width", "n_chan", "crop_left", "out_width")
         h, top, oh = 1, 0, 1

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..firmware_graph import Layer, UnsupportedLayerError, const_int
-from ..fixed_point import FixedType, _quantize_f64, cast_f64
+from ..fixed_point import FixedType, cast_f64, quantize_f64
 from .registry import register, register_fusion
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def _strided_max(m: FixedPointModel, key, layout: tuple[int, ...], x: np.ndarray
     rows = x.shape[0]
     if (hp, wp) != (h, w) or pt or pl:
         # pad_val around the input: written when the buffer is made, the inside every call
-        xp = m._buffer((key, "pool_pad"), (rows, hp, wp, f), fill=np.array(pad))
+        xp = m.scratch((key, "pool_pad"), (rows, hp, wp, f), fill=np.array(pad))
         xp[:, pt : pt + h, pl : pl + w, :] = x.reshape(rows, h, w, f)
     else:
         xp = x.reshape(rows, h, w, f)
@@ -121,12 +121,12 @@ def _strided_max(m: FixedPointModel, key, layout: tuple[int, ...], x: np.ndarray
     if ph == 1:
         t = row_views[0]
     else:
-        t = m._buffer((key, "pool_rows"), (rows, oh, wp, f))
+        t = m.scratch((key, "pool_rows"), (rows, oh, wp, f))
         np.maximum(row_views[0], row_views[1], out=t)
         for v in row_views[2:]:
             np.maximum(t, v, out=t)
     col_views = [t[:, :, ll : ll + (ow - 1) * sw + 1 : sw] for ll in range(pw)]  # (rows, oh, ow, f)
-    y = m._buffer((key, "pool"), (rows, oh, ow, f))
+    y = m.scratch((key, "pool"), (rows, oh, ow, f))
     if pw == 1:
         np.copyto(y, col_views[0])
     else:
@@ -173,9 +173,9 @@ def fuse_relu_max_pool(
     scale = 2.0**-s
     if (hp, wp) != (h, w) or pt or pl or (s < 0 and float(max(in_t.raw_max, -in_t.raw_min)) * scale >= 2.0**52):
         return None
-    acc_t, out_t = m._cfg_type(pool, "accum_t"), m._type(pool.template[1], pool)
+    acc_t, out_t = m.config_type(pool, "accum_t"), m.type_of(pool.template[1], pool)
     finish = _max_finish(acc_t, out_t, mid_t, mid_t.raw_min if mid_t.signed else 1 << (mid_t.width - 1))
-    key, rmax = m._layer_key, float(mid_t.raw_max)
+    key, rmax = m.layer_key, float(mid_t.raw_max)
     saturates = mid_t.overflow in ("AP_SAT", "AP_SAT_SYM") and not mid_t.sat_bits
 
     def relu_max_pool(x):
@@ -183,7 +183,7 @@ def fuse_relu_max_pool(
         if s:
             y *= scale
         if s > 0:
-            y = _quantize_f64(mid_t, y)
+            y = quantize_f64(mid_t, y)
         np.maximum(y, 0.0, out=y)
         if float(y.max(initial=0.0)) > rmax:
             if not saturates:
@@ -195,8 +195,8 @@ def fuse_relu_max_pool(
 
 
 def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: bool = False):
-    out_t = m._type(layer.template[1], layer)
-    acc_t = m._cfg_type(layer, "accum_t")
+    out_t = m.type_of(layer.template[1], layer)
+    acc_t = m.config_type(layer, "accum_t")
     op_name = layer.config.get("consts", {}).get("pool_op", "nnet::Max").split("::")[-1]
     table, lengths = _pool_windows(m, layer, global_pool)
     padded = bool((table < 0).any())
@@ -211,7 +211,7 @@ def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: b
             y = np.take(xe, index, axis=1, mode="clip").max(axis=2)  # y = x[i] > y ? x[i] : y
             return out_t.cast(acc_t.cast(y, in_t), acc_t)
 
-        key = m._layer_key
+        key = m.layer_key
         columns = [np.ascontiguousarray(index[:, k]) for k in range(index.shape[1])]
         layout = None if global_pool else _strided_layout(layer, table)
 
@@ -225,8 +225,8 @@ def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: b
             shape = (x.shape[0], index.shape[0])
             # one window slot at a time: elementwise maxima of contiguous gathers beat a
             # reduction over a short last axis
-            y = np.take(xe, columns[0], axis=1, out=m._buffer((key, "pool"), shape), mode="clip")
-            tmp = m._buffer((key, "pool_slot"), shape)
+            y = np.take(xe, columns[0], axis=1, out=m.scratch((key, "pool"), shape), mode="clip")
+            tmp = m.scratch((key, "pool_slot"), shape)
             for col in columns[1:]:
                 np.maximum(y, np.take(xe, col, axis=1, out=tmp, mode="clip"), out=y)
             return y
@@ -235,7 +235,7 @@ def build_pool(m: FixedPointModel, layer: Layer, in_t: FixedType, global_pool: b
     if op_name != "Average":
         raise UnsupportedLayerError(f"{layer.describe()}: pool_op {op_name} is not supported")
     f = max(acc_t.frac, in_t.frac)
-    m._check_width(layer, max(acc_t.width + f - acc_t.frac, in_t.width + f - in_t.frac) + 1, "y + x")
+    m.check_width(layer, max(acc_t.width + f - acc_t.frac, in_t.width + f - in_t.frac) + 1, "y + x")
     sh_acc, sh_in = np.int64(f - acc_t.frac), np.int64(f - in_t.frac)
     den = lengths.astype(np.int64)
 

@@ -53,7 +53,7 @@ _RECR_ACTIVATIONS = ("relu", "sigmoid", "tanh")
 
 def _dense_step(m: FixedPointModel, layer: Layer, key: str, in_t: FixedType, out_t: FixedType, w: str, b: str):
     """``nnet::dense<in_t, out_t, CONFIG_T::<key>>`` as dense.py builds a top-level Dense."""
-    name, config = m._sub_config(layer, key)
+    name, config = m.sub_config(layer, key)
     sub = Layer("dense", layer.name, [str(in_t), str(out_t), name], ["", "", w, b], name, config)
     sub.weights = layer.weights
     op, got_t = BUILDERS["dense"](m, sub, in_t)[:2]
@@ -71,7 +71,7 @@ def _activation_step(m: FixedPointModel, layer: Layer, using: str, key: str, in_
             f"{layer.describe()}: {using} = '{target}': nnet_recr_activations.h defines only "
             f"{', '.join(_RECR_ACTIVATIONS)} (hls4ml cannot compile another)"
         )
-    name, config = m._sub_config(layer, key)
+    name, config = m.sub_config(layer, key)
     sub = Layer(kind, layer.name, [str(in_t), str(out_t), name], [], name, config)
     op, got_t = BUILDERS[kind](m, sub, in_t)[:2]
     if got_t != out_t:
@@ -91,8 +91,8 @@ def build_recurrent(m: FixedPointModel, layer: Layer, in_t: FixedType):
         raise UnsupportedLayerError(
             f"{layer.describe()}: only the call without initial states (data, res, w, wr, b, br) is emulated"
         )
-    res_t = m._type(layer.template[1], layer)
-    acc_t = m._cfg_type(layer, "accum_t")
+    res_t = m.type_of(layer.template[1], layer)
+    acc_t = m.config_type(layer, "accum_t")
     n_mult = 4 if lstm else 3
     n_in, n_state = const_int(layer, "n_in"), const_int(layer, "n_state")
     n_seq, n_seq_out = const_int(layer, "n_sequence"), const_int(layer, "n_sequence_out")
@@ -126,7 +126,7 @@ def build_recurrent(m: FixedPointModel, layer: Layer, in_t: FixedType):
         one_z = (1 << f_one) + (a_max << (f_one - fa))
         terms = [(a_max * one_z, fa + f_one), (r_max * a_max, fr + fa)]  # h~ * (1 - z), h * z
     f_mix = max(f for _, f in terms)
-    m._check_width(layer, sum(v << (f_mix - f) for v, f in terms).bit_length() + 1, "the state update")
+    m.check_width(layer, sum(v << (f_mix - f) for v, f in terms).bit_length() + 1, "the state update")
     n = n_state
     # the casts of the step (the accumulator's, and the state's from the products' grid)
     acc_sum, state = fast_from_raw(acc_t, fa), fast_from_raw(res_t, f_mix)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # reshapes and merges
 @register("transpose")
 def build_transpose(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     arrays = m.graph.arrays
     to_shape = arrays.get(f"{layer.config_name}_to_shape")
     strides = arrays.get(f"{layer.config_name}_perm_strides")

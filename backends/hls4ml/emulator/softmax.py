@@ -28,7 +28,7 @@ def _real_from_idx(t: FixedType, size: int) -> np.ndarray:
     """softmax_real_val_from_idx: (float) of the value whose top bits are the index."""
     n_bits = ceillog2(size)
     pattern = np.arange(size, dtype=np.int64) << np.int64(t.width - n_bits)
-    raw = t._wrap(pattern)
+    raw = t.wrap(pattern)
     return t.to_float32(raw)
 
 
@@ -72,7 +72,7 @@ def build_softmax(m: FixedPointModel, layer: Layer, in_t: FixedType):
 
 def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
     """nnet::softmax on rows of ``n`` values."""
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     consts = layer.config.get("consts", {})
     impl = consts.get("implementation", "nnet::softmax_implementation::latency").split("::")[-1]
     if impl == "argmax":
@@ -88,11 +88,11 @@ def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
         return _softmax_legacy(m, layer, in_t, out_t, n)
     if impl not in ("latency", "stable"):
         raise UnsupportedLayerError(f"{layer.describe()}: softmax implementation '{impl}' is not supported")
-    exp_t, inv_t = m._cfg_type(layer, "exp_table_t"), m._cfg_type(layer, "inv_table_t")
-    acc_t, inv_inp_t = m._cfg_type(layer, "accum_t"), m._cfg_type(layer, "inv_inp_t")
+    exp_t, inv_t = m.config_type(layer, "exp_table_t"), m.config_type(layer, "inv_table_t")
+    acc_t, inv_inp_t = m.config_type(layer, "accum_t"), m.config_type(layer, "inv_inp_t")
     n_exp, n_inv = const_int(layer, "exp_table_size"), const_int(layer, "inv_table_size")
     exp_scale = np.float32(float(consts.get("exp_scale", "1.0").rstrip("fF")))
-    norm_t = m._cfg_type(layer, "inp_norm_t") if impl == "stable" else in_t
+    norm_t = m.config_type(layer, "inp_norm_t") if impl == "stable" else in_t
     bits_exp, bits_inv = ceillog2(n_exp), ceillog2(n_inv)
     if norm_t.width < bits_exp or inv_inp_t.width < bits_inv:
         raise UnsupportedLayerError(f"{layer.describe()}: softmax table larger than its index type")
@@ -103,8 +103,8 @@ def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
     with np.errstate(divide="ignore"):
         inv_vals = (np.float32(1) / _real_from_idx(inv_inp_t, n_inv)).astype(np.float32)
     inv_table = inv_t.from_float(inv_vals.astype(np.float64))
-    m._check_width(layer, acc_t.width + inv_t.width, "exp * inverse")
-    m._check_width(layer, in_t.width + 1, "x_max - x")
+    m.check_width(layer, acc_t.width + inv_t.width, "exp * inverse")
+    m.check_width(layer, in_t.width + 1, "x_max - x")
     fres = acc_t.frac + inv_t.frac
 
     def reduce_add(cols: list[np.ndarray]) -> np.ndarray:
@@ -179,7 +179,7 @@ def _softmax_1d(m: FixedPointModel, layer: Layer, in_t: FixedType, n: int):
 
 
 def _softmax_legacy(m: FixedPointModel, layer: Layer, in_t: FixedType, out_t: FixedType, n: int):
-    table_t = m._cfg_type(layer, "table_t")
+    table_t = m.config_type(layer, "table_t")
     n_exp, n_inv = const_int(layer, "exp_table_size"), const_int(layer, "inv_table_size")
     ii = np.arange(n_exp, dtype=np.float64)
     in_val = (2 * 8.0 * (ii - float(n_exp) / 2.0) / float(n_exp)).astype(np.float32)

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from .model import FixedPointModel
 
 
-def _pack(m: FixedPointModel, layer: Layer, k: int) -> int:
+def stream_pack(m: FixedPointModel, layer: Layer, k: int) -> int:
     """Values per stream word of template argument ``k`` (an io_stream array type)."""
     name = layer.template[k].strip()
     if name not in m.graph.packs:
@@ -72,12 +72,12 @@ def _cast(in_t: FixedType, out_t: FixedType):
 @register_stream("clone_stream", "repack_stream")
 def build_copy(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """out[j] = in[j] in the output's value type; a repack only regroups the words."""
-    return _cast(in_t, m._type(layer.template[1], layer))
+    return _cast(in_t, m.type_of(layer.template[1], layer))
 
 
 @register_stream("zeropad1d_cl", "zeropad2d_cl")
 def build_zeropad(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     n_chan = const_int(layer, "n_chan")
     iw, pl, pr = const_int(layer, "in_width"), const_int(layer, "pad_left"), const_int(layer, "pad_right")
     if layer.kind == "zeropad2d_cl":
@@ -89,7 +89,7 @@ def build_zeropad(m: FixedPointModel, layer: Layer, in_t: FixedType):
     if declared != (oh, ow):
         raise UnsupportedLayerError(f"{layer.describe()}: output {declared} is not the padded input {(oh, ow)}")
     for k in (0, 1):
-        if _pack(m, layer, k) != n_chan:
+        if stream_pack(m, layer, k) != n_chan:
             raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than n_chan values")
     n_in = ih * iw * n_chan
     # output position -> input index, n_in = a zero (fill_zero writes 0 in the result type)
@@ -204,11 +204,11 @@ def _gather(m: FixedPointModel, table: np.ndarray, tag: str):
     """x (rows, n_in) -> (rows * pixels, window): the windows, one row per output pixel."""
     pixels, window = table.shape
     flat = np.ascontiguousarray(table.reshape(-1))
-    key = m._layer_key
+    key = m.layer_key
 
     def gather(x):
         rows = x.shape[0]
-        out = m._buffer((key, tag), (rows, flat.size)) if x.dtype == np.float64 else None
+        out = m.scratch((key, tag), (rows, flat.size)) if x.dtype == np.float64 else None
         return np.take(x, flat, axis=1, out=out, mode="clip").reshape(rows * pixels, window)
 
     return gather
@@ -225,7 +225,7 @@ def _stream_windows(m: FixedPointModel, layer: Layer, n_out_chan: int) -> np.nda
     ``pixels`` table; a pointwise convolution multiplies the input pixels whose row and
     column are multiples of the strides (``pointwise_conv_*_cl`` reads and drops the rest)."""
     ih, iw, n_chan, fh, fw, sh, sw, oh, ow = _geometry(layer, "filt")
-    if _pack(m, layer, 0) != n_chan or _pack(m, layer, 1) != n_out_chan:
+    if stream_pack(m, layer, 0) != n_chan or stream_pack(m, layer, 1) != n_out_chan:
         raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
     if layer.kind.startswith("pointwise_"):
         if (fh, fw) != (1, 1):
@@ -253,7 +253,7 @@ def build_depthwise_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """Each emitted window through ``DepthwiseDenseLatency``: the products and per-channel sums
     of the io_parallel depthwise convolution, so depthwise.py computes them."""
     check_depthwise(m, layer, in_t)
-    _, mult = m._sub_config(layer, "mult_config")
+    _, mult = m.sub_config(layer, "mult_config")
     kernel = mult.get("using", {}).get("kernel", "")
     if not kernel.startswith("nnet::DepthwiseDenseLatency"):
         # the resource kernels add the products in another order, which a saturating or
@@ -268,7 +268,7 @@ def build_conv_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     mult_config's dense kernel."""
     n_filt = const_int(layer, "n_filt")
     table = _stream_windows(m, layer, n_filt)
-    mult_name, mult = m._sub_config(layer, "mult_config")
+    mult_name, mult = m.sub_config(layer, "mult_config")
     window = table.shape[1]
     dense_layer = Layer(
         "dense",
@@ -308,15 +308,15 @@ def _tree(cols: list, op):
 
 @register_stream("pooling1d_cl", "pooling2d_cl")
 def build_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
-    out_t = m._type(layer.template[1], layer)
-    acc_t = m._cfg_type(layer, "accum_t")
+    out_t = m.type_of(layer.template[1], layer)
+    acc_t = m.config_type(layer, "accum_t")
     impl = layer.config.get("consts", {}).get("implementation", "nnet::conv_implementation::linebuffer")
     if impl.split("::")[-1] not in ("linebuffer", "encoded"):
         raise UnsupportedLayerError(f"{layer.describe()}: pooling implementation '{impl}' is not supported")
     ih, iw, n_filt, ph, pw, sh, sw, oh, ow = _geometry(layer, "pool")
     if (ph, pw) != (sh, sw):
         raise UnsupportedLayerError(f"{layer.describe()}: pool {ph}x{pw} != stride {sh}x{sw} (the C++ asserts it)")
-    if _pack(m, layer, 0) != n_filt or _pack(m, layer, 1) != n_filt:
+    if stream_pack(m, layer, 0) != n_filt or stream_pack(m, layer, 1) != n_filt:
         raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
     op_name = layer.config.get("consts", {}).get("pool_op", "nnet::Max").split("::")[-1]
     if op_name not in ("Max", "Average"):
@@ -327,7 +327,7 @@ def build_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     n = ph * pw
     idx = table.reshape(oh * ow, n, n_filt).transpose(0, 2, 1).reshape(oh * ow * n_filt, n)
     cols = [np.ascontiguousarray(idx[:, k]) for k in range(n)]
-    m._check_width(layer, max(acc_t.width, in_t.width) + 2, "the pooled values")
+    m.check_width(layer, max(acc_t.width, in_t.width) + 2, "the pooled values")
     fa = acc_t.frac
 
     if op_name == "Max":
@@ -373,7 +373,7 @@ def _monotone_cast(acc_t: FixedType, in_t: FixedType) -> bool:
 
 
 def _max_pool_cast_last(m: FixedPointModel, cols: list[np.ndarray], in_t: FixedType, acc_t, out_t):
-    key = m._layer_key
+    key = m.layer_key
 
     def max_pool(x):
         y = x[:, cols[0]]
@@ -386,8 +386,8 @@ def _max_pool_cast_last(m: FixedPointModel, cols: list[np.ndarray], in_t: FixedT
 
     def max_pool_f64(x):
         shape = (x.shape[0], cols[0].size)
-        y = np.take(x, cols[0], axis=1, out=m._buffer((key, "pool"), shape), mode="clip")
-        tmp = m._buffer((key, "slot"), shape)
+        y = np.take(x, cols[0], axis=1, out=m.scratch((key, "pool"), shape), mode="clip")
+        tmp = m.scratch((key, "slot"), shape)
         for c in cols[1:]:
             np.maximum(y, np.take(x, c, axis=1, out=tmp, mode="clip"), out=y)
         y = cast_f64(acc_t, y, in_t.frac, lo, hi)
@@ -401,18 +401,18 @@ def build_global_pool_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """A running maximum (from accum_t's most negative value, ``hls::numeric_limits::min``) or
     a running sum in accum_t over the pixels in stream order, each value assigned to accum_t
     first; an average divides the sum by in_height * in_width (C division toward zero)."""
-    out_t = m._type(layer.template[1], layer)
-    acc_t = m._cfg_type(layer, "accum_t")
+    out_t = m.type_of(layer.template[1], layer)
+    acc_t = m.config_type(layer, "accum_t")
     n_filt = const_int(layer, "n_filt")
     if layer.kind == "global_pooling2d_cl":
         n = const_int(layer, "in_height") * const_int(layer, "in_width")
     else:
         n = const_int(layer, "n_in")
-    if _pack(m, layer, 0) != n_filt or _pack(m, layer, 1) != n_filt:
+    if stream_pack(m, layer, 0) != n_filt or stream_pack(m, layer, 1) != n_filt:
         raise UnsupportedLayerError(f"{layer.describe()}: stream words of other than one pixel")
     op_name = layer.config.get("consts", {}).get("pool_op", "nnet::Max").split("::")[-1]
     fa = acc_t.frac
-    m._check_width(layer, max(acc_t.width, in_t.width) + 2, "the pooled values")
+    m.check_width(layer, max(acc_t.width, in_t.width) + 2, "the pooled values")
     cols = [np.arange(n_filt) + p * n_filt for p in range(n)]
     if op_name == "Max":
         init = np.int64(acc_t.raw_min)
@@ -445,7 +445,7 @@ def build_normalize_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
     from .normalization import build_normalize
 
     text = layer.config.get("consts", {}).get("n_filt", "-1").strip()
-    if text != "-1" and _pack(m, layer, 0) % const_int(layer, "n_filt"):
+    if text != "-1" and stream_pack(m, layer, 0) % const_int(layer, "n_filt"):
         raise UnsupportedLayerError(f"{layer.describe()}: stream words that split a pixel's channels")
     return build_normalize(m, layer, in_t)
 
@@ -459,7 +459,7 @@ def build_transpose_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
 
     if const_int(layer, "dims") == 2:
         to_shape = m.graph.arrays.get(f"{layer.config_name}_to_shape") or []
-        if len(to_shape) != 2 or _pack(m, layer, 1) != to_shape[1]:
+        if len(to_shape) != 2 or stream_pack(m, layer, 1) != to_shape[1]:
             raise UnsupportedLayerError(f"{layer.describe()}: 2-D stream transpose with words of other than a row")
     return build_transpose(m, layer, in_t)
 
@@ -468,10 +468,10 @@ def build_transpose_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
 def build_broadcast(m: FixedPointModel, layer: Layer, in_t: FixedType):
     """broadcast_stream_1x1xC: each input word written n_dupl times (its first res_T::size
     values); broadcast_stream_HxWx1: each input word's first value filling a whole word."""
-    out_t = m._type(layer.template[1], layer)
+    out_t = m.type_of(layer.template[1], layer)
     ih, iw, ic = (const_int(layer, k) for k in ("in_height", "in_width", "in_chan"))
     oh, ow, oc = (const_int(layer, k) for k in ("out_height", "out_width", "out_chan"))
-    d, r = _pack(m, layer, 0), _pack(m, layer, 1)
+    d, r = stream_pack(m, layer, 0), stream_pack(m, layer, 1)
     words = ih * iw * ic // d
     if ih == 1 and iw == 1 and ic == oc:
         n_dupl = oh * ow * oc // (ih * iw * ic)
@@ -495,8 +495,8 @@ def build_softmax_stream(m: FixedPointModel, layer: Layer, in_t: FixedType):
         raise UnsupportedLayerError(
             f"{layer.describe()}: stream softmax implementation '{impl}' is not emulated (its tables differ)"
         )
-    pack, n = _pack(m, layer, 0), const_int(layer, "n_in")
-    if _pack(m, layer, 1) != pack or n % pack:
+    pack, n = stream_pack(m, layer, 0), const_int(layer, "n_in")
+    if stream_pack(m, layer, 1) != pack or n % pack:
         raise UnsupportedLayerError(f"{layer.describe()}: input and output words of different sizes")
     word = Layer(
         layer.kind,

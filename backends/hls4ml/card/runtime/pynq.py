@@ -42,7 +42,7 @@ import numpy as np
 
 from ....base import BackendError
 from ..axlf import ComputeUnit, Kernel, KernelArg, Xclbin, read_uuid
-from . import (
+from .api import (
     CardApi,
     CardDevice,
     ComputeUnitHandle,

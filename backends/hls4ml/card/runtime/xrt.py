@@ -44,7 +44,7 @@ import numpy as np
 
 from ....base import BackendError
 from ..axlf import ComputeUnit, Kernel, KernelArg, Xclbin
-from . import (
+from .api import (
     CardApi,
     CardDevice,
     ComputeUnitHandle,
@@ -118,7 +118,9 @@ class XrtApi(CardApi):
         return "unknown"
 
 
-def _hex_uuid(text: str) -> str:
+def hex_uuid(text: str) -> str:
+    """A UUID as XRT prints it (any case, dashes or not) as bare lower-case hex; "" for none
+    (all zeros): the form the runtimes compare xclbin and interface UUIDs in."""
     digits = "".join(c for c in str(text).lower() if c in "0123456789abcdef")
     return "" if not digits.strip("0") else digits
 
@@ -148,13 +150,13 @@ class XrtDevice(CardDevice):
         self._uuid = None
         self.bdf = self._info("bdf")
         self.shell = self._info("name")
-        self.interface_uuid = _hex_uuid(self._info("interface_uuid"))
+        self.interface_uuid = hex_uuid(self._info("interface_uuid"))
 
     def loaded_uuid(self) -> str:
         if self._dev is None:
             return ""
         try:
-            return _hex_uuid(self._dev.get_xclbin_uuid().to_string())
+            return hex_uuid(self._dev.get_xclbin_uuid().to_string())
         except RuntimeError:
             return ""
 

@@ -56,7 +56,7 @@ import numpy as np
 
 from ....base import BackendError
 from ..axlf import ComputeUnit, Kernel, KernelArg, Xclbin
-from . import (
+from .api import (
     CardApi,
     CardDevice,
     ComputeUnitHandle,
@@ -257,9 +257,9 @@ class XrtCDevice(CardDevice):
                 log.debug("card %d: pyxrt cannot open it for queries: %s", self.index, e)
         self.bdf = self._info("bdf")
         self.shell = self._info("name")
-        from .xrt import _hex_uuid
+        from .xrt import hex_uuid
 
-        self.interface_uuid = _hex_uuid(self._info("interface_uuid"))
+        self.interface_uuid = hex_uuid(self._info("interface_uuid"))
 
     def _info(self, key: str) -> str:
         from .xrt import device_info

@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass
 
 from ..errors import InferenceError, unavailable
+from .instance import ModelInstance
 from .request import InferenceRequest
-from .scheduler import ModelInstance, Scheduler, resolve
+from .scheduler import Scheduler, resolve
 
 _IDLE_WAKEUP_S = 0.5  # Triton's batcher thread wakes at least this often
 

@@ -32,8 +32,10 @@ from fpgaserve.protos import inference as pb
 
 from .. import datatypes
 from ..errors import invalid_argument
+from .instance import ModelInstance
 from .request import InferenceRequest
-from .scheduler import ModelInstance, Scheduler, Wakeup
+from .scheduler import Scheduler
+from .wakeup import Wakeup
 
 _IDLE_WAKEUP_S = 0.5
 _Kind = pb.ModelSequenceBatching.Control.Kind

@@ -1,4 +1,4 @@
-"""An hls4ml model's instances in instance processes (``server/engine/instance_process.py``).
+"""An hls4ml model's instances in instance processes (``fpgaserve.backends.hosting``).
 
 In csim mode an instance runs the C-simulation: the operator's firmware C++, compiled at load
 and called in-process through ctypes. A bug in it (a NULL dereference, an ``abort()``, an
@@ -6,10 +6,12 @@ and called in-process through ctypes. A bug in it (a NULL dereference, an ``abor
 process of its own (``Hls4mlBackend.instance_process_by_default``): a crash fails the batch in
 flight with an error naming the model and the signal, the instance restarts (bounded), and
 every other model goes on serving. The compiled library comes from the on-disk build cache
-(``csim.CsimLibrary.load``): the first instance's process compiles it under the cache's lock,
+(``library.CsimLibrary.load``): the first instance's process compiles it under the cache's lock,
 every later instance and every restart loads the same ``.so``.
 
-The parent side (``HostedHls4mlBackend``) is the engine's ``ProcessBackend`` with what only the
+Any mode can run so (config parameter ``instance_process: true``); csim is the mode that does
+by default, hence this module's place. ``Hls4mlBackend.instance_process_host`` names the
+parent side (``HostedHls4mlBackend``): hosting's ``ProcessBackend`` with what only the
 server's process can do: accounting the emulated device's busy time (its telemetry and
 ``/metrics`` live there) around each batch. The child side (``Hls4mlInstanceChild``) is the
 ordinary backend, reporting its resolved mode at load and sending its log lines to the server's
@@ -18,36 +20,10 @@ log instead of the child's stderr.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
-from fpgaserve.server.engine.instance_process import ProcessBackend
-
-from .backend import Hls4mlBackend, _emulated_device
-
-_LEVELS = ((logging.ERROR, "error"), (logging.WARNING, "warn"), (logging.INFO, "info"))
-
-
-class _ToServerLog(logging.Handler):
-    """Log records of the child's ``fpgaserve`` loggers, as ``log`` messages to the server."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from fpgaserve.server.engine import instance_worker
-
-        level = next((name for number, name in _LEVELS if record.levelno >= number), "verbose")
-        try:
-            instance_worker.current().log(level, self.format(record))
-        except (RuntimeError, OSError):
-            pass  # not in a worker, or the server is gone: nowhere to log to
-
-
-def _forward_logs() -> None:
-    logger = logging.getLogger("fpgaserve")
-    if not any(isinstance(h, _ToServerLog) for h in logger.handlers):
-        logger.addHandler(_ToServerLog())
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # not also to stderr by logging's last-resort handler
+from ...hosting import ProcessBackend, forward_logs
+from ..backend import Hls4mlBackend, emulated_device
 
 
 class Hls4mlInstanceChild(Hls4mlBackend):
@@ -57,7 +33,7 @@ class Hls4mlInstanceChild(Hls4mlBackend):
     accounts_device = False
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
-        _forward_logs()
+        forward_logs()
         super().__init__(config, version_dir, instance_index, backend_config)
         self.load_result = {"mode": self.mode}
 
@@ -77,7 +53,7 @@ class HostedHls4mlBackend(ProcessBackend):
         super().__init__(config, version_dir, instance_index, backend_config)
         self.mode: str = (self.load_result or {}).get("mode", "")
         # a card's runner accounts its own calls (where a config asks for hardware in a process)
-        self.emulated_device = _emulated_device(self.mode) if self.mode not in ("", "hardware") else None
+        self.emulated_device = emulated_device(self.mode) if self.mode not in ("", "hardware") else None
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.emulated_device is None:

@@ -1,5 +1,5 @@
-"""The program a model instance's process runs: ``python -m fpgaserve.server.engine.instance_worker
-<channel fd> <lifeline fd>`` (started by ``instance_process.InstanceProcess``).
+"""The program a model instance's process runs: ``python -m fpgaserve.backends.hosting
+<channel fd> <lifeline fd>`` (``__main__.py``; started by ``instance_process.ProcessBackend``).
 
 It hosts one backend object (any ``Backend`` class, named in the ``load`` message) and serves
 the engine's messages on the channel: ``exec`` (a batch as a dict of tensors, the backend
@@ -30,8 +30,8 @@ import threading
 import traceback
 from typing import Any
 
-from ..process_memory import keep_freed_memory
 from .instance_channel import Channel, Segment, SegmentReader, TensorRef
+from .startup import start_process
 
 _CURRENT: list[Worker] = []  # the worker of this process, once it runs
 
@@ -246,7 +246,7 @@ def main(argv: list[str]) -> None:
     channel_fd, lifeline_fd = int(argv[0]), int(argv[1])
     # a fresh interpreter: the server's malloc settings are not inherited, and a model that
     # allocates its activations per batch would fault them in anew each time without them
-    keep_freed_memory()
+    start_process()
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), name="lifeline", daemon=True).start()
     worker = Worker(Channel(channel_fd))
     _CURRENT.append(worker)
@@ -260,11 +260,3 @@ def main(argv: list[str]) -> None:
     sys.stderr.flush()
     # no interpreter teardown: threads the model started must not keep the process alive
     os._exit(0)
-
-
-if __name__ == "__main__":
-    # run the module under its own name, not as __main__: hosted code imports it to reach
-    # the worker (``current``), and must find the one that runs
-    from fpgaserve.server.engine import instance_worker
-
-    instance_worker.main(sys.argv[1:])

@@ -1,5 +1,6 @@
-"""How each of the server's processes asks glibc to keep freed memory (imports nothing of the
-server: model instance processes call it first thing and must start fast)."""
+"""How each of the server's processes asks glibc to keep freed memory (``startup.start_process``
+applies it first thing in every process; imports nothing of the server, so that a model
+instance process starts fast)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from .project import Hls4mlProject, ProjectError
+from ..project import Hls4mlProject, ProjectError
 
 MIB = 1 << 20
 #: a row's stack is reserved virtual memory; 4 GiB is what a 64-bit process can spare per

@@ -9,10 +9,9 @@ output): nothing is copied or serialized inside the pipeline, only the ensemble'
 encoded for the wire at the end. A step starts as soon as all its inputs exist, so
 independent branches run concurrently.
 
-Loading checks the ensemble in Triton's two stages, with its texts: its own config
-(``model_config.validate_ensemble``), then, once the composing models are loaded, each step
-against their configs (``check_composing``). The repository resolves the dependencies (it
-loads composing models, and retires an ensemble whose composing model goes).
+Its steps (``Step``) and their load-time checks are ensemble_plan.py's; the repository
+resolves the dependencies (it loads composing models, and retires an ensemble whose composing
+model goes).
 
 Statistics as Triton reports them (core ensemble_scheduler.cc): the ensemble's queue time is
 until its first step is submitted, its compute durations are the sums of its steps' (each
@@ -24,151 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, NamedTuple
 
 import numpy as np
 
-from fpgaserve.protos import inference as pb
-
-from ..errors import InferenceError, internal, invalid_argument, unavailable
+from ..errors import InferenceError, format_shape, internal, invalid_argument, unavailable
+from .ensemble_plan import Step, dims_match
 from .request import InferenceRequest, RequestedOutput
 from .scheduler import Scheduler, resolve
 from .statistics import BatchTimings
 
 # outputs at least this large are encoded off the event loop (a copy into the reply)
 _ENCODE_INLINE_BYTES = 1 << 16
-
-
-class EnsembleError(Exception):
-    """An ensemble that cannot load, with Triton's text."""
-
-
-class Step(NamedTuple):
-    position: int  # in the config's step list
-    model_name: str
-    version: str  # "" = the latest ready version (model_version -1)
-    input_map: dict[str, str]  # composing model's input -> ensemble tensor
-    output_map: dict[str, str]  # composing model's output -> ensemble tensor
-
-
-def plan(config) -> list[Step]:
-    """The steps of a validated ensemble config."""
-    return [
-        Step(
-            i,
-            s.model_name,
-            "" if s.model_version < 0 else str(s.model_version),
-            dict(s.input_map),
-            dict(s.output_map),
-        )
-        for i, s in enumerate(config.ensemble_scheduling.step)
-    ]
-
-
-def composing_names(config) -> list[str]:
-    """The models an ensemble's steps name, each once, in step order."""
-    return list(dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step))
-
-
-# ---------------------------------------------------------------------------- load-time checks
-
-
-class _Node(NamedTuple):
-    """What one model declares an ensemble tensor to be."""
-
-    model: str
-    dtype: int
-    dims: tuple[int, ...]
-    full_dims: tuple[int, ...]  # with the batch dimension (-1) of a batching model
-
-
-def _node(model: str, batching: bool, tensor) -> _Node:
-    # the dims a client of the model sees: a step's tensors pass between models in that shape
-    # (the reshape is the backend's own view; Triton 2.51 compares dims too, probed 2026-11-28)
-    dims = tuple(tensor.dims)
-    return _Node(model, tensor.data_type, dims, ((-1,) if batching else ()) + dims)
-
-
-def _dims_match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) == len(b) and all(-1 in (x, y) or x == y for x, y in zip(a, b))
-
-
-def _fmt(dims) -> str:
-    return "[" + ",".join(str(d) for d in dims) + "]"
-
-
-def _declare(tensors: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> None:
-    """Record what a step declares ensemble ``tensor`` to be; it must agree with earlier steps."""
-    if tensor in tensors:
-        _consistent(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
-    else:
-        tensors[tensor] = node
-
-
-def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
-    if lhs.dtype != rhs.dtype:
-        raise EnsembleError(
-            f"{prefix}inconsistent data type: {pb.DataType.Name(lhs.dtype)} is inferred from model {lhs.model} "
-            f"while {pb.DataType.Name(rhs.dtype)} is inferred from model {rhs.model}"
-        )
-    # a tensor may pass between a non-batching model declaring [-1, d...] and a batching one
-    # declaring [d...]: compared with the batch dimension too
-    if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
-        raise EnsembleError(
-            f"{prefix}inconsistent shape: {_fmt(lhs.full_dims)} is inferred from model {lhs.model} while "
-            f"{_fmt(rhs.full_dims)} is inferred from model {rhs.model}"
-        )
-
-
-def check_composing(config, composing: dict[str, Any]) -> None:
-    """Triton's checks of each step against its composing model's config (core
-    ValidateEnsembleConfig), in its order and with its texts: batch sizes, every mapped name
-    exists, every model input is mapped once, and each ensemble tensor has one data type and
-    a compatible shape wherever it appears. ``composing``: model name -> its loaded config.
-    Raises EnsembleError."""
-    ensemble = config.name
-    batching = config.max_batch_size > 0
-    tensors: dict[str, _Node] = {}
-    for t in config.input:
-        tensors[t.name] = _node(ensemble, batching, t)
-    for t in config.output:
-        tensors.setdefault(t.name, _node(ensemble, batching, t))
-    for step in config.ensemble_scheduling.step:
-        model = composing[step.model_name]
-        name = step.model_name
-        if model.max_batch_size != 0 and model.max_batch_size < config.max_batch_size:
-            raise EnsembleError(
-                f"ensemble {ensemble} allows maximum batch size {config.max_batch_size}, but it contains model "
-                f"{name} which only allows maximum batch size to be {model.max_batch_size}"
-            )
-        if model.model_transaction_policy.decoupled:
-            raise EnsembleError(
-                f"in ensemble {ensemble}, step of model '{name}' is decoupled, and fpgaserve's ensembles do not "
-                "support decoupled composing models"
-            )
-        model_batching = model.max_batch_size > 0
-        inputs = {t.name: t for t in model.input}
-        for key, tensor in step.input_map.items():
-            if key not in inputs:
-                raise EnsembleError(
-                    f"in ensemble {ensemble}, ensemble tensor {tensor} is mapping to non-existing input {key} "
-                    f"in model {name}"
-                )
-        for key, spec in inputs.items():
-            if key not in step.input_map:
-                raise EnsembleError(
-                    f"in ensemble {ensemble}, input {key} in model {model.name} is not mapped to any ensemble tensors"
-                )
-            _declare(tensors, step.input_map[key], _node(name, model_batching, spec), ensemble)
-        outputs = {t.name: t for t in model.output}
-        for key, tensor in step.output_map.items():
-            if key not in outputs:
-                raise EnsembleError(
-                    f"in ensemble {ensemble}, ensemble tensor {tensor} is mapped from non-existing output {key} "
-                    f"in model {name}"
-                )
-        for key, tensor in step.output_map.items():
-            _declare(tensors, tensor, _node(name, model_batching, outputs[key]), ensemble)
 
 
 # ---------------------------------------------------------------------------- running
@@ -182,7 +47,8 @@ def _step_outputs(request: InferenceRequest, slices: dict[str, np.ndarray]) -> d
 def _shape_error(key: str, model, shape: tuple[int, ...]) -> InferenceError:
     expected = ([-1] if model.max_batch_size > 0 else []) + list(model.inputs[key].dims)
     return invalid_argument(
-        f"unexpected shape for input '{key}' for model '{model.name}'. Expected {_fmt(expected)}, got {_fmt(shape)}. "
+        f"unexpected shape for input '{key}' for model '{model.name}'. Expected {format_shape(expected)}, "
+        f"got {format_shape(shape)}. "
     )
 
 
@@ -259,7 +125,7 @@ class EnsembleScheduler(Scheduler):
             # request a composing model gets
             dims = model.inputs[key].dims
             got = array.shape[1:] if batching else array.shape
-            if (batching and array.ndim == 0) or not _dims_match(tuple(dims), got) or any(d < 0 for d in got):
+            if (batching and array.ndim == 0) or not dims_match(tuple(dims), got) or any(d < 0 for d in got):
                 raise _shape_error(key, model, array.shape)
             if batching:
                 batch_size = array.shape[0]

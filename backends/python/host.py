@@ -1,7 +1,7 @@
 """The Python backend inside an instance's process: hosts one ``TritonPythonModel``.
 
 Runs only in the process ``instance_worker`` starts (never in the server's): it puts the
-``triton_python_backend_utils`` module (``python_stub/``) and the model's version folder on
+``triton_python_backend_utils`` module (``stub/``) and the model's version folder on
 ``sys.path``, imports ``model.py``, and turns the engine's messages into Triton's calls:
 ``initialize(args)``, ``execute(requests)`` -> one ``InferenceResponse`` per request (or
 None for a decoupled model, which answers through each request's response sender),
@@ -19,9 +19,7 @@ import sys
 import traceback
 from typing import Any
 
-from fpgaserve.server.engine.instance_worker import current
-
-RESPONSE_COMPLETE_FINAL = 1
+from fpgaserve.backends.hosting import current
 
 
 def _load_module(host: dict):
@@ -92,7 +90,6 @@ class PythonModelHost:
         pb_utils = _pb_utils()
 
         self.pb = pb_utils
-        pb_utils._bind(self)
         try:
             self.model = model_cls()
             init = getattr(self.model, "initialize", None)
@@ -114,7 +111,7 @@ class PythonModelHost:
             # threads): those get their own copy; others are views on the engine's segment
             tensors = [pb.Tensor(name, get(ref, copy=decoupled)) for name, ref in inputs]
             requests.append(
-                pb.InferenceRequest._received(
+                pb.InferenceRequest.from_server(
                     tensors, request_id, flags, parameters, requested, correlation_id, (exec_id, index), decoupled, self
                 )
             )
@@ -160,8 +157,8 @@ class PythonModelHost:
             return ("error", "INTERNAL", f"Expected an InferenceResponse object, got {type(response).__name__}")
         if response.has_error():
             error = response.error()
-            return ("error", error._status_name(), error.message())
-        wanted = request._requested
+            return ("error", error.status_name(), error.message())
+        wanted = request.requested_output_names()
         put = current().put
         outputs = []
         for tensor in response.output_tensors():

@@ -1,23 +1,27 @@
 """Requests a model makes from inside its instance process (Triton's business logic scripting).
 
 A Python model's ``InferenceRequest(...).exec()`` arrives here over its instance's channel
-(``instance_process.ProcessBackend._serve_call``) and runs as any client request does:
-validated by the data plane's ``normalize`` (Triton's checks and texts), submitted to the
-target model's scheduler, so it batches with the other traffic of that model, FPGA models
-included. Outputs go back through the calling instance's segment; a failure goes back as the
-response's error, as Triton's BLS reports it.
+(``ProcessBackend.bind_engine`` injects ``serve_call``: the repository hands it to every
+instance process, the data plane sets it at wiring) and runs as any client request does: a
+client of the data plane, it addresses its model through ``DataPlane.model``, is validated
+by ``normalize`` (Triton's checks and texts), becomes the engine's request where every client
+request does (``tensors.engine_request``) and is submitted to the target model's scheduler,
+so it batches with the other traffic of that model, FPGA models included. Outputs go back
+through the calling instance's segment; a failure goes back as the response's error, as
+Triton's BLS reports it.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 
+from ..engine.request import InferenceRequest, RequestedOutput
 from ..errors import InferenceError, Status
-from .request import InferenceRequest, RequestedOutput
+from .tensors import WireInput, WireRequest, all_outputs, engine_request, normalize, serialize_bytes
 
 log = logging.getLogger("fpgaserve.bls")
 
@@ -33,17 +37,24 @@ def _outputs(instance, outputs: Any) -> list:
     return [(name, put(np.asarray(array))) for name, array in outputs.items()]
 
 
-async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> None:
-    """Run one BLS request: ``payload`` is (model, version, inputs [(name, datatype, shape,
-    TensorRef)], requested output names, request id, parameters, timeout µs); answers
-    through ``reply`` with ("ok", outputs) or ("error", status, text), then ("end",) when
-    ``stream``."""
-    from ..dataplane.tensors import WireInput, WireRequest, all_outputs, normalize
-
+async def serve_call(
+    model_of: Callable[[str, str], Awaitable[Any]],
+    submit: Callable[[InferenceRequest], Awaitable[Any]],
+    payload: tuple,
+    stream: bool,
+    reply,
+    instance,
+) -> None:
+    """Run one BLS request of ``instance`` (a ``ProcessBackend``) through the data plane's
+    ``model_of`` (``DataPlane.model``) and ``submit`` (``DataPlane.submit``): ``payload`` is (model,
+    version, inputs [(name, datatype, shape, TensorRef)], requested output names, request id,
+    parameters, timeout µs); answers through ``reply`` with ("ok", outputs) or ("error",
+    status, text), then ("end",) when ``stream``. Not refused at shutdown: the request of the
+    model that makes it is still in flight."""
     name, version, inputs, requested, request_id, parameters, timeout_us = payload
     try:
         try:
-            model = lookup(name, "" if version in ("", -1, "-1") else str(version))
+            model = await model_of(name, "" if version in ("", -1, "-1") else str(version))
         except InferenceError:
             raise InferenceError(
                 Status.INTERNAL,
@@ -56,16 +67,12 @@ async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> 
                 f"Model '{name}' is using the decoupled transaction policy: call exec(decoupled=True) "
                 "for its responses",
             )
-        peer = instance._peer
+        peer = instance.peer
         wire_inputs: dict[str, WireInput] = {}
         for input_name, datatype, shape, ref in inputs:
             array = peer.get(ref, copy=True)
-            if datatype == "BYTES":
-                from .instance_channel import serialize_bytes
-
-                data: Any = serialize_bytes(array)
-            else:
-                data = np.ascontiguousarray(array).data
+            # BYTES arrive from the child's segment as bytes elements: the wire's serialization
+            data: Any = serialize_bytes(array) if datatype == "BYTES" else np.ascontiguousarray(array).data
             wire_inputs[input_name] = WireInput(datatype, list(shape), data)
         if requested:
             outputs = []
@@ -82,18 +89,21 @@ async def engine_call(lookup, payload: tuple, stream: bool, reply, instance) -> 
             outputs = all_outputs(model)
         wire = WireRequest(model, request_id, wire_inputs, outputs, dict(parameters or {}), 0, timeout_us)
         arrays, batch_size = normalize(wire, None)
-        request = InferenceRequest(
-            model, arrays, outputs, batch_size, request_id, wire.parameters, 0, timeout_us, time.monotonic_ns()
-        )
-        request.encode = _slices
+        emit = None
         if stream:
-            request.emit = lambda produced: reply(
-                ("error", produced.status.name, produced.message)
-                if isinstance(produced, InferenceError)
-                else ("ok", _outputs(instance, produced))
-            )
+
+            def emit(produced) -> None:
+                reply(
+                    ("error", produced.status.name, produced.message)
+                    if isinstance(produced, InferenceError)
+                    else ("ok", _outputs(instance, produced))
+                )
+
         # (with ``_slices`` as its encode, the request resolves to its output arrays)
-        produced: Any = await model.scheduler.submit(request)
+        request = engine_request(
+            model, arrays, outputs, batch_size, request_id, wire.parameters, 0, timeout_us, _slices, emit=emit
+        )
+        produced: Any = await submit(request)
         if not stream:
             reply(("ok", _outputs(instance, produced)))
     except InferenceError as e:

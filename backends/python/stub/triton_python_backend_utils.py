@@ -11,25 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from typing import Any
 
 import numpy as np
 
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+from fpgaserve.backends.python.response_flags import RESPONSE_COMPLETE_FINAL as TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
-_STATE: dict[str, Any] = {}  # "host": the PythonModelHost of this process
-
-
-def _bind(host) -> None:
-    _STATE["host"] = host
-
 
 def _worker():
-    from fpgaserve.server.engine.instance_worker import current
+    from fpgaserve.backends.hosting import current
 
     return current()
 
@@ -183,7 +177,9 @@ class TritonError:
     def code(self) -> int:
         return self._code
 
-    def _status_name(self) -> str:
+    def status_name(self) -> str:
+        """The server's status for this error's code (not Triton's API: how the host reports a
+        response's error)."""
         return _STATUS_OF_CODE.get(self._code, "INTERNAL")
 
     def __repr__(self) -> str:
@@ -320,7 +316,8 @@ class ResponseSender:
             raise TritonModelException("response must be an InferenceResponse or None")
         if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             raise TritonModelException("a response of None needs the TRITONSERVER_RESPONSE_COMPLETE_FINAL flag")
-        _STATE["host"].send_response(self._request._index, response, flags, self._request)
+        # (the hosted object of this process is the model's host: host.PythonModelHost)
+        _worker().host.send_response(self._request._index, response, flags, self._request)
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._closed = True
 
@@ -365,7 +362,9 @@ class InferenceRequest:
         self._sender: ResponseSender | None = None
 
     @classmethod
-    def _received(cls, tensors, request_id, flags, parameters, requested, correlation_id, index, decoupled, host):
+    def from_server(cls, tensors, request_id, flags, parameters, requested, correlation_id, index, decoupled, host):
+        """A request the server sent to this model (not Triton's API: how the host builds the
+        requests of a batch); ``index`` is how the server names it when the model asks about it."""
         request = cls(
             model_name=host.model_name,
             inputs=tensors,
@@ -442,7 +441,7 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False):
         """Run this request on ``model_name``: its InferenceResponse (an error, if it failed,
         in ``error()``), or with ``decoupled`` an iterator of its responses."""
-        from fpgaserve.server.engine.instance_worker import CallFailed
+        from fpgaserve.backends.hosting import CallFailed
 
         if decoupled:
             return self._exec_stream()
@@ -452,7 +451,7 @@ class InferenceRequest:
             return InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
 
     def _exec_stream(self):
-        from fpgaserve.server.engine.instance_worker import CallFailed
+        from fpgaserve.backends.hosting import CallFailed
 
         try:
             for item in _worker().call(self._payload(), stream=True):

@@ -2,9 +2,9 @@
 
 A model written for Triton (``<version>/model.py`` with ``class TritonPythonModel``, ``import
 triton_python_backend_utils as pb_utils``) is served unchanged: the instance's process
-(``server/engine/instance_process.py``) imports it and calls ``initialize(args)``,
+(``fpgaserve.backends.hosting``) imports it and calls ``initialize(args)``,
 ``execute(requests)`` with the batch's requests (each with its own inputs, as Triton hands
-them) and ``finalize()`` (``python_model_host.py``, which runs there). A crash of the model's
+them) and ``finalize()`` (``host.py``, which runs there). A crash of the model's
 code (a segfault in an extension, ``os._exit``) fails its batch and restarts the instance; the
 server and its other models keep serving.
 
@@ -20,28 +20,19 @@ import json
 import os
 
 from fpgaserve.server import model_config as mc
-from fpgaserve.server.engine.instance_process import ChildDied, ProcessBackend, failure_from_child
 
-from .base import BackendError, BackendRequest, ExecutionFailed, version_file
+from ..base import BackendError, BackendRequest, ExecutionFailed
+from ..hosting import ChildDied, ProcessBackend, failure_from_child
+from .response_flags import RESPONSE_COMPLETE_FINAL
 
-_STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stub")
+# what the instance process puts on sys.path: triton_python_backend_utils and nothing else of ours
+_STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub")
 
 #: request parameters Triton's frontends turn into request fields (flags, correlation id,
 #: priority, timeout, final-response option): a model's ``parameters()`` shows the others only
 _HANDLED_PARAMETERS = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response")
 )
-
-#: Triton's response flag that ends a decoupled request's responses
-RESPONSE_COMPLETE_FINAL = 1
-
-
-def _model_path(config: dict, version_dir: str) -> str:
-    filename = config.get("default_model_filename") or PythonBackend.default_filename
-    path = version_file(version_dir, filename, "default_model_filename")
-    if not os.path.isfile(path):
-        raise BackendError(f"unable to find '{path}' (the Python model file)")
-    return path
 
 
 def _refuse_unsupported(config: dict, backend_config: dict) -> None:
@@ -62,7 +53,8 @@ def _refuse_unsupported(config: dict, backend_config: dict) -> None:
 
 class PythonBackend(ProcessBackend):
     default_filename = "model.py"
-    child_target = "fpgaserve.backends.python_model_host:PythonModelHost"
+    missing_model_file = "unable to find '{path}' (the Python model file)"
+    child_target = "fpgaserve.backends.python.host:PythonModelHost"
     request_level = True
     # requests without dynamic batching travel to the instance process together (each still
     # its own execute call there): one round trip for several under load
@@ -70,13 +62,13 @@ class PythonBackend(ProcessBackend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         _refuse_unsupported(config, backend_config or {})
-        self.model_path = _model_path(config, version_dir)
+        self.model_path = self.model_file(config, version_dir)
         self._exec_id = 0  # numbers the batches sent to the child
         # the running batch's requests' cancellation checks: (exec id, [check or None, ...])
         self._cancel_checks: tuple[int, list] = (0, [])
         super().__init__(config, version_dir, instance_index, backend_config)
 
-    def _unhealthy_prefix(self) -> str:
+    def unhealthy_prefix(self) -> str:
         return f"Stub process '{self.instance_name}' is not healthy: "
 
     def load_args(self) -> tuple:
@@ -97,7 +89,7 @@ class PythonBackend(ProcessBackend):
         raise NotImplementedError("the Python backend executes requests, not merged batches")
 
     def execute_requests(self, requests: list[BackendRequest], alone: bool = False) -> list:
-        self._ensure_running()
+        self.ensure_running()
         self._exec_id += 1
         exec_id = self._exec_id
         self.segment.reset()
@@ -115,15 +107,15 @@ class PythonBackend(ProcessBackend):
         ]
         self._cancel_checks = (exec_id, [r.cancelled for r in requests])
         try:
-            self._send(("exec_requests", message, self.decoupled, alone, exec_id))
+            self.send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
                 return [self._responses(exec_id)]
             reply = self._reply(exec_id)
         except ChildDied as e:
-            raise self._crashed(str(e)) from None
+            raise self.crashed(str(e)) from None
         if reply[0] == "failed":
             raise failure_from_child(reply)
-        peer = self._peer
+        peer = self.peer
         assert peer is not None
         answers: list = []
         for result in reply[1]:
@@ -144,7 +136,7 @@ class PythonBackend(ProcessBackend):
     def _reply(self, exec_id: int) -> tuple:
         """The child's answer to batch ``exec_id`` (what an earlier batch's stream left unread is skipped)."""
         while True:
-            message = self._next()
+            message = self.next_message()
             if message[-1] == exec_id and message[0] in ("done_requests", "failed"):
                 return message
 
@@ -159,9 +151,9 @@ class PythonBackend(ProcessBackend):
         final = done = False
         while not (final and done):
             try:
-                message = self._next()
+                message = self.next_message()
             except ChildDied as e:
-                raise self._crashed(str(e)) from None
+                raise self.crashed(str(e)) from None
             kind = message[0]
             if message[1 if kind == "response" else -1] not in (exec_id, (exec_id, 0)):
                 continue
@@ -179,7 +171,7 @@ class PythonBackend(ProcessBackend):
                 yield failure_from_child(("error", *error))
                 continue
             if outputs is not None:
-                peer = self._peer
+                peer = self.peer
                 assert peer is not None
                 yield {name: peer.get(ref, copy=True) for name, ref in outputs}
             if flags & RESPONSE_COMPLETE_FINAL:
@@ -189,7 +181,7 @@ class PythonBackend(ProcessBackend):
     def auto_complete(cls, config: dict, version_dir: str) -> dict | None:
         """Run the model's ``auto_complete_config`` (in a process of its own, as all model
         code): the completed config, or None when the model defines none."""
-        path = _model_path(config, version_dir)
+        path = cls.model_file(config, version_dir)
         with open(path, encoding="utf-8", errors="replace") as f:
             if "auto_complete_config" not in f.read():
                 return None  # no process started for the common case
@@ -201,4 +193,4 @@ class PythonBackend(ProcessBackend):
 
 
 class _AutoCompleteProbe(PythonBackend):
-    child_target = "fpgaserve.backends.python_model_host:AutoCompleter"
+    child_target = "fpgaserve.backends.python.host:AutoCompleter"

@@ -52,7 +52,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .project import Hls4mlProject, ProjectError
+from ..project import Hls4mlProject, ProjectError
 from .stack import stack_bytes_for
 
 log = logging.getLogger("fpgaserve.hls4ml")

@@ -8,8 +8,9 @@ fork). Per batch one small message goes each way; tensors travel by descriptor t
 two sides' shared-memory segments (``instance_channel``). The child dies with the server (its
 watchdog reads the lifeline pipe, whose write end only this process holds).
 
-A child that dies (``os._exit``, SIGSEGV, abort) fails the batch in flight with UNAVAILABLE
-naming the model, the instance and its exit status or signal; the next batch starts a new
+A child that dies (``os._exit``, SIGSEGV, abort) fails the batch in flight with INTERNAL
+naming the model, the instance and its exit status or signal (UNAVAILABLE when the unload
+killed it, ``kill``); the next batch starts a new
 child (``MAX_RESTARTS`` within ``RESTART_WINDOW_S``; after that the instance stays down and
 ``health`` says why, so the version is not ready). Restarts are counted per model version in
 ``fpgaserve_instance_restarts_total`` on /metrics.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import logging
 import os
 import signal
@@ -31,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from fpgaserve.backends.base import Backend, BackendError
+from fpgaserve.server.errors import InferenceError, Status, internal, unavailable
 
-from ..errors import InferenceError, Status, internal, unavailable
+from ..base import Backend, BackendError
 from . import custom_metrics
 from .instance_channel import Channel, Segment, SegmentReader
 
@@ -94,7 +96,13 @@ class ProcessBackend(Backend):
 
     Subclasses name the hosted class (``child_target = "module:Class"``) and may add to the
     child's environment (``child_env``). The hosted class is constructed in the child with the
-    backend constructor's arguments; its ``execute`` (and ``execute_requests``) run there."""
+    backend constructor's arguments; its ``execute`` (and ``execute_requests``) run there.
+
+    What a subclass with a protocol of its own (the Python backend's requests) builds on:
+    ``ensure_running`` before a batch, ``send`` and ``next_message`` for the exchange (both
+    raise ``ChildDied``, which ``crashed`` turns into the batch's error), ``segment`` (this
+    side's tensors: ``segment.put``) and ``peer`` (the child's: ``peer.get``).
+    ``unhealthy_prefix`` starts every error about the child's process."""
 
     child_target: str = ""
     executes_model_files = True
@@ -105,11 +113,11 @@ class ProcessBackend(Backend):
         self.model_version = os.path.basename(os.path.normpath(version_dir))
         self.instance_name = self.describe_instance(config, instance_index)
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-        self.segment = Segment()
+        self.segment = Segment()  # the tensors this side sends (reset per batch)
         self._proc: subprocess.Popen | None = None
         self._channel: Channel | None = None
         self._lifeline: int | None = None
-        self._peer: SegmentReader | None = None
+        self.peer: SegmentReader | None = None  # the child's segment, mapped while it runs
         self._restarts: collections.deque[float] = collections.deque()
         self._failed: str | None = None  # why the instance is down for good
         # set by kill(): the child's death is the unload's doing, not a crash to restart from
@@ -142,7 +150,7 @@ class ProcessBackend(Backend):
     def _what(self) -> str:
         return f"instance '{self.instance_name}' of model '{self.model_name}' version {self.model_version}"
 
-    def _unhealthy_prefix(self) -> str:
+    def unhealthy_prefix(self) -> str:
         """What a failure of the child's process starts with (the Python backend: Triton's text)."""
         return ""
 
@@ -162,7 +170,7 @@ class ProcessBackend(Backend):
                 [
                     sys.executable,
                     "-m",
-                    "fpgaserve.server.engine.instance_worker",
+                    "fpgaserve.backends.hosting",
                     str(child_sock.fileno()),
                     str(life_r),
                 ],
@@ -184,19 +192,20 @@ class ProcessBackend(Backend):
         log.debug("%s: started process %d", self._what(), proc.pid)
         try:
             self._channel.send(("load", self.child_target, self.load_args(), self.segment.path))
-            reply = self._next(timeout=LOAD_TIMEOUT_S)
+            reply = self.next_message(timeout=LOAD_TIMEOUT_S)
         except ChildDied as e:
             self._reap(kill=True)
             raise BackendError(f"the process of {self._what()} {e} while loading") from None
         if reply[0] == "load_error":
             self._reap(kill=False)
             raise BackendError(reply[1])
-        self._peer = SegmentReader(reply[1])
+        self.peer = SegmentReader(reply[1])
         # what the hosted object reported at load (e.g. an auto-completed config)
         self.load_result = reply[2]
 
-    def _next(self, timeout: float | None = None) -> tuple:
-        """The child's next message for the caller, serving logs and engine calls meanwhile."""
+    def next_message(self, timeout: float | None = None) -> tuple:
+        """The child's next message for the caller, serving logs, metrics and calls into the
+        server meanwhile; ChildDied when it is gone (or has not answered within ``timeout``)."""
         channel = self._channel
         assert channel is not None
         while True:
@@ -218,7 +227,8 @@ class ProcessBackend(Backend):
                 continue
             return message
 
-    def _send(self, message: tuple) -> None:
+    def send(self, message: tuple) -> None:
+        """Send the child a message; ChildDied when it is gone."""
         assert self._channel is not None
         try:
             self._channel.send(message)
@@ -253,16 +263,17 @@ class ProcessBackend(Backend):
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
-        if self._peer is not None:
-            self._peer.close()
-            self._peer = None
+        if self.peer is not None:
+            self.peer.close()
+            self.peer = None
         self._proc = None
 
-    def _crashed(self, why: str) -> InferenceError:
+    def crashed(self, why: str) -> InferenceError:
         """The child died during a batch: forget it, log, and the error the batch fails with
-        (INTERNAL, starting with Triton's text for a dead stub, then what happened)."""
+        (INTERNAL, starting with ``unhealthy_prefix``, then what happened; UNAVAILABLE when
+        the unload killed it). The next ``ensure_running`` restarts it, while restarts allow."""
         self._reap(kill=True)
-        text = f"{self._unhealthy_prefix()}the process of {self._what()} {why} while executing the batch"
+        text = f"{self.unhealthy_prefix()}the process of {self._what()} {why} while executing the batch"
         if self._unloading:
             log.warning("%s: it was stopped because its model version was unloaded", text)
             return unavailable(f"{text}: its model version was unloaded")
@@ -275,15 +286,17 @@ class ProcessBackend(Backend):
                 f"{RESTART_WINDOW_S:g} s and stays down"
             )
             log.error("%s", self._failed)
-            return internal(f"{self._unhealthy_prefix()}{self._failed}")
+            return internal(f"{self.unhealthy_prefix()}{self._failed}")
         log.error("%s; it restarts for the next batch", text)
         return internal(f"{text}; the instance restarts")
 
-    def _ensure_running(self) -> None:
+    def ensure_running(self) -> None:
+        """Restart a child that died (a counted restart), or raise UNAVAILABLE when the instance
+        is down for good."""
         if self._proc is not None:
             return
         if self._failed is not None:
-            raise unavailable(f"{self._unhealthy_prefix()}{self._failed}")
+            raise unavailable(f"{self.unhealthy_prefix()}{self._failed}")
         self._restarts.append(time.monotonic())
         with _RESTARTS_LOCK:
             _RESTARTS[(self.model_name, self.model_version)] += 1
@@ -293,21 +306,21 @@ class ProcessBackend(Backend):
         except BackendError as e:
             self._failed = f"restarting the process of {self._what()} failed: {e}"
             log.error("%s", self._failed)
-            raise unavailable(f"{self._unhealthy_prefix()}{self._failed}") from None
+            raise unavailable(f"{self.unhealthy_prefix()}{self._failed}") from None
 
     # ------------------------------------------------------------------ backend contract
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._ensure_running()
+        self.ensure_running()
         self.segment.reset()
         put = self.segment.put
         try:
-            self._send(("exec", [(name, put(array)) for name, array in inputs.items()]))
-            reply = self._next()
+            self.send(("exec", [(name, put(array)) for name, array in inputs.items()]))
+            reply = self.next_message()
         except ChildDied as e:
-            raise self._crashed(str(e)) from None
+            raise self.crashed(str(e)) from None
         if reply[0] == "failed":
             raise InferenceError(Status[reply[1]] if reply[1] in Status.__members__ else Status.INTERNAL, reply[2])
-        peer = self._peer
+        peer = self.peer
         assert peer is not None
         # copies: the child's segment is reused by its next batch
         return {name: peer.get(ref, copy=True) for name, ref in reply[1]}
@@ -321,9 +334,9 @@ class ProcessBackend(Backend):
         proc = self._proc
         if proc is not None and proc.poll() is None and self._channel is not None:
             try:
-                self._send(("close",))
+                self.send(("close",))
                 deadline = time.monotonic() + CLOSE_GRACE_S
-                while self._next(timeout=max(0.01, deadline - time.monotonic()))[0] != "closed":
+                while self.next_message(timeout=max(0.01, deadline - time.monotonic()))[0] != "closed":
                     pass
             except ChildDied:
                 pass
@@ -394,9 +407,9 @@ def hosted(cls: type[Backend]) -> type[ProcessBackend]:
     """``cls`` with each instance in its own process: the parent side of it (config
     ``parameters { key: "instance_process" value: { string_value: "true" } }``, or the
     backend's ``instance_process_by_default``): the backend's own host where it names one."""
-    own = cls.instance_process_host()
-    if own is not None:
-        return own
+    if cls.instance_process_host:
+        module_name, class_name = cls.instance_process_host.split(":")
+        return getattr(importlib.import_module(module_name), class_name)
 
     def describe_io(_, config: dict, version_dir: str):
         return cls.describe_io(config, version_dir)

@@ -1,0 +1,54 @@
+"""Hosting code fpgaserve did not write: model instances in processes of their own.
+
+Any backend's instances can run in instance processes (config parameter ``instance_process``,
+or the backend's ``instance_process_by_default``): a crash of the code they run (a model's
+``model.py``, an operator's compiled C-simulation) then fails its batch instead of the server.
+This package is the one interface for it, used by the engine (which hosts a backend class:
+``hosted``), by backends (which may bring their own parent side, a ``ProcessBackend``
+subclass, and child side) and by the entry points of every server process:
+
+=======================  ======================================================================
+``instance_process.py``  the parent side: ``ProcessBackend``, a ``Backend`` that starts, feeds,
+                         restarts and stops one child per instance; ``hosted(cls)``
+``instance_worker.py``   the child side: the program the child runs (``python -m
+                         fpgaserve.backends.hosting``), and ``current()``, its worker, through
+                         which hosted code calls into the server (BLS) and logs
+``instance_channel.py``  what both sides share: the message channel and the tensor segments
+``log_forwarding.py``    a hosted backend's ``logging`` records, sent to the server's log
+``custom_metrics.py``    metrics that hosted model code defines, as /metrics shows them
+``process_memory.py``    glibc's memory settings for a process that allocates per batch
+``startup.py``           ``start_process``: what every fpgaserve process does first
+=======================  ======================================================================
+
+Backends import this package (these names), never its modules.
+"""
+
+from .custom_metrics import families as custom_metric_families
+from .instance_channel import register_shared, unregister_shared
+from .instance_process import (
+    ChildDied,
+    ProcessBackend,
+    failure_from_child,
+    hosted,
+    instance_restart_counts,
+    restart_families,
+)
+from .instance_worker import CallFailed, current
+from .log_forwarding import forward_logs
+from .startup import start_process
+
+__all__ = [
+    "CallFailed",
+    "ChildDied",
+    "ProcessBackend",
+    "current",
+    "custom_metric_families",
+    "failure_from_child",
+    "forward_logs",
+    "hosted",
+    "instance_restart_counts",
+    "register_shared",
+    "restart_families",
+    "start_process",
+    "unregister_shared",
+]
