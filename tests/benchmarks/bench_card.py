@@ -274,7 +274,31 @@ def _cpu_by_process(root: int) -> dict[int, tuple[str, float]]:
     return out
 
 
-def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int, workdir: Path, cus: list[str]) -> Run:
+def _spy(server: ServerProcess, seconds: float, profile: Path, tag: str) -> list[subprocess.Popen]:
+    """py-spy, recording the engine and each frontend process for ``seconds`` (collapsed stacks,
+    one file per process under ``profile``): where each spends its CPU per event."""
+    spy = Path(sys.executable).with_name("py-spy")
+    procs = []
+    for pid, (label, _cpu) in _cpu_by_process(server.proc.pid).items():  # type: ignore[union-attr]
+        if label in ("engine", "frontend"):
+            out = profile / f"{tag}-{label}-{pid}.txt"
+            cmd = [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "250"]
+            # Python frames only: native ones need py-spy to pause the process per sample, and
+            # then every thread blocked in a wait counts as busy (py-spy's idle test fails there)
+            cmd += ["--format", "raw", "--nonblocking", "--output", str(out)]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
+
+
+def measure(
+    server: ServerProcess,
+    model: str,
+    concurrency: int,
+    window_ms: int,
+    workdir: Path,
+    cus: list[str],
+    profile: Path | None = None,
+) -> Run:
     pa = common.PA_EXE
     csv_path = workdir / f"{model}-c{concurrency}.csv"
     cmd = [
@@ -289,6 +313,7 @@ def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int,
     ]
     samples: list[tuple[float, dict, dict]] = []
     stop = threading.Event()
+    spies: list[subprocess.Popen] = []
 
     def snapshot():
         cpu = {**_cpu_by_process(server.proc.pid), **_cpu_by_process(os.getpid())}  # type: ignore[union-attr]
@@ -300,6 +325,8 @@ def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int,
         if stop.wait(window_ms / 1000 * 1.5):
             return
         snapshot()
+        if profile is not None:  # sampling costs CPU: a profiled run's figures are not the benchmark's
+            spies.extend(_spy(server, window_ms / 1000 * 2, profile, f"{model}-c{concurrency}"))
         if stop.wait(window_ms / 1000 * 2):
             return
         snapshot()
@@ -310,6 +337,8 @@ def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int,
     attempt = common.run_pa(cmd, 600, [server.proc.pid])[0]
     stop.set()
     thread.join()
+    for spy in spies:
+        spy.wait(timeout=60)
     row = common._read_csv(csv_path)
     infer_s = common.col(row, "Inferences/Second")
     note = "" if attempt.rc == 0 else f"perf_analyzer exit {attempt.rc}: {attempt.output[-300:]}"
@@ -443,7 +472,7 @@ def part_native(workdir: Path, gbps: float, quick: bool) -> list[Native]:
     return out
 
 
-def part_pcie(workdir: Path, gbps: float, quick: bool) -> tuple[list[Run], dict]:
+def part_pcie(workdir: Path, gbps: float, quick: bool, profile: Path | None = None) -> tuple[list[Run], dict]:
     """FACILE events through the whole server at PCIe rate: perf_analyzer over gRPC with system
     shared memory, the card's work timed, not computed (``FPGASERVE_SIM_DEVICE=timing``: the
     card model costs the host what a card would; parts 1 and 2 compute every result)."""
@@ -454,7 +483,7 @@ def part_pcie(workdir: Path, gbps: float, quick: bool) -> tuple[list[Run], dict]
     cus = [f"kernel_wrapper_{i + 1}" for i in range(CUS)]
     try:
         info = {"api": card_api_in_use(server)}
-        runs = [measure(server, "facile_pcie", c, window, workdir, cus) for c in ((8,) if quick else (8, 16))]
+        runs = [measure(server, "facile_pcie", c, window, workdir, cus, profile) for c in ((8,) if quick else (8, 16))]
         info["stats"] = stats(server)
     finally:
         server.stop()
@@ -534,6 +563,11 @@ def main() -> int:
     p.add_argument("--pcie-gbps", type=float, default=12.0, help="simulated PCIe rate, GB/s (default 12)")
     p.add_argument("--out", help="also write the report to this file")
     p.add_argument("--pcie-only", action="store_true", help="part 3 alone (no exactness, no 1-CU/4-CU comparison)")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="py-spy records part 3's engine and frontends into DIR (collapsed stacks; the sampling costs CPU)",
+    )
     args = p.parse_args()
     install_perf_analyzer()
     if shutil.which("g++") is None:
@@ -586,7 +620,10 @@ def main() -> int:
     log("part 3: the native host program at PCIe rate (4 CUs x 1, 2, 4 buffers)")
     native = part_native(workdir, args.pcie_gbps, args.quick)
     log(f"part 3: FACILE events at PCIe rate through the whole server, card API {API}")
-    pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick)
+    profile = Path(args.profile).resolve() if args.profile else None
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+    pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick, profile)
     lines, native_pcie, native_fraction = pcie_report(native, pcie_runs, pcie_info, args.pcie_gbps)
     report += ["## FACILE events at PCIe rate: the native host program and fpgaserve, same card", "", *lines]
     head = (
