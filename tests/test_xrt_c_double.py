@@ -500,7 +500,8 @@ def test_a_hung_cu_times_out_and_closing_it_leaves_bad_state(lib, sim, projects)
     assert lib.xrtRunWaitFor(r, 150) == TIMEOUT
     assert 0.14 < time.monotonic() - t0 < 2.0
     assert lib.xrtRunState(r) == NEW
-    assert _errno_of(lambda: lib.xrtRunStart(r)) == (-1, errno.EINVAL)  # still outstanding
+    # still outstanding: XRT's std::runtime_error, its errno left as it was (here cleared)
+    assert _errno_of(lambda: lib.xrtRunStart(r)) == (-1, 0)
     assert simcard.get_card(0).stats["hung"] == ["krnl_rtl_1"]
     # closing the context with the command outstanding: the driver's abort, bad_state
     assert lib.xrtRunClose(r) == 0 and lib.xrtKernelClose(k) == 0

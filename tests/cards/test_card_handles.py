@@ -8,6 +8,9 @@
   of the same name (its bank differs here).
 * A ``float`` scalar argument reaches ``xrtRunSetArg`` as the C ``double`` its varargs promote
   it to, its value kept (not made an int first).
+* A call that fails says which call and what it returned, with the errno that call left:
+  never one an earlier call left behind (XRT's ``std::exception`` paths leave errno alone),
+  and an ABORT from a wait names the wait and the state.
 """
 
 from __future__ import annotations
@@ -227,5 +230,56 @@ def test_a_float_scalar_is_passed_as_a_double(pool, tmp_path):
     fault = simcard.get_card(0).stats["faults"][-1]
     rows = int(re.search(r"in: (\d+) bytes", fault).group(1)) // (16 * 2)  # 16 inputs of 2 bytes per row
     assert rows == int.from_bytes(ctypes.c_float(2.5), "little") == 0x40200000, fault
+    for b in bufs:
+        b.free()
+
+
+def test_a_failed_call_names_the_call_and_a_fresh_code(pool, versions, sim):
+    """xrtRunStart refused the way XRT refuses it with a std::exception (a run whose command is
+    still in flight: "bad command state, can't launch", errno untouched) after a stale errno was
+    left in the thread, then an ABORT from xrtRunWaitFor when the compute unit closes under a
+    hung call (an unload): each error names its call and its own code, never the stale one."""
+    import errno
+    import threading
+
+    from fpgaserve.backends.hls4ml.card.manifest import resolve
+    from fpgaserve.backends.hls4ml.card.runtime import DeviceError, RunState
+    from fpgaserve.backends.hls4ml.project import Hls4mlProject
+
+    folder = versions["ddr0"]
+    binding = resolve(Hls4mlProject.load(folder), folder, folder / "model.xclbin")
+    card = pool.card(0)
+    card.load(binding.xclbin)
+    kernel = binding.kernel
+    cu = card.compute_unit(kernel, "krnl_rtl_1")
+    bufs = [card.device.allocate(4096, cu.handle, kernel.args[i]) for i in (0, 1)]
+    args = [*bufs, 16, 5]
+    run = cu.handle.start(args)
+    assert run.wait(time.perf_counter() + 10) is RunState.COMPLETED
+    run.release()  # its run goes back to the compute unit, for the next start
+    (sim / "hang-card0").touch()
+    hung = cu.handle.start(args)  # that run again, its command hung now
+    # fpgaserve never starts a run in flight; handing it back is the one way to reach XRT's refusal
+    cu.handle._recycle(hung._run)
+    ctypes.set_errno(errno.ENOSPC)  # what an earlier foreign call of this thread may leave
+    with pytest.raises(DeviceError) as refused:
+        cu.handle.start(args)
+    text = str(refused.value)
+    assert "xrtRunStart failed: returned -1, errno not set" in text, text
+    assert "ENOSPC" not in text and os.strerror(errno.ENOSPC) not in text, text
+
+    outcome = {}
+
+    def wait():
+        ctypes.set_errno(errno.ENOSPC)
+        outcome["state"] = hung.wait(time.perf_counter() + 30)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    cu.handle.close()  # as an unload closes it: the driver aborts the hung command
+    waiter.join(60)
+    assert outcome["state"] is RunState.FAILED
+    assert hung.failure is not None and "xrtRunWaitFor returned ABORT (6)" in hung.failure, hung.failure
+    assert "ENOSPC" not in hung.failure, hung.failure
     for b in bufs:
         b.free()

@@ -819,7 +819,11 @@ API int xrtRunSetArg(void *rhdl, int index, ...)
     const struct kernel_info *ki = &r->k->info;
     if (index < 0 || index >= ki->nargs) {
         drop(r);
-        return fail(EINVAL); /* XRT: std::out_of_range from the argument vector */
+        /* XRT: std::out_of_range from the argument vector, caught as a std::exception: its
+         * message logged, -1 returned, errno left as it was (xrt_kernel.cpp, every release) */
+        fprintf(stderr, "[XRT] ERROR: vector::_M_range_check: __n (which is %d) >= this->size() (which is %d)\n",
+                index, ki->nargs);
+        return -1;
     }
     unsigned char *at = r->payload + ki->offset[index];
     size_t room = (size_t)ki->size[index];
@@ -882,8 +886,10 @@ API int xrtRunStart(void *rhdl)
     const struct kernel_info *ki = &r->k->info;
     int rc = 0;
     if (r->cmd && C->cmd_state(r->cmd) == ERT_CMD_STATE_NEW) {
-        fprintf(stderr, "[XRT] ERROR: bad command state, can't launch: %s\n", strerror(EINVAL));
-        rc = fail(EINVAL);
+        /* XRT: kernel_command::run throws std::runtime_error, caught as a std::exception: the
+         * message logged, -1 returned, errno left as it was (xrt_kernel.cpp, every release) */
+        fprintf(stderr, "[XRT] ERROR: bad command state, can't launch\n");
+        rc = -1;
     } else {
         int32_t cus[MAX_CUS];
         int32_t n = 0;
