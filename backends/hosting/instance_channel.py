@@ -90,13 +90,13 @@ TensorRef: TypeAlias = tuple[str, tuple[int, ...], Any]
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:
-    """An object array of bytes (or str) as Triton serializes BYTES."""
+    """A BYTES tensor (an object array, or numpy bytes/str) as Triton serializes it: each
+    element's length and bytes; an element that is not ``bytes`` is its ``str`` in UTF-8, as
+    Triton's ``serialize_byte_tensor`` writes it (an int 7 is ``b"7"``, a float 3.5 ``b"3.5"``)."""
     parts = []
     for item in array.reshape(-1).tolist():
-        if isinstance(item, str):
-            item = item.encode("utf-8")
-        elif not isinstance(item, bytes):
-            item = bytes(item)
+        if not isinstance(item, bytes):
+            item = str(item).encode("utf-8")
         parts.append(_U32.pack(len(item)))
         parts.append(item)
     return b"".join(parts)
