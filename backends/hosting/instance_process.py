@@ -49,6 +49,15 @@ KILL_GRACE_S = 3.0
 #: how long a load (import + initialize) may take before the child is killed
 LOAD_TIMEOUT_S = float(os.environ.get("FPGASERVE_INSTANCE_LOAD_TIMEOUT_S", "300"))
 
+#: what the child runs: the worker, imported with the working directory (the version folder,
+#: which the child runs in) off ``sys.path`` first. ``python -m`` or ``-c`` put it there, ahead of
+#: the standard library, so that a model's ``queue.py``, ``numpy.py`` or ``fpgaserve/`` would be
+#: imported in place of the worker's own modules (Python 3.11's ``-P`` would leave it out; 3.10 has no -P).
+CHILD_PROGRAM = (
+    "import sys; sys.path[:1] = [p for p in sys.path[:1] if p not in ('', '.')]; "
+    "from fpgaserve.backends.hosting.instance_worker import main; main(sys.argv[1:])"
+)
+
 _LOG_LEVELS = {"info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR, "verbose": logging.DEBUG}
 
 # (model, version) -> restarts of its instances' processes, for /metrics
@@ -167,13 +176,7 @@ class ProcessBackend(Backend):
         life_r, life_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "fpgaserve.backends.hosting",
-                    str(child_sock.fileno()),
-                    str(life_r),
-                ],
+                [sys.executable, "-c", CHILD_PROGRAM, str(child_sock.fileno()), str(life_r)],
                 pass_fds=(child_sock.fileno(), life_r),
                 env=self.child_env(),
                 stdin=subprocess.DEVNULL,
