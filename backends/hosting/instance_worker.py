@@ -60,6 +60,48 @@ class _PendingCall:
         self.stream = stream
 
 
+class CallStream:
+    """The replies of a streamed call, in order, until the engine's last: an iterator whose
+    ``cancel`` asks the engine to withdraw the call (its replies then go on until the last)."""
+
+    def __init__(self, worker: Worker, call_id: int, pending: _PendingCall):
+        self._worker = worker
+        self._call_id = call_id
+        self._pending = pending
+        self.finished = False
+
+    def __iter__(self) -> CallStream:
+        return self
+
+    def __next__(self):
+        if self.finished:
+            raise StopIteration
+        try:
+            item = self._worker._wait(self._pending.items)
+        except BaseException:
+            self._end()
+            raise
+        if item[0] == "end":
+            self._end()
+            raise StopIteration
+        if item[0] == "error":  # the stream's last for the caller (later replies are dropped)
+            self._end()
+            return self._worker._take(item)
+        return item[1]
+
+    def cancel(self) -> None:
+        if not self.finished:
+            self._worker.send(("cancel_call", self._call_id))
+
+    def _end(self) -> None:
+        self.finished = True
+        self._worker._forget(self._call_id)
+
+    def __del__(self) -> None:  # dropped before its end: its later replies go nowhere
+        if not self.finished:
+            self._worker._forget(self._call_id)
+
+
 class Worker:
     def __init__(self, channel: Channel):
         self.channel = channel
@@ -88,7 +130,8 @@ class Worker:
 
     def call(self, payload: Any, stream: bool = False):
         """Ask the engine for something (a BLS request) and wait: its reply, or with ``stream``
-        an iterator of its replies until the last. Raises CallFailed with the engine's error."""
+        an iterator of its replies until the last (a ``CallStream``, which can cancel the call).
+        Raises CallFailed with the engine's error."""
         pending = _PendingCall(stream)
         call_id = next(self._call_ids)
         with self._calls_lock:
@@ -100,19 +143,11 @@ class Worker:
             finally:
                 with self._calls_lock:
                     self._calls.pop(call_id, None)
-        return self._stream(call_id, pending)
+        return CallStream(self, call_id, pending)
 
-    def _stream(self, call_id: int, pending: _PendingCall):
-        try:
-            while True:
-                item = self._wait(pending.items)
-                last = item[0] == "end"
-                if last:
-                    return
-                yield self._take(item)
-        finally:
-            with self._calls_lock:
-                self._calls.pop(call_id, None)
+    def _forget(self, call_id: int) -> None:
+        with self._calls_lock:
+            self._calls.pop(call_id, None)
 
     @staticmethod
     def _take(item):
@@ -152,6 +187,10 @@ class Worker:
             if pending is not None:
                 pending.items.put(message[2])
             return
+        if message[0] == "release":  # a frontend's arena is gone: unmap it (at once, even mid-batch)
+            if self.parent_segment is not None:
+                self.parent_segment.release(message[1])
+            return
         self._work.put(message)
 
     def serve(self) -> None:
@@ -165,7 +204,9 @@ class Worker:
         except BaseException as e:  # model code may raise anything at import and initialize
             self.channel.send(("load_error", getattr(e, "triton_text", None) or _describe(e)))
             return
-        self.channel.send(("loaded", self.segment.path, getattr(self.host, "load_result", None)))
+        self._answer(
+            ("loaded", self.segment.path, getattr(self.host, "load_result", None)), ("load_error",), "the load's result"
+        )
         while True:
             message = self._wait(self._work)
             kind = message[0]
@@ -195,7 +236,7 @@ class Worker:
         except BaseException as e:
             self.channel.send(("failed", _status_of(e), _describe(e)))
             return
-        self.channel.send(("done", reply))
+        self._answer(("done", reply), ("failed", "INTERNAL"), "the outputs")
 
     def _exec_requests(self, requests: list, decoupled: bool, alone: bool, exec_id: int) -> None:
         """Replies carry ``exec_id`` last: the engine tells them from late messages of an
@@ -208,7 +249,7 @@ class Worker:
                     results += self.host.execute_requests([request], decoupled, exec_id, position)
                 except BaseException as e:
                     results.append(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
-            self.channel.send(("done_requests", results, exec_id))
+            self._answer(("done_requests", results, exec_id), ("failed", "INTERNAL"), "the responses", exec_id)
             return
         try:
             results = self.host.execute_requests(requests, decoupled, exec_id)
@@ -216,7 +257,15 @@ class Worker:
             text = getattr(e, "triton_text", None) or _describe(e)
             self.channel.send(("failed", _status_of(e), text, exec_id))
             return
-        self.channel.send(("done_requests", results, exec_id))
+        self._answer(("done_requests", results, exec_id), ("failed", "INTERNAL"), "the responses", exec_id)
+
+    def _answer(self, message: tuple, instead: tuple, what: str, *last) -> None:
+        """Send ``message``, or, when it cannot travel (a value that is not plain, more than a
+        frame holds), ``instead`` with the reason as its text (and ``last``, an exec id)."""
+        try:
+            self.channel.send(message)
+        except (TypeError, ValueError) as e:
+            self.channel.send((*instead, f"{what} cannot be sent to the server: {e}", *last))
 
 
 def _status_of(e: BaseException) -> str:

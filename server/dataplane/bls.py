@@ -44,6 +44,7 @@ async def serve_call(
     stream: bool,
     reply,
     instance,
+    call_id: int = 0,
 ) -> None:
     """Run one BLS request of ``instance`` (a ``ProcessBackend``) through the data plane's
     ``model_of`` (``DataPlane.model``) and ``submit`` (``DataPlane.submit``): ``payload`` is (model,

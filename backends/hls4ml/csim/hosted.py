@@ -23,7 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...hosting import ProcessBackend, forward_logs
+from .. import FPGA_MODES
 from ..backend import Hls4mlBackend, emulated_device
+from .library import CompileLimits
 
 
 class Hls4mlInstanceChild(Hls4mlBackend):
@@ -51,9 +53,25 @@ class HostedHls4mlBackend(ProcessBackend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
-        self.mode: str = (self.load_result or {}).get("mode", "")
+        mode = self.load_result.get("mode") if isinstance(self.load_result, dict) else None
+        # (the child runs the operator's firmware: a mode that is not one of ours is none)
+        self.mode: str = mode if mode in FPGA_MODES else ""
         # a card's runner accounts its own calls (where a config asks for hardware in a process)
         self.emulated_device = emulated_device(self.mode) if self.mode not in ("", "hardware") else None
+
+    @classmethod
+    def load_timeout_s(cls, backend_config: dict) -> float:
+        """The load compiles the C-simulation (or waits for another process's compile of the
+        same project, under the build cache's lock) within the compile's own time limit
+        (``csim-compile-timeout-secs``, 900 s by default): the instance's load may take that
+        beyond the ordinary load time, and a compile that runs too long fails with its own
+        error naming its setting, not with the instance's load timeout (300 s, which used to
+        cut a 900 s compile short)."""
+        try:
+            compile_s = CompileLimits.resolve(backend_config).timeout_s
+        except ValueError:  # a bad setting: the child's load reports it
+            compile_s = 0.0
+        return super().load_timeout_s(backend_config) + compile_s
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.emulated_device is None:
