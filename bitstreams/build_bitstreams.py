@@ -46,7 +46,7 @@ Contents (Triton repository layout: ``<model>/config.pbtxt`` + ``<model>/<versio
     constants are synthetic too.
 
 The build is deterministic: running it twice, or on another machine, yields
-byte-identical files (``tests/test_bundled_models.py`` enforces that the committed files
+byte-identical files (``tests/hls4ml/test_bundled_models.py`` enforces that the committed files
 equal a fresh build). That is why ONNX producer fields are fixed, protobuf serialization
 is requested deterministic, and the ``.npz`` is written by hand with fixed zip metadata
 (``np.savez`` stamps the current time into the archive).

@@ -6,7 +6,7 @@
 # Writes (idempotently) a containers.conf and a storage.conf under
 # ${FPGASERVE_PODMAN_ROOT:-<repo>/.tools/podman} and prints the two `export` lines that point
 # podman (and buildah) at them. Everything that uses the fpgaserve image -- build-image.sh,
-# tests/test_image.py, a person running the container by hand -- must use the same two
+# tests/deployment/test_image.py, a person running the container by hand -- must use the same two
 # variables, or it sees another image store.
 #
 # Why not podman's defaults:

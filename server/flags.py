@@ -15,7 +15,7 @@ converter that computes it from the parsed command line. Everything else is deri
 * ``reference_markdown()``: the CLI reference table of the docs;
 * ``IGNORED``: tritonserver flags accepted and ignored, each with the reason (no option).
 
-tests/test_cli_flags.py walks every declaration: each parses, lands in its option, and has its
+tests/deployment/test_cli_flags.py walks every declaration: each parses, lands in its option, and has its
 row in the reference table.
 """
 

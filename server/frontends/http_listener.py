@@ -77,8 +77,8 @@ class _Connection(RequestHandler):
     aiohttp has no public API for either, so this reads RequestHandler's private state
     (``_manager``, ``_loop``, ``_request_in_progress``, ``_messages``, ``_request_count``) and
     :class:`_Server` web.Server's (``_loop``, ``_kwargs``): pyproject.toml pins aiohttp to the
-    minor release these were tested on; tests/test_packaging.py checks that they exist and
-    tests/test_security.py's stalled/trickled-head and idle-connection tests exercise them."""
+    minor release these were tested on; tests/deployment/test_packaging.py checks that they exist and
+    tests/security/test_security.py's stalled/trickled-head and idle-connection tests exercise them."""
 
     header_timeout_s = 10.0
     max_connections = DEFAULT_MAX_CONNECTIONS

@@ -70,7 +70,7 @@ ROOT = common.ROOT
 
 import numpy as np  # noqa: E402
 
-from server_process import ServerProcess  # noqa: E402
+from support.server_process import ServerProcess  # noqa: E402
 
 SERVE = ROOT / "tests" / "fpga_sim" / "serve.py"
 #: the card API every part uses: XRT's C API through its test double (tests/fpga_sim/xrt_c)

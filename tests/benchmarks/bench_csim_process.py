@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
-from server_process import BUNDLED_REPO, ServerProcess  # noqa: E402
+from support.server_process import BUNDLED_REPO, ServerProcess  # noqa: E402
 
 MODELS = ("facile_process", "facile_inprocess")
 BATCH = 4000

@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
 
-from server_process import BUNDLED_REPO, CONFORMANCE_REPO  # noqa: E402
+from support.server_process import BUNDLED_REPO, CONFORMANCE_REPO  # noqa: E402
 
 SIM = ROOT / "tests" / "fpga_sim"
 FACILE_VERSION = BUNDLED_REPO / "facile" / "1"

@@ -12,7 +12,7 @@ What it does:
 1. Installs perf_analyzer and tritonserver into ``.tools/`` with the shared installers
    (``<repo root>/../shared/tools/get-*``) if they are missing.
 2. Starts fpgaserve on ``bitstreams/`` and Triton on a Python-backend repository written by
-   ``tests/reference_triton.py`` whose ``facile`` uses the *same* weights
+   ``tests/support/reference_triton.py`` whose ``facile`` uses the *same* weights
    (``bitstreams/facile/1/weights.npz``, keys W1,b1,... renamed to w0,b0,...). Both run
    without dynamic batching and with one model instance. One batch-1 and one batch-16000
    request go to both servers; their outputs must agree to 1e-5.
@@ -87,8 +87,8 @@ _ensure_project_python()
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(TESTS))
-import reference_triton as rt  # noqa: E402
-from server_process import BUNDLED_REPO, ServerProcess, free_port  # noqa: E402
+import support.reference_triton as rt  # noqa: E402
+from support.server_process import BUNDLED_REPO, ServerProcess, free_port  # noqa: E402
 
 
 def log(msg: str) -> None:

@@ -88,7 +88,7 @@ import bench_facile_vs_triton as common  # noqa: E402
 # isort: split
 import numpy as np  # noqa: E402
 
-from server_process import ServerProcess  # noqa: E402
+from support.server_process import ServerProcess  # noqa: E402
 
 ROOT = common.ROOT
 TESTS = common.TESTS
@@ -104,9 +104,9 @@ BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # targets from the issue; printed next to the measured ratios, never asserted
 TARGET_NUMPY_OVER_CSIM = 10.0
 TARGET_CSIM_OVER_HLS4ML = 1.0
-# documented deviation of the float reference from the firmware (tests/test_hls4ml_serving.py)
+# documented deviation of the float reference from the firmware (tests/hls4ml/test_hls4ml_serving.py)
 JET_VERSION = ROOT / "bitstreams" / "jet_tagger" / "1"
-JET_ONNX_TOLERANCE = 0.04  # tests/test_hls4ml_serving.py's bound, docs/hls4ml.md
+JET_ONNX_TOLERANCE = 0.04  # tests/hls4ml/test_hls4ml_serving.py's bound, docs/hls4ml.md
 ONNX_TOLERANCE = 0.08
 
 log = common.log

@@ -91,7 +91,7 @@ import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the proje
 # isort: split
 import numpy as np  # noqa: E402
 
-from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, free_port  # noqa: E402
+from support.server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess, free_port  # noqa: E402
 
 rt = common.rt
 log = common.log

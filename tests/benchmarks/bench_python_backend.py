@@ -6,7 +6,7 @@ as numpy-backend models, side by side in one server, under the same perf_analyze
     python tests/benchmarks/bench_python_backend.py --workdir /tmp/b  # keep CSVs and the server log
 
 One fpgaserve serves four models: ``simple`` and ``facile`` written by
-tests/reference_triton.py in Triton's Python-backend shape (``backend: "python"``, each instance
+tests/support/reference_triton.py in Triton's Python-backend shape (``backend: "python"``, each instance
 in its own child process), and ``simple_numpy`` / ``facile_numpy``: the same configs and the
 same arithmetic on fpgaserve's in-process numpy backend. Each model has one instance and no
 dynamic batching. Before measuring, both variants of each model get the same request and must
@@ -42,7 +42,7 @@ import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the proje
 # isort: split
 import numpy as np  # noqa: E402
 
-from server_process import ServerProcess  # noqa: E402
+from support.server_process import ServerProcess  # noqa: E402
 
 rt = common.rt
 FACILE_WEIGHTS = common.FACILE_DIR / "1" / "weights.npz"

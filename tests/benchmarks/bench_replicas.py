@@ -8,8 +8,8 @@ Configurations, each measured with perf_analyzer -i grpc (one at a time, never t
 * direct      - perf_analyzer straight to replica 0: the zero-proxy reference;
 * <proxy>-1   - through the proxy, one replica behind it (the proxy's own cost);
 * <proxy>-2   - through the proxy, two replicas behind it (does a second replica help?).
-The proxies run the production configs from deploy/ (rendered by tests/lb_proxies.py, as in
-tests/test_load_balancer.py). The replicas serve tests/models and bitstreams/ with FACILE in
+The proxies run the production configs from deploy/ (rendered by tests/support/lb_proxies.py, as in
+tests/deployment/test_load_balancer.py). The replicas serve tests/models and bitstreams/ with FACILE in
 the numpy emulation of its firmware (--fpga-mode numpy).
 
 Loads: ``simple`` batch 1 at concurrency 16 (per-request cost: gRPC, proxy hops), and
@@ -46,9 +46,9 @@ import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the proje
 import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
-from lb_proxies import PROXIES, ProxyProcess, upstream_of  # noqa: E402
-from server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess  # noqa: E402
-from tools import _locate_perf_analyzer  # noqa: E402
+from support.lb_proxies import PROXIES, ProxyProcess, upstream_of  # noqa: E402
+from support.server_process import BUNDLED_REPO, CONFORMANCE_REPO, ServerProcess  # noqa: E402
+from support.tools import _locate_perf_analyzer  # noqa: E402
 
 log = common.log
 fmt = common.fmt

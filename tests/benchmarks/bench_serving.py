@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 import bench_facile_vs_triton as common  # noqa: E402  (re-execs under the project venv if needed)
 
 # isort: split
-from server_process import ServerProcess, free_port  # noqa: E402
+from support.server_process import ServerProcess, free_port  # noqa: E402
 
 rt = common.rt
 fmt = common.fmt

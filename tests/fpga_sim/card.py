@@ -157,7 +157,7 @@ ACTIVITY_WINDOW_S = 1.0
 MAX_FAULTS = 20
 FIRST_BUS = 0x65
 # CTRL register bits (offset 0) of an ap_ctrl_hs kernel: krnl_rtl_control_s_axi.v's
-# "Address Info" (tests/test_card_anchors.py reads them from the installed hls4ml)
+# "Address Info" (tests/cards/test_card_anchors.py reads them from the installed hls4ml)
 AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = 0x1, 0x2, 0x4, 0x8, 0x80
 
 INF = math.inf

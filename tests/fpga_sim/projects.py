@@ -69,8 +69,9 @@ def kernel_wrapper_project(
 
 def faast_project(dst: str | os.PathLike, seed: int = 0) -> Path:
     """A 16 -> 8 -> 1 MLP written by hls4ml (Vivado backend, io_parallel, ap_fixed<16,6>)."""
-    import hls4ml
     import torch
+
+    import hls4ml
 
     dst = Path(dst)
     torch.manual_seed(seed)

@@ -23,7 +23,7 @@ Not built here (yet): simple_sequence, simple_dyna_sequence, densenet_onnx,
 inception_onnx (the other models of Triton's 8-model index).
 
 The build is deterministic and idempotent: the committed files must equal a fresh build
-(``tests/test_bundled_models.py``), so nothing here may depend on time, host or the onnx
+(``tests/hls4ml/test_bundled_models.py``), so nothing here may depend on time, host or the onnx
 library's defaults (producer fields and IR version are pinned, serialization is
 deterministic).
 """

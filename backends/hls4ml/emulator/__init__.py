@@ -4,7 +4,7 @@
 ``registry.py`` and ``maths.py`` is one layer family (as hls4ml keeps one template module per
 family) and registers its builders when it is imported, below. Adding a layer is one module
 and one ``@register``. Every layer is checked bit for bit against hls4ml's own C-simulation
-in ``tests/test_hls4ml_*.py``.
+in ``tests/hls4ml/test_hls4ml_*.py``.
 """
 
 import importlib
