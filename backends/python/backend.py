@@ -106,6 +106,7 @@ class PythonBackend(ProcessBackend):
             for r in requests
         ]
         self._cancel_checks = (exec_id, [r.cancelled for r in requests])
+        self.serving_calls = tuple(r.caller for r in requests if r.caller is not None)
         try:
             self.send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
@@ -124,6 +125,10 @@ class PythonBackend(ProcessBackend):
         except ChildDied as e:
             raise self.crashed(str(e)) from None
         return answers
+
+    def abandoned(self) -> bool:
+        checks = self._cancel_checks[1]
+        return bool(checks) and all(check is not None and check() for check in checks)
 
     def request_cancelled(self, exec_id: int, index: int) -> bool:
         running, checks = self._cancel_checks

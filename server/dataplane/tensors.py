@@ -101,13 +101,15 @@ def engine_request(
     traceparent: str = "",
     future=None,
     tag=None,
+    caller=None,
 ) -> InferenceRequest:
     """The engine's ``InferenceRequest`` for a client's request, normalized where it arrived:
     the one place a client's request enters the engine (``DataPlane.infer``, a BLS request,
     a frontend process's request at the engine's IPC server). ``encode`` prepares its outputs
     (see ``InferenceRequest.encode``); ``emit`` takes a decoupled model's responses; with an
     active ``tracer`` the request is traced (the client's ``traceparent``); ``future``/``tag``:
-    a submitter's own answer object and handle (the IPC server's).
+    a submitter's own answer object and handle (the IPC server's); ``caller``: the BLS call
+    that makes the request (``bls.Call``).
 
     The arrival time is now: the request enters the server's statistics (success and queue
     time) here, as in Triton, where decoding the wire message is frontend time outside
@@ -123,6 +125,8 @@ def engine_request(
         request.emit = emit
     if tag is not None:
         request.tag = tag
+    if caller is not None:
+        request.caller = caller
     if tracer is not None and tracer.active:
         request.trace = tracer.start(model.name, traceparent)
     return request
