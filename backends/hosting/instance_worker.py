@@ -1,5 +1,6 @@
-"""The program a model instance's process runs: ``python -m fpgaserve.backends.hosting
-<channel fd> <lifeline fd>`` (``__main__.py``; started by ``instance_process.ProcessBackend``).
+"""The program a model instance's process runs: ``main(<channel fd>, <lifeline fd>)``, started
+by ``instance_process.ProcessBackend`` (``CHILD_PROGRAM``: ``python -c``, the model's folder
+off ``sys.path``; ``python -m fpgaserve.backends.hosting`` runs the same by hand).
 
 It hosts one backend object (any ``Backend`` class, named in the ``load`` message) and serves
 the engine's messages on the channel: ``exec`` (a batch as a dict of tensors, the backend
@@ -16,7 +17,11 @@ exits when it reads end-of-file.
 Messages from here: ``("loaded", segment path, load result)``, ``("load_error", text)``,
 ``("done", outputs)``, ``("done_requests", results, exec id)``, ``("failed", status, text[,
 exec id])``, ``("response", (exec id, index), outputs, error, flags)`` (decoupled), ``("log",
-level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("closed",)``.
+level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("cancel_call", id)``,
+``("closed",)``: plain values (``plain_values``), which the server checks before it acts on them
+(``instance_messages``). Messages to here (pickled: this process trusts the server): ``load``,
+``exec``, ``exec_requests``, ``close``, ``("reply", call id, item)``, ``("release", token)``
+(unmap a frontend's arena).
 """
 
 from __future__ import annotations
