@@ -7,20 +7,22 @@ This package is the one interface for it, used by the engine (which hosts a back
 ``hosted``), by backends (which may bring their own parent side, a ``ProcessBackend``
 subclass, and child side) and by the entry points of every server process:
 
-=======================  ======================================================================
-``instance_process.py``  the parent side: ``ProcessBackend``, a ``Backend`` that starts, feeds,
-                         restarts and stops one child per instance; ``hosted(cls)``
-``instance_worker.py``   the child side: the program the child runs (``python -m
-                         fpgaserve.backends.hosting``), and ``current()``, its worker, through
-                         which hosted code calls into the server (BLS) and logs
-``instance_channel.py``  what both sides share: the message channel and the tensor segments
-``log_forwarding.py``    a hosted backend's ``logging`` records, sent to the server's log
-``custom_metrics.py``    metrics that hosted model code defines, as /metrics shows them
-``process_memory.py``    glibc's memory settings for a process that allocates per batch
-``address_space.py``     what a process may still map under an address-space limit
-                         (RLIMIT_AS), and what loads set aside for their batches
-``startup.py``           ``start_process``: what every fpgaserve process does first
-=======================  ======================================================================
+========================  ======================================================================
+``instance_process.py``   the parent side: ``ProcessBackend``, a ``Backend`` that starts, feeds,
+                          restarts and stops one child per instance; ``hosted(cls)``
+``instance_worker.py``    the child side: the program the child runs (``CHILD_PROGRAM`` starts
+                          it), and ``current()``, its worker, through
+                          which hosted code calls into the server (BLS) and logs
+``instance_channel.py``   what both sides share: the message channel and the tensor segments
+``plain_values.py``       the format of a child's messages: plain values, bounded (no pickle)
+``instance_messages.py``  what a child may send, held to each kind's shape before it is acted on
+``log_forwarding.py``     a hosted backend's ``logging`` records, sent to the server's log
+``custom_metrics.py``     metrics that hosted model code defines, as /metrics shows them
+``process_memory.py``     glibc's memory settings for a process that allocates per batch
+``address_space.py``      what a process may still map under an address-space limit
+                          (RLIMIT_AS), and what loads set aside for their batches
+``startup.py``            ``start_process``: what every fpgaserve process does first
+========================  ======================================================================
 
 Backends import this package (these names), never its modules.
 """

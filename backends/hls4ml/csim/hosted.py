@@ -23,8 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...hosting import ProcessBackend, format_bytes, forward_logs
-from .. import memory
+from .. import FPGA_MODES, memory
 from ..backend import Hls4mlBackend, emulated_device
+from .library import CompileLimits
 
 
 class Hls4mlInstanceChild(Hls4mlBackend):
@@ -65,14 +66,33 @@ class HostedHls4mlBackend(ProcessBackend):
         except BaseException:
             self._reservation.release()
             raise
-        result = self.load_result or {}
-        self.mode: str = result.get("mode", "")
+        result = self.load_result if isinstance(self.load_result, dict) else {}
+        mode = result.get("mode")
+        # (the child runs the operator's firmware: a mode that is not one of ours is none)
+        self.mode: str = mode if mode in FPGA_MODES else ""
         segments = f"shared segments of {format_bytes(self.segment_size)} + {format_bytes(self.child_segment_size)}"
         child = result.get("memory")
-        self.memory_note = f"its instance process's {self.mode} runner" + (f" ({child})" if child else "")
+        # (what the child says of its memory is shown as text, never trusted as anything else)
+        self.memory_note = f"its instance process's {self.mode} runner" + (
+            f" ({child})" if isinstance(child, str) else ""
+        )
         self.memory_note += f"; {segments}, mapped in both processes"
         # a card's runner accounts its own calls (where a config asks for hardware in a process)
         self.emulated_device = emulated_device(self.mode) if self.mode not in ("", "hardware") else None
+
+    @classmethod
+    def load_timeout_s(cls, backend_config: dict) -> float:
+        """The load compiles the C-simulation (or waits for another process's compile of the
+        same project, under the build cache's lock) within the compile's own time limit
+        (``csim-compile-timeout-secs``, 900 s by default): the instance's load may take that
+        beyond the ordinary load time, and a compile that runs too long fails with its own
+        error naming its setting, not with the instance's load timeout (300 s, which used to
+        cut a 900 s compile short)."""
+        try:
+            compile_s = CompileLimits.resolve(backend_config).timeout_s
+        except ValueError:  # a bad setting: the child's load reports it
+            compile_s = 0.0
+        return super().load_timeout_s(backend_config) + compile_s
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
