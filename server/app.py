@@ -32,6 +32,7 @@ from .engine.tracing import TraceConfigError, Tracer, parse_trace_config
 from .errors import StartupError
 from .flags import ServerOptions  # declared with its command-line flags
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
+from .frontends.common import HeaderForwarding
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener, grpc_credentials, port_refusal
 from .frontends.http import HttpFrontend, MetricsFrontend
@@ -90,13 +91,23 @@ def make_repository(options: ServerOptions, latency, engine: int = 0) -> ModelRe
     )
 
 
+def header_forwarding(options: ServerOptions) -> tuple[HeaderForwarding, HeaderForwarding]:
+    """The gRPC and HTTP frontends' header forwarding; ValueError for a pattern that is not a
+    regular expression."""
+    return (
+        HeaderForwarding(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern"),
+        HeaderForwarding(options.http_header_forward_pattern, "--http-header-forward-pattern"),
+    )
+
+
 class InferenceServer:
     def __init__(self, options: ServerOptions):
         self.options = options
         try:
             self.grpc_restrictions = grpc_restrictions(options.grpc_restricted_protocols)
             self.http_restrictions = http_restrictions(options.http_restricted_apis)
-        except RestrictionError as e:
+            self.grpc_forwarding, self.http_forwarding = header_forwarding(options)
+        except (RestrictionError, ValueError) as e:
             raise StartupError(str(e)) from None
         self.log_settings = LogSettings.from_options(options, allow_log_file_update=options.allow_log_file_update)
         self.shm = SystemSharedMemoryManager(
@@ -118,7 +129,7 @@ class InferenceServer:
         self.dataplane = DataPlane(
             self.repository, self.shm, self.log_settings, server_id=options.server_id, tracer=tracer
         )
-        self.servicer = InferenceServicer(self.dataplane)
+        self.servicer = InferenceServicer(self.dataplane, self.grpc_forwarding)
         header_s, idle_s = options.http_header_timeout_secs, options.http_idle_timeout_secs
         # HTTP/REST in this process (with --frontend-processes N > 1 each frontend process
         # serves it instead, sharing the port)
@@ -130,6 +141,7 @@ class InferenceServer:
             max_body_bytes=options.http_max_input_size,
             shutdown_timeout_s=options.exit_timeout_secs,
             ssl_context=http_ssl_context(options) if options.allow_http and options.http_port >= 0 else None,
+            forwarding=self.http_forwarding,
         )
         self.metrics = Metrics(
             self.repository,
@@ -164,6 +176,11 @@ class InferenceServer:
         try:
             if o.engine_processes > 1:
                 await self._start_engines()  # they load their models while engine 0 loads its own
+            if (o.frontend_processes > 1 or o.engine_processes > 1) and (o.allow_grpc or o.allow_http):
+                from .ipc.arena import set_aside_for_frontends
+
+                # the frontends connect after the loads: the loads leave their arenas room
+                set_aside_for_frontends(o.frontend_processes, o.arena_bytes)
             await self.repository.start()
             if self.engines is not None:
                 await self.engines.connect()

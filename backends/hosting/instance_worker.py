@@ -1,6 +1,6 @@
-"""The program a model instance's process runs: ``python -m fpgaserve.backends.hosting
-<channel fd> <lifeline fd> <readiness fd>`` (``__main__.py``; started by
-``instance_process.ProcessBackend``).
+"""The program a model instance's process runs: ``main(<channel fd>, <lifeline fd>, <readiness
+fd>)``, started by ``instance_process.ProcessBackend`` (``CHILD_PROGRAM``: ``python -c``, the
+model's folder off ``sys.path``; ``python -m fpgaserve.backends.hosting`` runs the same by hand).
 
 It hosts one backend object (any ``Backend`` class, named in the ``load`` message) and serves
 the engine's messages on the channel: ``exec`` (a batch as a dict of tensors, the backend
@@ -19,14 +19,22 @@ exits when it reads end-of-file.
 It does not die of a signal meant for the server: SIGINT and SIGTERM reach every process of a
 terminal's foreground group (Ctrl-C) and of a systemd unit (``KillMode=control-group``), and
 the server, not the signal, decides when an instance stops: after its in-flight requests,
-with ``close`` (the model's finalize). Whatever way this process ends, the helper programs it
-started in sessions of their own (a C-simulation's compiler) end with it (``helper_groups``).
+with ``close`` (the model's finalize). When it ends by itself (its server gone, or closed),
+the compilers it started in sessions of their own end with it (``helper_groups``); when the
+server kills it, the server kills them too (``instance_process.kill_tree``).
+
+The ``load`` message names the hosted class, its constructor's arguments, the engine's segment
+and the size of this process's own (``instance_channel.segment_bytes``).
 
 Messages from here: ``("loaded", segment path, load result)``, ``("load_error", text)``,
 ``("done", outputs)``, ``("done_requests", results, exec id)``, ``("failed", status, text[,
 exec id])``, ``("response", (exec id, index), outputs, error, flags)`` (decoupled), ``("log",
-level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("helper", process group,
-running)``, ``("closed",)``.
+level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("cancel_call", id)``,
+``("closed",)``; on the readiness channel ``("ready", seq, ready, error)``: plain values
+(``plain_values``), which the server checks before it acts on them (``instance_messages``).
+Messages to here (pickled: this process trusts the server): ``load``, ``exec``,
+``exec_requests``, ``close``, ``("reply", call id, item)``, ``("release", token)`` (unmap a
+frontend's arena); on the readiness channel ``("is_ready", seq)``.
 """
 
 from __future__ import annotations
@@ -74,10 +82,52 @@ class _PendingCall:
         self.stream = stream
 
 
+class CallStream:
+    """The replies of a streamed call, in order, until the engine's last: an iterator whose
+    ``cancel`` asks the engine to withdraw the call (its replies then go on until the last)."""
+
+    def __init__(self, worker: Worker, call_id: int, pending: _PendingCall):
+        self._worker = worker
+        self._call_id = call_id
+        self._pending = pending
+        self.finished = False
+
+    def __iter__(self) -> CallStream:
+        return self
+
+    def __next__(self):
+        if self.finished:
+            raise StopIteration
+        try:
+            item = self._worker._wait(self._pending.items)
+        except BaseException:
+            self._end()
+            raise
+        if item[0] == "end":
+            self._end()
+            raise StopIteration
+        if item[0] == "error":  # the stream's last for the caller (later replies are dropped)
+            self._end()
+            return self._worker._take(item)
+        return item[1]
+
+    def cancel(self) -> None:
+        if not self.finished:
+            self._worker.send(("cancel_call", self._call_id))
+
+    def _end(self) -> None:
+        self.finished = True
+        self._worker._forget(self._call_id)
+
+    def __del__(self) -> None:  # dropped before its end: its later replies go nowhere
+        if not self.finished:
+            self._worker._forget(self._call_id)
+
+
 class Worker:
     def __init__(self, channel: Channel):
         self.channel = channel
-        self.segment = Segment()
+        self.segment: Segment  # made at load, of the size the engine names
         self.parent_segment: SegmentReader | None = None
         self.host: Any = None
         self._work: queue.SimpleQueue = queue.SimpleQueue()
@@ -102,7 +152,8 @@ class Worker:
 
     def call(self, payload: Any, stream: bool = False):
         """Ask the engine for something (a BLS request) and wait: its reply, or with ``stream``
-        an iterator of its replies until the last. Raises CallFailed with the engine's error."""
+        an iterator of its replies until the last (a ``CallStream``, which can cancel the call).
+        Raises CallFailed with the engine's error."""
         pending = _PendingCall(stream)
         call_id = next(self._call_ids)
         with self._calls_lock:
@@ -114,19 +165,11 @@ class Worker:
             finally:
                 with self._calls_lock:
                     self._calls.pop(call_id, None)
-        return self._stream(call_id, pending)
+        return CallStream(self, call_id, pending)
 
-    def _stream(self, call_id: int, pending: _PendingCall):
-        try:
-            while True:
-                item = self._wait(pending.items)
-                last = item[0] == "end"
-                if last:
-                    return
-                yield self._take(item)
-        finally:
-            with self._calls_lock:
-                self._calls.pop(call_id, None)
+    def _forget(self, call_id: int) -> None:
+        with self._calls_lock:
+            self._calls.pop(call_id, None)
 
     @staticmethod
     def _take(item):
@@ -166,12 +209,28 @@ class Worker:
             if pending is not None:
                 pending.items.put(message[2])
             return
+        if message[0] == "release":  # a frontend's arena is gone: unmap it (at once, even mid-batch)
+            if self.parent_segment is not None:
+                self.parent_segment.release(message[1])
+            return
         self._work.put(message)
 
     def serve(self) -> None:
         message = self.channel.recv()
-        _, target, args, parent_segment = message
-        self.parent_segment = SegmentReader(parent_segment)
+        _, target, args, parent_segment, segment_size = message
+        try:
+            self.segment = Segment(segment_size)
+            self.parent_segment = SegmentReader(parent_segment)
+        except OSError as e:  # ENOMEM under an address-space limit: say what could not be mapped
+            name = args[0].get("name", "") if args and isinstance(args[0], dict) else ""
+            self.channel.send(
+                (
+                    "load_error",
+                    f"the instance process of model '{name}' cannot map its shared segments (its own of "
+                    f"{segment_size >> 20} MiB for outputs, the engine's at {parent_segment}): {e.strerror or e}",
+                )
+            )
+            return
         try:
             module_name, class_name = target.split(":")
             cls = getattr(importlib.import_module(module_name), class_name)
@@ -179,7 +238,9 @@ class Worker:
         except BaseException as e:  # model code may raise anything at import and initialize
             self.channel.send(("load_error", getattr(e, "triton_text", None) or _describe(e)))
             return
-        self.channel.send(("loaded", self.segment.path, getattr(self.host, "load_result", None)))
+        self._answer(
+            ("loaded", self.segment.path, getattr(self.host, "load_result", None)), ("load_error",), "the load's result"
+        )
         while True:
             message = self._wait(self._work)
             kind = message[0]
@@ -210,7 +271,7 @@ class Worker:
         except BaseException as e:
             self.channel.send(("failed", _status_of(e), _describe(e)))
             return
-        self.channel.send(("done", reply))
+        self._answer(("done", reply), ("failed", "INTERNAL"), "the outputs")
 
     def _exec_requests(self, requests: list, decoupled: bool, alone: bool, exec_id: int) -> None:
         """Replies carry ``exec_id`` last: the engine tells them from late messages of an
@@ -223,7 +284,7 @@ class Worker:
                     results += self.host.execute_requests([request], decoupled, exec_id, position)
                 except BaseException as e:
                     results.append(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
-            self.channel.send(("done_requests", results, exec_id))
+            self._answer(("done_requests", results, exec_id), ("failed", "INTERNAL"), "the responses", exec_id)
             return
         try:
             results = self.host.execute_requests(requests, decoupled, exec_id)
@@ -231,7 +292,15 @@ class Worker:
             text = getattr(e, "triton_text", None) or _describe(e)
             self.channel.send(("failed", _status_of(e), text, exec_id))
             return
-        self.channel.send(("done_requests", results, exec_id))
+        self._answer(("done_requests", results, exec_id), ("failed", "INTERNAL"), "the responses", exec_id)
+
+    def _answer(self, message: tuple, instead: tuple, what: str, *last) -> None:
+        """Send ``message``, or, when it cannot travel (a value that is not plain, more than a
+        frame holds), ``instead`` with the reason as its text (and ``last``, an exec id)."""
+        try:
+            self.channel.send(message)
+        except (TypeError, ValueError) as e:
+            self.channel.send((*instead, f"{what} cannot be sent to the server: {e}", *last))
 
 
 def _status_of(e: BaseException) -> str:
@@ -335,8 +404,6 @@ def main(argv: list[str]) -> None:
     _CURRENT.append(worker)
     if len(argv) > 2:  # the readiness channel
         threading.Thread(target=_serve_readiness, args=(worker, int(argv[2])), name="is_ready", daemon=True).start()
-    # the server kills these groups too if it has to kill this process (it cannot clean up then)
-    helper_groups.report_to(lambda pgid, running: worker.send(("helper", pgid, running)))
     try:
         worker.serve()
     except (EOFError, OSError):

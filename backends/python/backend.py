@@ -143,26 +143,29 @@ class PythonBackend(ProcessBackend):
             for r in requests
         ]
         self._cancel_checks = (exec_id, [r.cancelled for r in requests])
+        self.serving_calls = tuple(r.caller for r in requests if r.caller is not None)
         try:
             self.send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
                 return [self._responses(exec_id)]
             reply = self._reply(exec_id)
+            if reply[0] == "failed":
+                raise failure_from_child(reply)
+            answers: list = []
+            for result in reply[1]:
+                if result[0] == "ok":
+                    answers.append(self.read_tensors(result[1]))
+                elif result[0] == "failed":  # (alone) its own execute raised
+                    answers.append(ExecutionFailed(failure_from_child(result)))
+                else:
+                    answers.append(failure_from_child(result))
         except ChildDied as e:
             raise self.crashed(str(e)) from None
-        if reply[0] == "failed":
-            raise failure_from_child(reply)
-        peer = self.peer
-        assert peer is not None
-        answers: list = []
-        for result in reply[1]:
-            if result[0] == "ok":
-                answers.append({name: peer.get(ref, copy=True) for name, ref in result[1]})
-            elif result[0] == "failed":  # (alone) its own execute raised
-                answers.append(ExecutionFailed(failure_from_child(result)))
-            else:
-                answers.append(failure_from_child(result))
         return answers
+
+    def abandoned(self) -> bool:
+        checks = self._cancel_checks[1]
+        return bool(checks) and all(check is not None and check() for check in checks)
 
     def request_cancelled(self, exec_id: int, index: int) -> bool:
         running, checks = self._cancel_checks
@@ -208,9 +211,11 @@ class PythonBackend(ProcessBackend):
                 yield failure_from_child(("error", *error))
                 continue
             if outputs is not None:
-                peer = self.peer
-                assert peer is not None
-                yield {name: peer.get(ref, copy=True) for name, ref in outputs}
+                try:
+                    tensors = self.read_tensors(outputs)
+                except ChildDied as e:
+                    raise self.crashed(str(e)) from None
+                yield tensors
             if flags & RESPONSE_COMPLETE_FINAL:
                 final = True
 

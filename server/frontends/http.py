@@ -40,6 +40,7 @@ from aiohttp import web
 
 from .. import model_config as mc
 from ..dataplane.api import DataPlaneAPI
+from ..dataplane.tensors import forward_headers
 from ..errors import (
     InferenceError,
     Status,
@@ -156,9 +157,12 @@ class HttpFrontend:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         shutdown_timeout_s: float = 30.0,
         ssl_context: ssl.SSLContext | None = None,
+        forwarding: common.HeaderForwarding | None = None,
     ):
         self.dataplane = dataplane
         self.restrictions = restrictions or {}
+        # --http-header-forward-pattern: the request headers that become request parameters
+        self.forwarding = forwarding if forwarding is not None and forwarding.regex is not None else None
         self.header_timeout_s = header_timeout_s
         self.max_body_bytes = max_body_bytes
         self.listener = HttpListener(
@@ -489,6 +493,8 @@ class HttpFrontend:
             else:
                 header = codec.parse_json(mv[:header_length])
                 wire, plan = codec.collect(header, mv[header_length:], model, dp.shm)
+            if self.forwarding is not None:  # (Triton 26.05's place: once the request is parsed)
+                forward_headers(self.forwarding.select(request.headers.items()), wire.parameters)
             if dp.tracing_active:  # the client's W3C trace context, only while tracing
                 wire.traceparent = request.headers.get("traceparent", "")
             encoded = await dp.infer(wire)

@@ -29,6 +29,7 @@ from ..engine.tracing import Tracer, parse_trace_config
 from ..log_settings import LogSettings
 from ..metrics import Metrics
 from ..shared_memory import SystemSharedMemoryManager
+from .arena import set_aside_for_frontends
 from .engine_server import EngineServer
 from .engines import engine_options
 
@@ -62,6 +63,8 @@ async def serve(options: ServerOptions, socket_path: str, index: int, count: int
     server.on_drain = stop.set  # engine 0's "drain" call
     # engine 0 serves /metrics with these families merged in (its host families stand for all)
     server.metrics = Metrics(repository, gpu_metrics=options.allow_gpu_metrics, cpu_metrics=False, latency=latency)
+    # every frontend connects to this engine too, after its loads: they leave its arenas room
+    set_aside_for_frontends(options.frontend_processes, options.arena_bytes)
     start = loop.create_task(repository.start())
     stopped = loop.create_task(stop.wait())
     await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)

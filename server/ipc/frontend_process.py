@@ -22,7 +22,7 @@ import sys
 
 from fpgaserve.backends.hosting import ignore_stop_signals, start_process
 
-from ..app import FLUSH_GRACE_S, ServerOptions
+from ..app import FLUSH_GRACE_S, ServerOptions, header_forwarding
 from ..errors import StartupError
 from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
@@ -45,7 +45,8 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
     try:
         restrictions = grpc_restrictions(options.grpc_restricted_protocols)
         http_restricted = http_restrictions(options.http_restricted_apis)
-    except RestrictionError as e:  # the engine checked them already
+        grpc_forwarding, http_forwarding = header_forwarding(options)
+    except (RestrictionError, ValueError) as e:  # the engine checked them already
         log.error("%s", e)
         return 1
     listener: GrpcListener | None = None
@@ -53,7 +54,9 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
     grpc_port = http_port = -1
     try:
         if options.grpc_port >= 0:
-            listener = GrpcListener(options, InferenceServicer(dataplane), restrictions, reuse_port=True)
+            listener = GrpcListener(
+                options, InferenceServicer(dataplane, grpc_forwarding), restrictions, reuse_port=True
+            )
             grpc_port = await listener.start(announce=False)
         if options.http_port >= 0:
             http = HttpFrontend(
@@ -64,6 +67,7 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
                 max_body_bytes=options.http_max_input_size,
                 shutdown_timeout_s=options.exit_timeout_secs,
                 ssl_context=http_ssl_context(options),
+                forwarding=http_forwarding,
             )
             http_port = await http.start(options.http_address, options.http_port, reuse_port=True)
     except StartupError as e:  # TLS files the engine checked already, or a port taken

@@ -33,6 +33,7 @@ import queue
 import shutil
 import signal
 import socket
+import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -219,11 +220,15 @@ class _Server:
         self.tag = uuid.uuid4().hex
         self.control = tmp_path / "control"
         self.control.mkdir()
-        self.tmp = tmp_path / "tmp"
-        self.tmp.mkdir()
+        # short: the server's Unix sockets live in it (108 bytes at most, and a worker's tmp_path
+        # is longer than that allows)
+        self.tmp = Path(tempfile.mkdtemp(prefix="stop-"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("FPGASERVE_SIM_")}
         env.update(
             {TAG_VAR: self.tag, CONTROL_VAR: str(self.control), "TMPDIR": str(self.tmp)},
+            # the card stand-in's own builds (its C core) go where every run shares them, not
+            # into the temporary folder whose emptiness tells that the server left nothing
+            XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME") or str(Path(tempfile.gettempdir()) / "fpgaserve-test-xdg"),
             FPGASERVE_CACHE_DIR=str(csim_cache),
             FPGASERVE_SIM_CARDS="1",
             FPGASERVE_SIM_CONTROL_DIR=str(tmp_path / "card"),
@@ -261,6 +266,7 @@ class _Server:
         if self.proc.proc is not None and self.proc.proc.poll() is None:
             os.killpg(self.proc.proc.pid, signal.SIGKILL)
         self.proc.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _rows(*tags: int) -> np.ndarray:

@@ -449,16 +449,28 @@ class CsimLibrary:
         return builder.moved_to(fallback)
 
     # ------------------------------------------------------------------ inference
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """(B, n_in) float32 or float64 -> (B, n_out) float64, row by row through the firmware,
+    def predict(self, x: np.ndarray, dtype: type = np.float64, piece_rows: int | None = None) -> np.ndarray:
+        """(B, n_in) float32 or float64 -> (B, n_out) of ``dtype``, row by row through the firmware,
         on a thread of the library's with ``stack_bytes`` of stack (the GIL released meanwhile).
+        With ``piece_rows``, at most that many rows per call, each piece's float64 results
+        converted into the output at once (a float32 output is then never held as float64 whole).
         Raises MemoryError when that thread cannot be started (its stack cannot be mapped)."""
         x = np.asarray(x)
-        fn = self._fn.get(x.dtype)
-        if fn is None:
+        if x.dtype not in self._fn:
             raise TypeError(f"C-simulation input must be float32 or float64, got {x.dtype}")
         if x.ndim != 2 or x.shape[1] != self.n_in:
             raise ValueError(f"C-simulation input must have shape (batch, {self.n_in}), got {x.shape}")
+        rows = x.shape[0]
+        step = rows if piece_rows is None else max(1, piece_rows)
+        if step >= rows and np.dtype(dtype) == np.float64:
+            return self._predict_rows(x)
+        out: np.ndarray = np.empty((rows, self.n_out), dtype)
+        for a in range(0, rows, step):
+            out[a : a + step] = self._predict_rows(x[a : a + step])
+        return out
+
+    def _predict_rows(self, x: np.ndarray) -> np.ndarray:
+        fn = self._fn[x.dtype]
         if self._float_in and x.dtype != np.float32:
             x = x.astype(np.float32)
             fn = self._fn[x.dtype]

@@ -92,6 +92,10 @@ _SLEEP_MAX_S = 1e-3
 
 
 class RunHandle(ABC):
+    #: once a call ended FAILED: what the runtime said, naming its call and code (for the error
+    #: the batch fails with and the log), when it said more than the state
+    failure: str | None = None
+
     @abstractmethod
     def poll(self) -> RunState:
         """The call's state now; never blocks."""

@@ -27,8 +27,12 @@ Rules this module keeps:
 * waits block in C: ``xrtRunWaitFor`` in slices of at most :data:`WAIT_SLICE_MS` until the
   caller's deadline (0 ms would mean forever; TIMEOUT (8) means the slice ran out);
 * errors come back as NULL handles, non-zero ints, ABORT from waits, ``SIZE_MAX``/``UINT64_MAX``;
-  ``errno`` is set only for XRT's own errors (sometimes negated) and XRT prints its message to
-  its log, so an error here names the call and both codes, never errno alone;
+  ``errno`` is set only for XRT's own errors (sometimes negated; its ``std::exception`` paths
+  return -1 or ABORT and leave errno as it was) and XRT prints its message to its log, so an
+  error here names the call and its code, and errno only as that call left it: errno is
+  cleared before every call whose failure is reported (ctypes keeps one errno per thread for
+  every library loaded with ``use_errno``, so a value left by any earlier call would otherwise
+  be reported as this one's);
 * ``xrtPLKernelOpen`` creates the hardware context itself; ``xrtDeviceLoadXclbinFile`` is the
   user-partition loader on 2RP shells, and loads an F1 ``.awsxclbin`` through the same call;
 * buffers over the caller's memory (``xrtBOAllocUserPtr``) take a memory group, so unlike
@@ -160,14 +164,33 @@ def load_library(path: str | None = None) -> ctypes.CDLL:
     return lib
 
 
+def _errno_text(err: int) -> str:
+    e = abs(err)
+    name = errno_module.errorcode.get(e)
+    return f"errno {err} ({name}: {os.strerror(e)})" if name else f"errno {err}"
+
+
+def _code_text(code: int) -> str:
+    """A return code; XRT's older releases return an ``xrt_core::error``'s negated errno."""
+    name = errno_module.errorcode.get(-code) if code < -1 else None
+    return f"returned {code}" + (f" ({name}: {os.strerror(-code)})" if name else "")
+
+
 def _failure(call: str, code: int | None = None) -> str:
-    """What a failed call said: its return code (when it returns one) and errno, both raw."""
+    """What a failed call said: its return code (when it returns one) and the errno it left
+    (the caller cleared errno just before the call: see the module docstring)."""
     err = ctypes.get_errno()
-    parts = [] if code is None else [f"returned {code}"]
-    if err:
-        e = abs(err)
-        parts.append(f"errno {err} ({os.strerror(e) if e in errno_module.errorcode else 'unknown'})")
-    return f"{call} failed" + (f": {', '.join(parts)}" if parts else "") + " (XRT's log has its message)"
+    parts = [] if code is None else [_code_text(code)]
+    parts.append(_errno_text(err) if err else "errno not set")
+    return f"{call} failed: {', '.join(parts)} (XRT's log has its message)"
+
+
+def _state_failure(call: str, state: int) -> str:
+    """What a wait or a state query that reported a failed call said: the state, and the errno
+    the call left (cleared before it)."""
+    err = ctypes.get_errno()
+    text = f"{call} returned {STATE_NAMES.get(state, 'state')} ({state})"
+    return text + (f", {_errno_text(err)}" if err else "") + " (XRT's log has its message)"
 
 
 class XrtCApi(CardApi):
@@ -435,8 +458,10 @@ class XrtCComputeUnit(ComputeUnitHandle):
         # buffer over request memory is closed after its call, so those pages are not held
         reusable = True
         set_arg = lib.xrtRunSetArg
+        set_errno = ctypes.set_errno
         try:
             for (spec, index, ctype), value in zip(self._arg_plan, args):
+                set_errno(0)
                 if type(value) in _BUFFER_TYPES:  # not isinstance: through ABCMeta for every int
                     if value.user:
                         reusable = False
@@ -444,6 +469,8 @@ class XrtCComputeUnit(ComputeUnitHandle):
                     if argument is None:
                         raise DeviceError("the buffer was freed")
                     code = set_arg(run, index, argument)
+                elif ctype is ctypes.c_double:  # a float scalar: its value, not an int of it
+                    code = set_arg(run, index, ctype(float(value)))
                 else:
                     code = set_arg(run, index, ctype(int(value)))
                 if code != 0:
@@ -451,6 +478,7 @@ class XrtCComputeUnit(ComputeUnitHandle):
                         f"card {self.device.index}: argument {spec.name} of {self.name}: "
                         + _failure("xrtRunSetArg", code)
                     )
+            set_errno(0)
             code = lib.xrtRunStart(run)
             if code != 0:
                 raise DeviceError(f"card {self.device.index}: starting {self.name}: " + _failure("xrtRunStart", code))
@@ -486,24 +514,27 @@ class XrtCComputeUnit(ComputeUnitHandle):
 
 
 class XrtCRun(RunHandle):
-    __slots__ = ("_cu", "_reusable", "_run", "_state")
+    __slots__ = ("_cu", "_reusable", "_run", "_state", "failure")
 
     def __init__(self, cu: XrtCComputeUnit, run: int, reusable: bool = True):
         self._cu = cu
         self._run: int | None = run
         self._reusable = reusable
         self._state = RunState.RUNNING
+        self.failure: str | None = None
 
     def poll(self) -> RunState:
         if self._run is None or self._state is not RunState.RUNNING:
             return self._state
-        return self._settle(self._cu._lib.xrtRunState(self._run))
+        ctypes.set_errno(0)
+        return self._settle(self._cu._lib.xrtRunState(self._run), "xrtRunState")
 
-    def _settle(self, state: int) -> RunState:
+    def _settle(self, state: int, call: str) -> RunState:
         if state == ERT_COMPLETED:
             self._state = RunState.COMPLETED
         elif state in ERT_FAILED:
             self._state = RunState.FAILED
+            self.failure = _state_failure(call, state)
         return self._state
 
     def wait(self, deadline: float) -> RunState:
@@ -514,9 +545,10 @@ class XrtCRun(RunHandle):
             left_ms = int((deadline - time.perf_counter()) * 1000.0 + 0.999)
             if left_ms <= 0:
                 return self.poll()
+            ctypes.set_errno(0)
             state = lib.xrtRunWaitFor(self._run, min(left_ms, WAIT_SLICE_MS))  # 0 would mean forever
             if state != ERT_TIMEOUT:
-                self._settle(state)
+                self._settle(state, "xrtRunWaitFor")
         return self._state
 
     def release(self) -> None:
@@ -560,6 +592,7 @@ class XrtCBuffer(DeviceBuffer):
         argument = self.argument
         if argument is None:
             raise DeviceError("the buffer was freed")
+        ctypes.set_errno(0)
         code = self._lib.xrtBOSync(argument, direction, nbytes, offset)
         if code != 0:
             where = "to" if direction == SYNC_TO_DEVICE else "from"
