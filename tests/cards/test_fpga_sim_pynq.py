@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.tools import NEEDS_CARD_VENV
+
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 
@@ -35,6 +37,7 @@ except ImportError:
 
 if pynq is None:
 
+    @NEEDS_CARD_VENV
     def test_pynq_plugin_in_the_card_venv(tmp_path):
         """This module again, under the card venv's interpreter (PYNQ 3.0.1, numpy 1.x)."""
         from support.tools import card_venv_python
