@@ -165,12 +165,14 @@ def load_library(path: str | None = None) -> ctypes.CDLL:
 
 
 #: calls that never block in XRT (xrtRunSetArg writes the argument into the run's command
-#: packet; xrtRunState reads the command's state word): called holding the GIL, through the
-#: same library loaded as ``ctypes.PyDLL``. Releasing and taking back the GIL around each of
-#: them is what they cost an engine whose instance threads share it: a waiting thread is woken
-#: for every release (a futex wake, on a VM an inter-processor interrupt). Every call that can
-#: block (syncs, allocations that pin pages, starts, waits, frees) still releases it.
-QUICK_CALLS = ("xrtRunSetArg", "xrtRunState")
+#: packet; xrtRunState reads the command's state word; xrtRunStart hands the command to ERT's
+#: queue, one ioctl that returns at once: pyxrt's binding holds the GIL in it too): called
+#: holding the GIL, through the same library loaded as ``ctypes.PyDLL``. Releasing and taking
+#: back the GIL around each of them is what they cost an engine whose instance threads share
+#: it: a waiting thread is woken for every release (a futex wake, on a VM an inter-processor
+#: interrupt). Every call that can block (syncs, allocations that pin pages, waits, frees)
+#: still releases it.
+QUICK_CALLS = ("xrtRunSetArg", "xrtRunState", "xrtRunStart")
 
 
 def load_quick_calls(path: str) -> dict[str, Callable]:
@@ -462,6 +464,7 @@ class XrtCComputeUnit(ComputeUnitHandle):
         self._lib = device._lib
         self._set_arg = device._quick["xrtRunSetArg"]
         self._run_state = device._quick["xrtRunState"]
+        self._run_start = device._quick["xrtRunStart"]
         self._handle: int | None = handle
         #: runs whose call ended, reused by the next start, each with what it has bound
         self._idle_runs: list[tuple[int, list]] = []
@@ -529,7 +532,7 @@ class XrtCComputeUnit(ComputeUnitHandle):
                     )
                 slot += 1
             set_errno(0)
-            code = lib.xrtRunStart(run)
+            code = self._run_start(run)
             if code != 0:
                 raise DeviceError(f"card {self.device.index}: starting {self.name}: " + _failure("xrtRunStart", code))
         except DeviceError:
