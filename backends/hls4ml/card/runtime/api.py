@@ -116,8 +116,10 @@ class RunHandle(ABC):
                 time.sleep(min(sleep, max(deadline - now, 0.0)))
                 sleep = min(sleep * 2, _SLEEP_MAX_S)
 
-    def release(self) -> None:  # noqa: B027  (nothing to give back for most runtimes)
-        """The caller is done with the call (ended, or given up on after its deadline)."""
+    def release(self, rest: list | None = None) -> None:  # noqa: B027  (nothing to give back for most runtimes)
+        """The caller is done with the call (ended, or given up on after its deadline).
+        ``rest``: arguments (as for ``start``) a runtime that reuses its runs may leave bound
+        in place of this call's buffers over request memory, so that none stays held."""
 
 
 class ComputeUnitHandle(ABC):
