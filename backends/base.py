@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import NamedTuple, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -64,6 +64,10 @@ class BackendRequest(NamedTuple):
     #: deadline passed): a model may then stop early (Triton's ``is_cancelled()``); its answer
     #: is discarded. None when nobody can withdraw it (warm-up).
     cancelled: Callable[[], bool] | None = None
+    #: a request another model's instance made (BLS): the server's handle of that call, which a
+    #: backend hosting model code keeps while it serves it (``ProcessBackend.serving_calls``),
+    #: so that the server can tell a call that waits on its own chain; None for a client's.
+    caller: Any = None
 
 
 def path_inside(root: str | os.PathLike, base: str | os.PathLike, name: str, what: str) -> str:
@@ -118,6 +122,9 @@ class Backend(ABC):
     #: request-level backend in one ``execute_requests(..., alone=True)`` call: a backend in
     #: another process carries them in one round trip and runs them one by one there
     carries_requests: int = 1
+    #: what an instance holds besides its batch's arrays, for the load's memory line (None:
+    #: nothing it counts); set at load by backends that know (an hls4ml emulation's pieces)
+    memory_note: str | None = None
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         self.config = config
@@ -192,6 +199,25 @@ class Backend(ABC):
         Called by readiness checks on the event loop: cheap and never blocking (a backend may
         start a recovery attempt from here, on its own thread). A model version is ready while
         any of its instances is healthy."""
+        return None
+
+    def instance_ready(self) -> str | None:
+        """None while this instance is ready, else why not (e.g. its instance process is dead
+        or restarting): Triton's ``TRITONBACKEND_ModelInstanceReady``. Unlike ``health``, where
+        one serving instance keeps the version ready, a version is ready only while every one
+        of its instances is (Triton's ``TritonModel::IsReady``). Cheap and never blocking: it
+        runs on the event loop for each readiness request."""
+        return None
+
+    def has_ready_check(self) -> bool:
+        """Whether ``check_ready`` asks something (it may then take a while)."""
+        return False
+
+    def check_ready(self) -> str | None:
+        """The slow part of readiness, after ``instance_ready`` (e.g. a model's own
+        ``is_ready()``, which Triton's Python backend asks with a 5 s limit): None while ready,
+        else why not. Called on a worker thread for model-ready requests (and server-ready
+        ones under --strict-readiness) where ``has_ready_check()``; it bounds its own wait."""
         return None
 
     def location(self) -> str | None:

@@ -4,9 +4,14 @@ A server that cannot start (a malformed option, an unusable TLS file, a port it 
 a model that failed with --exit-on-error) raises ``StartupError``; the command line turns it
 into its ``error:`` line and exit status.
 
-Shutdown (SIGTERM/SIGINT): ServerReady turns false, the gRPC server stops accepting new
-RPCs and lets in-flight ones finish for up to ``exit_timeout_secs``, then the repository
-drains its schedulers and releases the models; the process exits 0.
+Shutdown, as Triton stops, on SIGTERM or SIGINT however it arrives (to the server's PID, to its
+process group from systemd or a terminal's Ctrl-C: the server's own processes ignore both and
+follow the server): health answers UNAVAILABLE "Server exiting", new requests are refused
+(gRPC UNAVAILABLE "GRPC server is shutting down ...", a new HTTP connection is refused), loads
+in progress are abandoned, the requests in flight finish in every backend and process, then
+the listeners close and the models are finalized; the process exits 0. All of it within
+``--exit-timeout-secs``: past it, or on a second signal, the server exits at once with status 1
+(Triton's "Exit timeout expired. Exiting immediately."), its processes ending with it.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 from typing import TYPE_CHECKING
+
+from fpgaserve.backends.hosting import abandon_loads
 
 from .dataplane import DataPlane
 from .engine.latency import MetricsConfigError, parse_metrics_config
@@ -24,6 +32,7 @@ from .engine.tracing import TraceConfigError, Tracer, parse_trace_config
 from .errors import StartupError
 from .flags import ServerOptions  # declared with its command-line flags
 from .frontends.access import RestrictionError, grpc_restrictions, http_restrictions
+from .frontends.common import HeaderForwarding
 from .frontends.grpc import InferenceServicer
 from .frontends.grpc_listener import GrpcListener, grpc_credentials, port_refusal
 from .frontends.http import HttpFrontend, MetricsFrontend
@@ -37,6 +46,19 @@ if TYPE_CHECKING:
     from .ipc.supervisor import FrontendSupervisor
 
 log = logging.getLogger("fpgaserve")
+
+#: once every request in flight has its answer, how long the listeners have to write the last
+#: ones out before the connections still open (an idle gRPC stream, an HTTP keep-alive) close
+FLUSH_GRACE_S = 1.0
+#: Triton's log line when its drain runs past --exit-timeout-secs (main.cc, r24.10), then exit 1
+EXIT_TIMEOUT_EXPIRED = "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
+#: a second SIGTERM/SIGINT: Triton 2.51 ignores it (triton_signal.cc: "Do nothing if already
+#: exiting") and drains on to the exit timeout; here it cuts the drain short, as the exit timeout does
+SECOND_SIGNAL = "failed to stop server: a second signal was received. Exiting immediately."
+
+
+class _StopCut(Exception):
+    """The shutdown ran past --exit-timeout-secs, or a second signal said to stop now."""
 
 
 def make_repository(options: ServerOptions, latency, engine: int = 0) -> ModelRepository:
@@ -69,13 +91,23 @@ def make_repository(options: ServerOptions, latency, engine: int = 0) -> ModelRe
     )
 
 
+def header_forwarding(options: ServerOptions) -> tuple[HeaderForwarding, HeaderForwarding]:
+    """The gRPC and HTTP frontends' header forwarding; ValueError for a pattern that is not a
+    regular expression."""
+    return (
+        HeaderForwarding(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern"),
+        HeaderForwarding(options.http_header_forward_pattern, "--http-header-forward-pattern"),
+    )
+
+
 class InferenceServer:
     def __init__(self, options: ServerOptions):
         self.options = options
         try:
             self.grpc_restrictions = grpc_restrictions(options.grpc_restricted_protocols)
             self.http_restrictions = http_restrictions(options.http_restricted_apis)
-        except RestrictionError as e:
+            self.grpc_forwarding, self.http_forwarding = header_forwarding(options)
+        except (RestrictionError, ValueError) as e:
             raise StartupError(str(e)) from None
         self.log_settings = LogSettings.from_options(options, allow_log_file_update=options.allow_log_file_update)
         self.shm = SystemSharedMemoryManager(
@@ -97,7 +129,7 @@ class InferenceServer:
         self.dataplane = DataPlane(
             self.repository, self.shm, self.log_settings, server_id=options.server_id, tracer=tracer
         )
-        self.servicer = InferenceServicer(self.dataplane)
+        self.servicer = InferenceServicer(self.dataplane, self.grpc_forwarding)
         header_s, idle_s = options.http_header_timeout_secs, options.http_idle_timeout_secs
         # HTTP/REST in this process (with --frontend-processes N > 1 each frontend process
         # serves it instead, sharing the port)
@@ -109,6 +141,7 @@ class InferenceServer:
             max_body_bytes=options.http_max_input_size,
             shutdown_timeout_s=options.exit_timeout_secs,
             ssl_context=http_ssl_context(options) if options.allow_http and options.http_port >= 0 else None,
+            forwarding=self.http_forwarding,
         )
         self.metrics = Metrics(
             self.repository,
@@ -134,6 +167,8 @@ class InferenceServer:
         self.http_port: int | None = None
         self.metrics_port: int | None = None
         self.abandoned = False  # set when shutdown gave up on a stuck backend
+        self._signals = 0  # SIGTERM/SIGINT received
+        self._stop_now = asyncio.Event()  # a second one: stop without waiting any more
 
     async def start(self) -> None:
         o = self.options
@@ -141,6 +176,11 @@ class InferenceServer:
         try:
             if o.engine_processes > 1:
                 await self._start_engines()  # they load their models while engine 0 loads its own
+            if (o.frontend_processes > 1 or o.engine_processes > 1) and (o.allow_grpc or o.allow_http):
+                from .ipc.arena import set_aside_for_frontends
+
+                # the frontends connect after the loads: the loads leave their arenas room
+                set_aside_for_frontends(o.frontend_processes, o.arena_bytes)
             await self.repository.start()
             if self.engines is not None:
                 await self.engines.connect()
@@ -207,8 +247,6 @@ class InferenceServer:
         if self.engines is not None:
             await self.engines.stop()
         if self._engines_dir is not None:
-            import shutil
-
             shutil.rmtree(self._engines_dir, ignore_errors=True)
 
     async def _render_all_metrics(self) -> bytes:
@@ -248,39 +286,94 @@ class InferenceServer:
             raise StartupError(f"cannot bind {what} to {address}:{port}: {why}") from None
 
     async def stop(self) -> None:
-        """Drain, then release. Everything shares one --exit-timeout-secs budget: a backend
-        stuck inside execute() must not keep the process alive past it (``abandoned`` tells
-        the caller to exit without waiting for that thread)."""
-        self.dataplane.exiting = True
+        """Stop as Triton stops: refuse new work, let the requests in flight finish, close the
+        listeners, finalize the models (see the module's docstring). Everything shares one
+        --exit-timeout-secs budget: past it (a backend stuck inside execute(), a client that
+        keeps its stream busy) or on a second signal, ``abandoned`` tells the caller to exit
+        at once with status 1, without waiting for what is still running."""
+        loop = asyncio.get_running_loop()
         timeout = self.options.exit_timeout_secs
-        deadline = asyncio.get_running_loop().time() + timeout
-        log.info("shutting down: draining in-flight requests (up to %.0f s)", timeout)
-        if self._grpc is not None:
-            await self._grpc.stop(grace=timeout)
-        if self.frontends is not None:
-            await self.frontends.stop(timeout)
-        await self.http.stop()
-        await self.metrics_http.stop()
-        remaining = max(0.1, deadline - asyncio.get_running_loop().time())
+        deadline = loop.time() + timeout
+        self.dataplane.exiting = True
+        log.info("Waiting for in-flight requests to complete (up to %g s).", timeout)
+        abandoned = await loop.run_in_executor(None, abandon_loads)  # kills loading children, compilers
+        if abandoned:
+            log.warning("abandoned %d instance load(s) in progress: the server is stopping", abandoned)
         try:
-            await asyncio.wait_for(self.repository.stop(), timeout=remaining)
-        except asyncio.TimeoutError:
+            # no new connection: HTTP refuses them as Triton's does (the gRPC listener stays up
+            # and answers new requests with UNAVAILABLE, as Triton's does while it drains)
+            await self.http.stop_listening()
+            if self.frontends is not None:
+                self.frontends.drain()  # each refuses new work and exits once its calls are answered
+            await self._within(deadline, self.dataplane.drained())
+            if self.frontends is not None:
+                await self._within(deadline, self.frontends.exited())
+            log.info("All in-flight requests are complete; closing the listeners and unloading the models.")
+            grace = min(FLUSH_GRACE_S, max(0.0, deadline - loop.time()))
+            if self._grpc is not None:
+                await self._within(deadline, self._grpc.stop(grace=grace))
+            await self._within(deadline, self.http.stop())
+            await self._within(deadline, self.metrics_http.stop())
+            await self._within(deadline, asyncio.gather(self.repository.stop(), self._stop_engines()))
+        except _StopCut:
             self.abandoned = True
-            log.error("models did not finish within --exit-timeout-secs; exiting without them")
-        await self._stop_engines()
+            self.exit_status = 1
+            log.error("%s", EXIT_TIMEOUT_EXPIRED if not self._stop_now.is_set() else SECOND_SIGNAL)
+            # what is still running ends with this process: instance processes by their
+            # lifelines (taking their compilers), frontend and engine processes killed here
+            if self.engines is not None:
+                self.engines.kill()
+            if self._engines_dir is not None:
+                shutil.rmtree(self._engines_dir, ignore_errors=True)
+            self._stopped.set()
+            return
+        finally:
+            if self.frontends is not None:
+                await self.frontends.stop(0.0)  # the ones still running are killed
         self.shm.close()
         # the trace file's closing bracket, the last spans to the collector
-        await asyncio.get_running_loop().run_in_executor(None, self.dataplane.tracer.close)
+        await loop.run_in_executor(None, self.dataplane.tracer.close)
         log.info("server stopped")
         self._stopped.set()
 
+    async def _within(self, deadline: float, awaitable) -> None:
+        """Await ``awaitable`` until ``deadline`` or a second signal, whichever comes first;
+        ``_StopCut`` (and the awaitable cancelled) for those two."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(awaitable)
+        now = asyncio.ensure_future(self._stop_now.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, now}, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            now.cancel()
+        if task in done:
+            task.result()
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise _StopCut
+
+    def _on_signal(self, stop_requested: asyncio.Event, signum: int) -> None:
+        """SIGTERM or SIGINT: the first stops the server (``stop``), a second stops it now."""
+        self._signals += 1
+        if self._signals == 1:
+            log.info("Signal (%d) received.", signum)  # Triton's line
+            stop_requested.set()
+            if not self.dataplane.started:
+                abandon_loads()  # still starting: its loads in progress would hold the stop
+        else:
+            log.warning("Signal (%d) received again: stopping now, without waiting for the requests in flight", signum)
+            self._stop_now.set()
+
     async def serve_forever(self) -> None:
-        await self.start()
         loop = asyncio.get_running_loop()
         stop_requested = self._stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, stop_requested, sig)
+        await self.start()
         if self.exit_status:  # an engine process died while the server started
             stop_requested.set()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop_requested.set)
         await stop_requested.wait()
         await self.stop()

@@ -30,7 +30,7 @@ def _raise_fd_limit() -> None:
         pass
 
 
-from fpgaserve.backends.hosting import start_process  # noqa: E402
+from fpgaserve.backends.hosting import kill_helper_groups, start_process  # noqa: E402
 
 from . import eventloop  # noqa: E402
 from .app import InferenceServer  # noqa: E402
@@ -93,10 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("fpgaserve").error("error: %s", e)
         return 1
     if server.abandoned:
-        # a backend thread is stuck in execute(); interpreter shutdown would wait for it
+        # the exit timeout expired, or a second signal came: exit now (a backend thread may be
+        # stuck in execute(), and interpreter shutdown would wait for it); the compilers this
+        # process started go with it, instance processes end by their lifelines
+        kill_helper_groups()
         logging.shutdown()
         os._exit(server.exit_status)
-    return server.exit_status  # 1 when an engine process (--engine-processes) died
+    return server.exit_status  # 1 when an engine process (--engine-processes) died or the stop was cut
 
 
 if __name__ == "__main__":

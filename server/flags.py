@@ -384,7 +384,8 @@ class ServerOptions:
             REPOSITORY,
             True,
             "true: ServerReady (and the gRPC health check) is true only while every model is "
-            "READY or deliberately unloaded; false: ready as soon as the server is up.",
+            "READY (every instance process running, a Python model's is_ready() saying yes) or "
+            "deliberately unloaded; false: ready as soon as the server is up.",
         )
     )
     exit_on_error: bool = option(
@@ -626,6 +627,29 @@ class ServerOptions:
         )
     )
 
+    grpc_header_forward_pattern: str = option(
+        Flag(
+            "--grpc-header-forward-pattern",
+            NETWORK,
+            "tritonserver's flag: gRPC request metadata whose name this regular expression matches "
+            "(anywhere in it) becomes string parameters of the inference request, which a model reads "
+            "(Python: request.parameters()). As Triton 26.05, a header named like a reserved parameter "
+            "(sequence_id, sequence_start, sequence_end, priority, timeout, headers, binary_data_output, "
+            "triton_*) fails the request with INVALID_ARG.",
+            default="",
+            metavar="REGEX",
+        )
+    )
+    http_header_forward_pattern: str = option(
+        Flag(
+            "--http-header-forward-pattern",
+            NETWORK,
+            "the same for HTTP request headers (their names as the client sent them).",
+            default="",
+            metavar="REGEX",
+        )
+    )
+
     # -- security
     grpc_restricted_protocols: list[str] = option(  # noqa: RUF009 (option() is a dataclasses.field)
         Flag(
@@ -850,7 +874,9 @@ class ServerOptions:
         Flag(
             "--exit-timeout-secs",
             LOGGING,
-            "on SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.",
+            "on SIGTERM/SIGINT, how long the whole stop may take (in-flight requests and loads, "
+            "then the models' finalize); past it, or on a second signal, the server exits at once "
+            "with status 1.",
             type=float,
             default=30.0,
         )
@@ -905,8 +931,6 @@ IGNORED: tuple[Flag, ...] = tuple(
         ("--grpc-max-response-pool-size", "gRPC responses are built per request by grpcio"),
         ("--grpc-infer-thread-count", "the gRPC frontend runs on one event loop"),
         ("--grpc-infer-response-compression-level", "responses follow the client's requested compression"),
-        ("--grpc-header-forward-pattern", "request headers are not forwarded to models"),
-        ("--http-header-forward-pattern", "request headers are not forwarded to models"),
         ("--http-thread-count", "the HTTP frontend runs on one event loop"),
         ("--allow-sagemaker", "no SageMaker endpoint"),
         ("--sagemaker-port", "no SageMaker endpoint"),

@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..base import Backend, BackendError, TensorDescription, config_parameter, version_file
-from . import FPGA_MODES
+from . import FPGA_MODES, memory
 from .project import Hls4mlProject, ProjectError
 
 log = logging.getLogger("fpgaserve.hls4ml")
@@ -74,10 +75,17 @@ def find_bitstream(config: dict, version_dir: str) -> Path | None:
 
 
 def resolve_mode(
-    requested: str, config: dict, version_dir: str, project: Hls4mlProject | None = None, card_api: str = "auto"
+    requested: str,
+    config: dict,
+    version_dir: str,
+    project: Hls4mlProject | None = None,
+    card_api: str = "auto",
+    emulator: Any = None,
 ) -> tuple[str, str, Any]:
     """(mode, why, emulator) for this model version; ``why`` goes into the load log line.
-    ``emulator`` is the FixedPointModel auto built to decide on numpy mode (reused), else None."""
+    The returned ``emulator`` is the FixedPointModel auto built to decide on numpy mode (reused),
+    else None; one given (built by an earlier decision for this version) is reused instead of
+    building another."""
     if requested not in FPGA_MODES:
         raise BackendError(f"unknown fpga-mode '{requested}' (choose from {', '.join(FPGA_MODES)})")
     named = config_parameter(config, "xclbin")
@@ -99,10 +107,31 @@ def resolve_mode(
     from .emulator import FixedPointModel
 
     try:
-        emulator = FixedPointModel(project if project is not None else Hls4mlProject.load(version_dir))
+        if emulator is None:
+            emulator = FixedPointModel(project if project is not None else Hls4mlProject.load(version_dir))
     except ProjectError as e:  # UnsupportedLayerError names the layer; io_stream etc. land here too
         return "csim", f"auto: {no_card}; not every layer is emulated by numpy: {e}", None
     return "numpy", f"auto: {no_card}; every layer is emulated bit-exactly by numpy", emulator
+
+
+# The emulator auto mode built in the engine's process to decide whether a version runs in an
+# instance process (``instance_process_by_default``), kept for the version's first instance,
+# which would otherwise build the same one again at once (the 512x512x3 separable io_stream
+# network: 1.4 s of its load, measured on a shared machine; a 512x512 io_parallel convolution
+# also parses its 250 MB im2col filler again). Keyed by the version folder; taken once, and
+# replaced by the next decision for that folder.
+_DECIDED: dict[str, Any] = {}
+_DECIDED_LOCK = threading.Lock()
+
+
+def _keep_decided(version_dir: str, emulator: Any) -> None:
+    with _DECIDED_LOCK:
+        _DECIDED[os.path.realpath(version_dir)] = emulator
+
+
+def _take_decided(version_dir: str) -> Any:
+    with _DECIDED_LOCK:
+        return _DECIDED.pop(os.path.realpath(version_dir), None)
 
 
 class Hls4mlBackend(Backend):
@@ -112,6 +141,9 @@ class Hls4mlBackend(Backend):
     #: whether this object accounts the emulated device's busy time (not in an instance
     #: process: the server's side of it does, where the telemetry is)
     accounts_device = True
+    #: whether this object's process encodes its outputs for the wire (the engine's; not an
+    #: instance process), which the memory it sets aside for its batches then counts
+    encodes_outputs = True
 
     @classmethod
     def describe_io(cls, config: dict, version_dir: str):
@@ -131,9 +163,13 @@ class Hls4mlBackend(Backend):
         if requested != "auto":
             return requested == "csim"
         try:
-            mode, _, _ = resolve_mode(requested, config, version_dir, None, backend_config.get("card-api", "auto"))
+            mode, _, emulator = resolve_mode(
+                requested, config, version_dir, None, backend_config.get("card-api", "auto")
+            )
         except BackendError:
             return False
+        if emulator is not None:  # numpy: the version's first instance (in this process) takes it
+            _keep_decided(version_dir, emulator)
         return mode == "csim"
 
     # the parent side of an instance process accounts the emulated device and reads the mode
@@ -142,16 +178,27 @@ class Hls4mlBackend(Backend):
 
     def __init__(self, config: dict, version_dir: str, instance_index: int, backend_config: dict | None = None):
         super().__init__(config, version_dir, instance_index, backend_config)
+        requested = self.backend_config.get("fpga-mode", "auto")
+        # taken first, so that it is not kept when this load fails
+        decided = _take_decided(version_dir) if requested == "auto" else None
         self.project = Hls4mlProject.load(version_dir)
         self._check_io(config)
         self.mode, why, emulator = resolve_mode(
-            self.backend_config.get("fpga-mode", "auto"),
-            config,
-            version_dir,
-            self.project,
-            self.backend_config.get("card-api", "auto"),
+            requested, config, version_dir, self.project, self.backend_config.get("card-api", "auto"), decided
         )
         self._runner = emulator if emulator is not None else self._make_runner()
+        # what its batches will take, set aside now: a model that does not fit fails here, alone
+        try:
+            self.memory, self._piece_rows = memory.plan(
+                config.get("name", ""), self.mode, config, self.project, self._runner, self.encodes_outputs
+            )
+            self._reservation = memory.reserve(self.memory, instance_index)
+        except BaseException:
+            close = getattr(self._runner, "close", None)
+            if close is not None:
+                close()
+            raise
+        self.memory_note = self.memory.note()
         # without a card the firmware runs on the emulated device of its mode, which telemetry
         # reports as a device (EMU-<index>-<mode>); the hardware runner accounts its own calls
         self.emulated_device = (
@@ -341,13 +388,18 @@ class Hls4mlBackend(Backend):
         x = x.reshape(rows, self.project.input.size)
         # the numpy emulator and the card write their result in the output's dtype (no float64
         # array to convert)
-        kwargs = {"dtype": self.output_dtype} if self.mode in ("numpy", "hardware") else {}
-        if self.emulated_device is None:
-            y = self._runner.predict(x, **kwargs)
-        else:
-            with self.emulated_device.executing():
+        kwargs: dict[str, Any] = {"dtype": self.output_dtype} if self.mode in ("numpy", "hardware", "csim") else {}
+        if self._piece_rows is not None:
+            kwargs["piece_rows"] = self._piece_rows  # csim: float64 rows in pieces (memory.py)
+        try:
+            if self.emulated_device is None:
                 y = self._runner.predict(x, **kwargs)
-        y = y.astype(self.output_dtype, copy=False)
+            else:
+                with self.emulated_device.executing():
+                    y = self._runner.predict(x, **kwargs)
+            y = y.astype(self.output_dtype, copy=False)
+        except MemoryError as e:  # named: the model, the batch, what it allocated and how much
+            raise memory.batch_memory_error(self.config.get("name", ""), self.mode, rows, e) from None
         return {self.output_name: y.reshape(shape)}
 
     def location(self) -> str | None:
@@ -355,6 +407,7 @@ class Hls4mlBackend(Backend):
         return f"card {home.card.index} {home.cu}" if home is not None else None
 
     def close(self) -> None:
+        self._reservation.release()
         close = getattr(self._runner, "close", None)
         if close is not None:
             close()

@@ -14,10 +14,14 @@ compiled. A project that carries its own copy uses that copy.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
+import mmap
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,21 +202,45 @@ class Hls4mlProject:
         except OSError as e:
             raise ProjectError(f"hls4ml project {self.path}: cannot read firmware/{relpath}: {e.strerror}") from None
 
-    def read_generated_template(self) -> str:
-        """nnet_utils/nnet_code_gen.h as the C-simulation compiles it: the project's own (hls4ml
-        writes it per model; pack keeps it only where it differs from the installed one), else
-        the installed hls4ml's generic one, which the C-simulation's copy of the library
-        (csim/library.py) provides."""
-        if (self.firmware_dir / GENERATED_TEMPLATE_FILE).is_file():
-            return self.read_firmware(GENERATED_TEMPLATE_FILE)
-        path = installed_templates_dir() / GENERATED_TEMPLATE_FILE
+    def generated_template_path(self) -> Path:
+        """Where nnet_utils/nnet_code_gen.h comes from as the C-simulation compiles it: the
+        project's own (hls4ml writes it per model; pack keeps it only where it differs from the
+        installed one), else the installed hls4ml's generic one, which the C-simulation's copy of
+        the library (csim/library.py) provides."""
+        own = self.firmware_dir / GENERATED_TEMPLATE_FILE
+        return own if own.is_file() else installed_templates_dir() / GENERATED_TEMPLATE_FILE
+
+    def _template_error(self, path: Path, e: OSError) -> ProjectError:
+        if path.is_relative_to(self.firmware_dir):
+            return ProjectError(
+                f"hls4ml project {self.path}: cannot read firmware/{GENERATED_TEMPLATE_FILE}: {e.strerror}"
+            )
+        return ProjectError(
+            f"hls4ml project {self.path}: no firmware/{GENERATED_TEMPLATE_FILE} and the installed hls4ml's "
+            f"{path} cannot be read: {e.strerror}"
+        )
+
+    @contextlib.contextmanager
+    def mapped_generated_template(self) -> Iterator[bytes | mmap.mmap]:
+        """nnet_utils/nnet_code_gen.h's bytes, mapped read-only rather than read: hls4ml writes
+        one statement per im2col slot into it, 250 MB for a 512x512 convolution, which a read
+        would hold twice (bytes and text) while the emulator parses it."""
+        path = self.generated_template_path()
         try:
-            return path.read_text()
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    mapped = None
+                else:
+                    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
-            raise ProjectError(
-                f"hls4ml project {self.path}: no firmware/{GENERATED_TEMPLATE_FILE} and the installed hls4ml's "
-                f"{path} cannot be read: {e.strerror}"
-            ) from None
+            raise self._template_error(path, e) from None
+        if mapped is None:
+            yield b""
+            return
+        try:
+            yield mapped
+        finally:
+            mapped.close()
 
     def defines(self) -> dict[str, int]:
         return {k: int(v) for k, v in _DEFINE.findall(self.read_firmware("defines.h"))}

@@ -1,5 +1,6 @@
-"""The program a model instance's process runs: ``python -m fpgaserve.backends.hosting
-<channel fd> <lifeline fd>`` (``__main__.py``; started by ``instance_process.ProcessBackend``).
+"""The program a model instance's process runs: ``main(<channel fd>, <lifeline fd>, <readiness
+fd>)``, started by ``instance_process.ProcessBackend`` (``CHILD_PROGRAM``: ``python -c``, the
+model's folder off ``sys.path``; ``python -m fpgaserve.backends.hosting`` runs the same by hand).
 
 It hosts one backend object (any ``Backend`` class, named in the ``load`` message) and serves
 the engine's messages on the channel: ``exec`` (a batch as a dict of tensors, the backend
@@ -9,27 +10,48 @@ contract), ``exec_requests`` (a batch as its list of requests, for a host with
 (one thread wake-up less per batch: measured, a third of a batch-1 round trip), and a thread
 waiting for the reply to a call into the engine (``call``: BLS requests, possibly several at
 once from the model's threads) reads while the main thread is inside ``execute``; what a
-reader takes that is not its own goes to its owner's queue. The process dies with the server:
+reader takes that is not its own goes to its owner's queue. A thread of its own answers the
+server's readiness questions on the readiness channel (the hosted object's ``is_ready``), so
+that a model busy with a batch still answers them. The process dies with the server:
 a watchdog thread blocks on the lifeline pipe, whose write end only the server holds, and
 exits when it reads end-of-file.
+
+It does not die of a signal meant for the server: SIGINT and SIGTERM reach every process of a
+terminal's foreground group (Ctrl-C) and of a systemd unit (``KillMode=control-group``), and
+the server, not the signal, decides when an instance stops: after its in-flight requests,
+with ``close`` (the model's finalize). When it ends by itself (its server gone, or closed),
+the compilers it started in sessions of their own end with it (``helper_groups``); when the
+server kills it, the server kills them too (``instance_process.kill_tree``).
+
+The ``load`` message names the hosted class, its constructor's arguments, the engine's segment
+and the size of this process's own (``instance_channel.segment_bytes``).
 
 Messages from here: ``("loaded", segment path, load result)``, ``("load_error", text)``,
 ``("done", outputs)``, ``("done_requests", results, exec id)``, ``("failed", status, text[,
 exec id])``, ``("response", (exec id, index), outputs, error, flags)`` (decoupled), ``("log",
-level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("closed",)``.
+level, text)``, ``("metric", ...)``, ``("call", id, payload, stream)``, ``("cancel_call", id)``,
+``("closed",)``; on the readiness channel ``("ready", seq, ready, error)``: plain values
+(``plain_values``), which the server checks before it acts on them (``instance_messages``).
+Messages to here (pickled: this process trusts the server): ``load``, ``exec``,
+``exec_requests``, ``close``, ``("reply", call id, item)``, ``("release", token)`` (unmap a
+frontend's arena); on the readiness channel ``("is_ready", seq)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import os
 import queue
+import signal
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
+from . import helper_groups
 from .instance_channel import Channel, Segment, SegmentReader, TensorRef
 from .startup import start_process
 
@@ -60,10 +82,52 @@ class _PendingCall:
         self.stream = stream
 
 
+class CallStream:
+    """The replies of a streamed call, in order, until the engine's last: an iterator whose
+    ``cancel`` asks the engine to withdraw the call (its replies then go on until the last)."""
+
+    def __init__(self, worker: Worker, call_id: int, pending: _PendingCall):
+        self._worker = worker
+        self._call_id = call_id
+        self._pending = pending
+        self.finished = False
+
+    def __iter__(self) -> CallStream:
+        return self
+
+    def __next__(self):
+        if self.finished:
+            raise StopIteration
+        try:
+            item = self._worker._wait(self._pending.items)
+        except BaseException:
+            self._end()
+            raise
+        if item[0] == "end":
+            self._end()
+            raise StopIteration
+        if item[0] == "error":  # the stream's last for the caller (later replies are dropped)
+            self._end()
+            return self._worker._take(item)
+        return item[1]
+
+    def cancel(self) -> None:
+        if not self.finished:
+            self._worker.send(("cancel_call", self._call_id))
+
+    def _end(self) -> None:
+        self.finished = True
+        self._worker._forget(self._call_id)
+
+    def __del__(self) -> None:  # dropped before its end: its later replies go nowhere
+        if not self.finished:
+            self._worker._forget(self._call_id)
+
+
 class Worker:
     def __init__(self, channel: Channel):
         self.channel = channel
-        self.segment = Segment()
+        self.segment: Segment  # made at load, of the size the engine names
         self.parent_segment: SegmentReader | None = None
         self.host: Any = None
         self._work: queue.SimpleQueue = queue.SimpleQueue()
@@ -88,7 +152,8 @@ class Worker:
 
     def call(self, payload: Any, stream: bool = False):
         """Ask the engine for something (a BLS request) and wait: its reply, or with ``stream``
-        an iterator of its replies until the last. Raises CallFailed with the engine's error."""
+        an iterator of its replies until the last (a ``CallStream``, which can cancel the call).
+        Raises CallFailed with the engine's error."""
         pending = _PendingCall(stream)
         call_id = next(self._call_ids)
         with self._calls_lock:
@@ -100,19 +165,11 @@ class Worker:
             finally:
                 with self._calls_lock:
                     self._calls.pop(call_id, None)
-        return self._stream(call_id, pending)
+        return CallStream(self, call_id, pending)
 
-    def _stream(self, call_id: int, pending: _PendingCall):
-        try:
-            while True:
-                item = self._wait(pending.items)
-                last = item[0] == "end"
-                if last:
-                    return
-                yield self._take(item)
-        finally:
-            with self._calls_lock:
-                self._calls.pop(call_id, None)
+    def _forget(self, call_id: int) -> None:
+        with self._calls_lock:
+            self._calls.pop(call_id, None)
 
     @staticmethod
     def _take(item):
@@ -133,7 +190,7 @@ class Worker:
                     while items.empty():
                         self._dispatch(self.channel.recv())
                 except (EOFError, OSError):
-                    os._exit(0)  # the server went away
+                    _exit()  # the server went away
                 finally:
                     self._read_lock.release()
                 continue
@@ -152,12 +209,28 @@ class Worker:
             if pending is not None:
                 pending.items.put(message[2])
             return
+        if message[0] == "release":  # a frontend's arena is gone: unmap it (at once, even mid-batch)
+            if self.parent_segment is not None:
+                self.parent_segment.release(message[1])
+            return
         self._work.put(message)
 
     def serve(self) -> None:
         message = self.channel.recv()
-        _, target, args, parent_segment = message
-        self.parent_segment = SegmentReader(parent_segment)
+        _, target, args, parent_segment, segment_size = message
+        try:
+            self.segment = Segment(segment_size)
+            self.parent_segment = SegmentReader(parent_segment)
+        except OSError as e:  # ENOMEM under an address-space limit: say what could not be mapped
+            name = args[0].get("name", "") if args and isinstance(args[0], dict) else ""
+            self.channel.send(
+                (
+                    "load_error",
+                    f"the instance process of model '{name}' cannot map its shared segments (its own of "
+                    f"{segment_size >> 20} MiB for outputs, the engine's at {parent_segment}): {e.strerror or e}",
+                )
+            )
+            return
         try:
             module_name, class_name = target.split(":")
             cls = getattr(importlib.import_module(module_name), class_name)
@@ -165,7 +238,9 @@ class Worker:
         except BaseException as e:  # model code may raise anything at import and initialize
             self.channel.send(("load_error", getattr(e, "triton_text", None) or _describe(e)))
             return
-        self.channel.send(("loaded", self.segment.path, getattr(self.host, "load_result", None)))
+        self._answer(
+            ("loaded", self.segment.path, getattr(self.host, "load_result", None)), ("load_error",), "the load's result"
+        )
         while True:
             message = self._wait(self._work)
             kind = message[0]
@@ -178,6 +253,7 @@ class Worker:
                     self.host.close()
                 except BaseException as e:
                     self.log("error", f"closing the instance failed: {_describe(e)}")
+                helper_groups.kill_helper_groups()
                 self.channel.send(("closed",))
                 return
 
@@ -195,7 +271,7 @@ class Worker:
         except BaseException as e:
             self.channel.send(("failed", _status_of(e), _describe(e)))
             return
-        self.channel.send(("done", reply))
+        self._answer(("done", reply), ("failed", "INTERNAL"), "the outputs")
 
     def _exec_requests(self, requests: list, decoupled: bool, alone: bool, exec_id: int) -> None:
         """Replies carry ``exec_id`` last: the engine tells them from late messages of an
@@ -208,7 +284,7 @@ class Worker:
                     results += self.host.execute_requests([request], decoupled, exec_id, position)
                 except BaseException as e:
                     results.append(("failed", _status_of(e), getattr(e, "triton_text", None) or _describe(e)))
-            self.channel.send(("done_requests", results, exec_id))
+            self._answer(("done_requests", results, exec_id), ("failed", "INTERNAL"), "the responses", exec_id)
             return
         try:
             results = self.host.execute_requests(requests, decoupled, exec_id)
@@ -216,7 +292,15 @@ class Worker:
             text = getattr(e, "triton_text", None) or _describe(e)
             self.channel.send(("failed", _status_of(e), text, exec_id))
             return
-        self.channel.send(("done_requests", results, exec_id))
+        self._answer(("done_requests", results, exec_id), ("failed", "INTERNAL"), "the responses", exec_id)
+
+    def _answer(self, message: tuple, instead: tuple, what: str, *last) -> None:
+        """Send ``message``, or, when it cannot travel (a value that is not plain, more than a
+        frame holds), ``instead`` with the reason as its text (and ``last``, an exec id)."""
+        try:
+            self.channel.send(message)
+        except (TypeError, ValueError) as e:
+            self.channel.send((*instead, f"{what} cannot be sent to the server: {e}", *last))
 
 
 def _status_of(e: BaseException) -> str:
@@ -229,6 +313,15 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def _exit() -> None:
+    """End this process now (no interpreter teardown: threads the model started must not keep
+    it alive), and the helper programs it started with it."""
+    helper_groups.kill_helper_groups()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _watch_lifeline(fd: int) -> None:
     """Exit when the server is gone: its end of the lifeline pipe closes with its process."""
     while True:
@@ -239,24 +332,82 @@ def _watch_lifeline(fd: int) -> None:
             continue
         except OSError:
             break
-    os._exit(0)
+    _exit()
+
+
+def _skip_signal(signum, frame) -> None:
+    """SIGINT and SIGTERM: meant for the server, which stops this process itself."""
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block SIGINT and SIGTERM in the calling thread while it starts a process that will
+    ``ignore_stop_signals``: the child inherits the mask through exec, so a signal meant for
+    the server that arrives while the child is still importing waits, pending, for its
+    handler instead of killing it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_stop_signals() -> None:
+    """SIGINT and SIGTERM no longer end this process (the server stops it when its requests are
+    answered), then unblocked (``stop_signals_blocked``). A handler that does nothing rather
+    than SIG_IGN: a program the model starts gets the default disposition back at exec (as
+    under Triton's stub, whose handlers skip both signals); restarted system calls, so that a
+    model blocked in one does not see EINTR."""
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, _skip_signal)
+        signal.siginterrupt(signum, False)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+def _serve_readiness(worker: Worker, fd: int) -> None:
+    """Answer the server's ``("is_ready", seq)`` questions with ``("ready", seq, ready, error)``
+    from the hosted object's ``is_ready()`` (``True`` where it has none), on this thread of
+    their own: the main thread may be inside a batch meanwhile. ``error``: the text of what
+    ``is_ready`` raised (``triton_text`` where it has one), with ``ready`` False."""
+    channel = Channel(fd)
+    while True:
+        try:
+            message = channel.recv()
+        except (EOFError, OSError):
+            return
+        if not (isinstance(message, tuple) and len(message) == 2 and message[0] == "is_ready"):
+            continue
+        check = getattr(worker.host, "is_ready", None)
+        ready, error = True, None
+        if check is not None:
+            try:
+                ready = check() is True
+            except BaseException as e:  # model code may raise anything
+                ready, error = False, getattr(e, "triton_text", None) or _describe(e)
+        try:
+            channel.send(("ready", message[1], ready, error))
+        except OSError:
+            return
 
 
 def main(argv: list[str]) -> None:
     channel_fd, lifeline_fd = int(argv[0]), int(argv[1])
+    ignore_stop_signals()
     # a fresh interpreter: the server's malloc settings are not inherited, and a model that
     # allocates its activations per batch would fault them in anew each time without them
     start_process()
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), name="lifeline", daemon=True).start()
     worker = Worker(Channel(channel_fd))
     _CURRENT.append(worker)
+    if len(argv) > 2:  # the readiness channel
+        threading.Thread(target=_serve_readiness, args=(worker, int(argv[2])), name="is_ready", daemon=True).start()
     try:
         worker.serve()
     except (EOFError, OSError):
         pass
     except BaseException:
         traceback.print_exc()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # no interpreter teardown: threads the model started must not keep the process alive
-    os._exit(0)
+    _exit()

@@ -35,6 +35,11 @@ _HANDLED_PARAMETERS = frozenset(
 )
 
 
+#: how long a readiness check waits for the model's is_ready() (Triton's python backend:
+#: kUserModelReadinessTimeoutMs, 5000)
+IS_READY_TIMEOUT_S = 5.0
+
+
 def _refuse_unsupported(config: dict, backend_config: dict) -> None:
     parameters = config.get("parameters", {})
     if "EXECUTION_ENV_PATH" in parameters:
@@ -71,6 +76,38 @@ class PythonBackend(ProcessBackend):
     def unhealthy_prefix(self) -> str:
         return f"Stub process '{self.instance_name}' is not healthy: "
 
+    # ------------------------------------------------------------------ readiness
+    # Triton's TRITONBACKEND_ModelInstanceReady (python_backend r26.04, src/python_be.cc): a
+    # dead stub is INTERNAL "Stub process '<instance>' is not healthy."; then the model's
+    # optional is_ready() (python_backend r26.03+), whose False, exception, non-bool result or
+    # 5 s timeout each make the model not ready with the texts below. Triton's core only logs
+    # the text (verbose) and answers "not ready"; here it also shows in the repository index.
+
+    def has_ready_check(self) -> bool:
+        return bool((getattr(self, "load_result", None) or {}).get("is_ready"))
+
+    def instance_ready(self) -> str | None:
+        why = super().instance_ready()
+        if why is None:
+            return None
+        return f"Stub process '{self.instance_name}' is not healthy. ({why.removeprefix(self.unhealthy_prefix())})"
+
+    def check_ready(self) -> str | None:
+        if not self.has_ready_check():
+            return None  # no is_ready(): ready while the stub runs, no round trip
+        answer = self.ask_child_ready(IS_READY_TIMEOUT_S)
+        kind = answer[0]
+        if kind == "answer":
+            _, ready, error = answer
+            if error is not None:
+                return error
+            return None if ready else f"Model '{self.instance_name}' is not ready (user-defined check failed)."
+        if kind == "timeout":
+            return "Timed out waiting for user-defined is_ready() response"
+        if kind == "busy":
+            return "Timed out waiting for in-flight is_ready() response"
+        return "Stub process is not healthy while waiting for user-defined is_ready() response"
+
     def load_args(self) -> tuple:
         model_dir = os.path.dirname(os.path.abspath(self.version_dir))
         args = {
@@ -106,26 +143,29 @@ class PythonBackend(ProcessBackend):
             for r in requests
         ]
         self._cancel_checks = (exec_id, [r.cancelled for r in requests])
+        self.serving_calls = tuple(r.caller for r in requests if r.caller is not None)
         try:
             self.send(("exec_requests", message, self.decoupled, alone, exec_id))
             if self.decoupled:
                 return [self._responses(exec_id)]
             reply = self._reply(exec_id)
+            if reply[0] == "failed":
+                raise failure_from_child(reply)
+            answers: list = []
+            for result in reply[1]:
+                if result[0] == "ok":
+                    answers.append(self.read_tensors(result[1]))
+                elif result[0] == "failed":  # (alone) its own execute raised
+                    answers.append(ExecutionFailed(failure_from_child(result)))
+                else:
+                    answers.append(failure_from_child(result))
         except ChildDied as e:
             raise self.crashed(str(e)) from None
-        if reply[0] == "failed":
-            raise failure_from_child(reply)
-        peer = self.peer
-        assert peer is not None
-        answers: list = []
-        for result in reply[1]:
-            if result[0] == "ok":
-                answers.append({name: peer.get(ref, copy=True) for name, ref in result[1]})
-            elif result[0] == "failed":  # (alone) its own execute raised
-                answers.append(ExecutionFailed(failure_from_child(result)))
-            else:
-                answers.append(failure_from_child(result))
         return answers
+
+    def abandoned(self) -> bool:
+        checks = self._cancel_checks[1]
+        return bool(checks) and all(check is not None and check() for check in checks)
 
     def request_cancelled(self, exec_id: int, index: int) -> bool:
         running, checks = self._cancel_checks
@@ -171,9 +211,11 @@ class PythonBackend(ProcessBackend):
                 yield failure_from_child(("error", *error))
                 continue
             if outputs is not None:
-                peer = self.peer
-                assert peer is not None
-                yield {name: peer.get(ref, copy=True) for name, ref in outputs}
+                try:
+                    tensors = self.read_tensors(outputs)
+                except ChildDied as e:
+                    raise self.crashed(str(e)) from None
+                yield tensors
             if flags & RESPONSE_COMPLETE_FINAL:
                 final = True
 

@@ -1,7 +1,7 @@
 """The Python backend inside an instance's process: hosts one ``TritonPythonModel``.
 
 Runs only in the process ``instance_worker`` starts (never in the server's): it puts the
-``triton_python_backend_utils`` module (``stub/``) and the model's version folder on
+``triton_python_backend_utils`` module (``stub/``) first and the model's version folder last on
 ``sys.path``, imports ``model.py``, and turns the engine's messages into Triton's calls:
 ``initialize(args)``, ``execute(requests)`` -> one ``InferenceResponse`` per request (or
 None for a decoupled model, which answers through each request's response sender),
@@ -27,10 +27,13 @@ def _load_module(host: dict):
     if stub_dir not in sys.path:
         sys.path.insert(0, stub_dir)
     path = host["model_path"]
-    # as Triton's stub does: modules next to model.py are importable by the model
+    # as Triton's stub does (pb_stub.cc, r24.10): the version folder and the model's folder are
+    # appended, so modules next to model.py are importable by the model without shadowing the
+    # standard library or installed packages (a model's queue.py is not the worker's queue)
     version_dir = os.path.dirname(path)
-    if version_dir not in sys.path:
-        sys.path.insert(0, version_dir)
+    for folder in (version_dir, os.path.dirname(version_dir)):
+        if folder not in sys.path:
+            sys.path.append(folder)
     spec = importlib.util.spec_from_file_location("model", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"'{path}' is not a Python module")
@@ -97,6 +100,32 @@ class PythonModelHost:
                 init(dict(args))
         except BaseException as e:
             raise ModelRaised(python_error_text(e)) from None
+        # whether the server asks is_ready() at all (Triton's stub notes it after initialize:
+        # a model without one costs a readiness check no round trip)
+        self.load_result = {"is_ready": callable(getattr(self.model, "is_ready", None))}
+        self._ready_loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ readiness
+    def is_ready(self) -> bool:
+        """The model's ``is_ready()`` (sync or ``async def``), on the worker's readiness thread
+        (the model may be inside execute meanwhile, as under Triton's stub). Anything but a
+        ``bool`` is an error, in Triton's text; so is what it raises, as Triton's stub reports
+        an exception (``python_error_text``)."""
+        check = getattr(self.model, "is_ready", None)
+        if check is None:
+            return True
+        try:
+            result = check()
+            if inspect.iscoroutine(result):
+                # its own loop, on this thread: execute's loop may be running on the main one
+                if self._ready_loop is None:
+                    self._ready_loop = asyncio.new_event_loop()
+                result = self._ready_loop.run_until_complete(result)
+        except BaseException as e:
+            raise ModelRaised(python_error_text(e)) from None
+        if not isinstance(result, bool):
+            raise ModelRaised("is_ready() must return a boolean value")
+        return result
 
     # ------------------------------------------------------------------ execute
     def execute_requests(self, messages: list, decoupled: bool, exec_id: int = 0, first: int = 0) -> list | None:

@@ -24,10 +24,19 @@ from ..errors import InferenceError, Status, invalid_argument, not_found, unavai
 from ..log_settings import LogSettings
 from ..shared_memory import Region, SystemSharedMemoryManager
 from . import bls
-from .api import DataPlaneAPI, ServerInfo
+from .api import SERVER_EXITING, SERVER_NOT_READY, DataPlaneAPI, ServerInfo
 from .tensors import WireRequest, encode_outputs, engine_request, normalize
 
-__all__ = ["EXTENSIONS", "SHUTTING_DOWN", "DataPlane", "DataPlaneAPI", "ServerInfo", "WireRequest"]
+__all__ = [
+    "EXTENSIONS",
+    "SERVER_EXITING",
+    "SERVER_NOT_READY",
+    "SHUTTING_DOWN",
+    "DataPlane",
+    "DataPlaneAPI",
+    "ServerInfo",
+    "WireRequest",
+]
 
 # Only what really works (ServerMetadata is how clients discover features); Triton's names.
 EXTENSIONS = (
@@ -72,29 +81,32 @@ class DataPlane(DataPlaneAPI):
         # serving HTTP must not report the server ready before the others are up
         self.started = True
         self.tracer = tracer or Tracer()
+        # ``infer``, ``load`` and ``unload`` calls not yet answered, and who waits for there to
+        # be none (the shutdown: ``drained``)
+        self.in_flight = 0
+        self._drained: asyncio.Event | None = None
 
     # ------------------------------------------------------------------ health
     async def live(self) -> bool:
+        if self.exiting:
+            raise unavailable(SERVER_EXITING)
         # live once every listener is up (before, with frontend processes, one process may
         # already answer while the others are starting)
         return self.started
 
     async def ready(self) -> bool:
-        return self.ready_now()
-
-    def ready_now(self) -> bool:
-        """``ready`` for callers in the engine's process that cannot await (HTTP probes)."""
-        return self.started and not self.exiting and self.repository.all_ready()
+        if self.exiting:
+            raise unavailable(SERVER_EXITING)
+        return self.started and await self.repository.server_ready()
 
     async def model_ready(self, name: str, version: str = "") -> bool:
-        return self.model_ready_now(name, version)
-
-    def model_ready_now(self, name: str, version: str = "") -> bool:
         # Triton answers not-ready for unknown models (clients call it after unloads), but
         # rejects a malformed version string first
         if version:
             parse_version(version)
-        return not self.exiting and self.repository.is_ready(name, version)
+        if self.exiting:
+            raise unavailable(SERVER_NOT_READY)
+        return await self.repository.model_ready(name, version)
 
     async def server_metadata(self) -> ServerInfo:
         return ServerInfo(self.server_id, __version__, EXTENSIONS)
@@ -139,23 +151,32 @@ class DataPlane(DataPlaneAPI):
         deadline), the scheduler's future is cancelled too, which withdraws the request if it
         is still queued."""
         self.check_accepting()
-        inputs, batch_size = normalize(request, self.shm)
-        # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
-        ireq = engine_request(
-            request.model,
-            inputs,
-            request.outputs,
-            batch_size,
-            request.id,
-            request.parameters,
-            request.priority,
-            request.timeout_us,
-            self._encode,
-            emit=request.emit,
-            tracer=self.tracer,
-            traceparent=request.traceparent,
-        )
-        return await self.submit(ireq)
+        self.in_flight += 1
+        try:
+            inputs, batch_size = normalize(request, self.shm)
+            # the outputs are prepared (bytes, shared memory, classification) in the instance's thread
+            ireq = engine_request(
+                request.model,
+                inputs,
+                request.outputs,
+                batch_size,
+                request.id,
+                request.parameters,
+                request.priority,
+                request.timeout_us,
+                self._encode,
+                emit=request.emit,
+                tracer=self.tracer,
+                traceparent=request.traceparent,
+            )
+            return await self.submit(ireq)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight and self._drained is not None:
+            self._drained.set()
 
     def submit(self, request: InferenceRequest) -> asyncio.Future:
         """Hand a normalized request to its model's scheduler: the scheduler's future (cancel
@@ -164,16 +185,36 @@ class DataPlane(DataPlaneAPI):
         rather than ``infer`` to avoid a task per request)."""
         return request.model.scheduler.submit(request)
 
+    async def drained(self) -> None:
+        """Return once no ``infer``, ``load`` or ``unload`` call is in flight (the shutdown waits
+        for this before it closes the listeners of this process and finalizes the models; its
+        caller bounds the wait). Frontend processes wait for their own calls the same way (``RemoteDataPlane``);
+        BLS requests are parts of requests in flight."""
+        if self._drained is None:
+            self._drained = asyncio.Event()
+        if self.in_flight:
+            self._drained.clear()
+            await self._drained.wait()
+
     # ------------------------------------------------------------------ repository
     async def repository_index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
         # reads the model directories: off the event loop
         return await asyncio.get_running_loop().run_in_executor(None, self.repository.index, ready_only)
 
     async def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
-        await self.repository.load(name, config_json, files or None)
+        # counted in flight as Triton counts its non-inference requests: the shutdown answers it
+        self.in_flight += 1
+        try:
+            await self.repository.load(name, config_json, files or None)
+        finally:
+            self._done()
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        await self.repository.unload(name, unload_dependents=unload_dependents)
+        self.in_flight += 1
+        try:
+            await self.repository.unload(name, unload_dependents=unload_dependents)
+        finally:
+            self._done()
 
     # ------------------------------------------------------------------ shared memory
     async def shm_status(self, name: str = "") -> list[Region]:

@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from .tensors import WireRequest
 
 
+# Triton 2.51's answers to health requests while the server stops (core InferenceServer::IsLive,
+# IsReady and ModelIsReady, r24.10: UNAVAILABLE once it is exiting)
+SERVER_EXITING = "Server exiting"
+SERVER_NOT_READY = "Server not ready"
+
+
 @dataclass(frozen=True)
 class ServerInfo:
     name: str

@@ -36,6 +36,18 @@ if TYPE_CHECKING:
 _U32 = struct.Struct("<I")
 
 ALLOWED_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
+#: parameter names Triton keeps for its own use, which a forwarded header may not take (and
+#: every name that starts with "triton_"): kReservedParameterKeys of Triton 26.05 (server
+#: r26.05, src/common.h)
+RESERVED_PARAMETER_KEYS = (
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "headers",
+    "binary_data_output",
+)
 RESERVED_PARAMETER_ERROR = (
     "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
     "following keys starting with 'triton_' are allowed: " + " ".join(ALLOWED_TRITON_PARAMETERS)
@@ -85,6 +97,20 @@ class WireRequest:
     traceparent: str = ""
 
 
+def forward_headers(headers, parameters: dict[str, Any]) -> None:
+    """The request headers a frontend selected by its ``--grpc-header-forward-pattern`` /
+    ``--http-header-forward-pattern`` (name, value; in the order received) become string
+    parameters of the request, as in Triton (a model reads them in ``request.parameters()``).
+    Since Triton 26.05 a header named like a reserved key fails the request with INVALID_ARG
+    and Triton's text (server r26.05: ``ForwardHeadersAsParameters`` in
+    src/grpc/infer_handler.h, ``ForEachHeader`` in src/http_server.cc): it would otherwise set
+    a sequence flag, a priority or a timeout from a header a proxy added."""
+    for key, value in headers:
+        if key in RESERVED_PARAMETER_KEYS or key.startswith("triton_"):
+            raise invalid_argument(f"Header '{key}' is reserved for Triton usage and cannot be forwarded.")
+        parameters[key] = value
+
+
 def engine_request(
     model,
     inputs: dict[str, np.ndarray],
@@ -101,13 +127,15 @@ def engine_request(
     traceparent: str = "",
     future=None,
     tag=None,
+    caller=None,
 ) -> InferenceRequest:
     """The engine's ``InferenceRequest`` for a client's request, normalized where it arrived:
     the one place a client's request enters the engine (``DataPlane.infer``, a BLS request,
     a frontend process's request at the engine's IPC server). ``encode`` prepares its outputs
     (see ``InferenceRequest.encode``); ``emit`` takes a decoupled model's responses; with an
     active ``tracer`` the request is traced (the client's ``traceparent``); ``future``/``tag``:
-    a submitter's own answer object and handle (the IPC server's).
+    a submitter's own answer object and handle (the IPC server's); ``caller``: the BLS call
+    that makes the request (``bls.Call``).
 
     The arrival time is now: the request enters the server's statistics (success and queue
     time) here, as in Triton, where decoding the wire message is frontend time outside
@@ -123,6 +151,8 @@ def engine_request(
         request.emit = emit
     if tag is not None:
         request.tag = tag
+    if caller is not None:
+        request.caller = caller
     if tracer is not None and tracer.active:
         request.trace = tracer.start(model.name, traceparent)
     return request

@@ -109,6 +109,7 @@ def backend_request(request: InferenceRequest, inputs: dict[str, np.ndarray] | N
         correlation,
         # (read from the instance's thread: a cancelled future never becomes un-cancelled)
         request.future.cancelled if request.future is not None else None,
+        request.caller,
     )
 
 

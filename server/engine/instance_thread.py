@@ -42,6 +42,9 @@ class InstanceThread(concurrent.futures.Executor):
                 done(value, exc)
             except RuntimeError:  # the event loop is already closed (shutdown): nobody waits
                 pass
+            # not held until the next item: a batch's result (its outputs) would stay mapped as
+            # long as the instance idles (see DirectScheduler._serve for what that was)
+            del item, fn, args, done, value, exc
 
     def run_async(self, loop: asyncio.AbstractEventLoop, fn, *args) -> asyncio.Future:
         fut = loop.create_future()

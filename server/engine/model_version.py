@@ -9,6 +9,7 @@ about one model name, loaded or not; the states are Triton's (RepositoryIndex sh
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -76,6 +77,9 @@ class ModelVersion:
         self.scheduler: Scheduler | None = None
         self.load_duration_s = 0.0
         self._labels = labels or {}
+        # what the instances' own checks (``check_ready``) said last time they were asked:
+        # why not ready, None if ready or never asked
+        self.last_not_ready: str | None = None
 
     def labels(self, filename: str) -> list[str]:
         return self._labels.get(filename, [])
@@ -103,6 +107,44 @@ class ModelVersion:
         if len(value) > 7:
             version.engine = value[7]
         return version
+
+    def not_ready(self) -> str | None:
+        """None while this version can serve, else why not, from what is known without asking
+        anyone: an instance that is not ready (its process dead or restarting; Triton requires
+        every instance ready, ``TritonModel::IsReady``) or no instance healthy (``unhealthy``)."""
+        scheduler = self.scheduler
+        if scheduler is None:
+            return None
+        for instance in scheduler.instances:
+            backend = instance.backend
+            if backend is None:
+                continue
+            try:
+                why = backend.instance_ready()
+            except Exception as e:  # a readiness check must not break readiness itself
+                why = f"readiness check failed: {e}"
+            if why is not None:
+                return why
+        return self.unhealthy()
+
+    async def check_ready(self) -> str | None:
+        """``not_ready``, then each instance's own check where it has one (a Python model's
+        ``is_ready()``, on a worker thread: it may take its 5 s), instance by instance as
+        Triton asks them; the first reason found. What the instances' checks said is kept for
+        the repository index (``last_not_ready``)."""
+        why = self.not_ready()
+        scheduler = self.scheduler
+        if why is not None or scheduler is None:
+            return why
+        loop = asyncio.get_running_loop()
+        for instance in scheduler.instances:
+            backend = instance.backend
+            if backend is not None and backend.has_ready_check():
+                why = await loop.run_in_executor(None, backend.check_ready)
+                if why is not None:
+                    break
+        self.last_not_ready = why
+        return why
 
     def unhealthy(self) -> str | None:
         """None while some instance can serve, else why none can (``Backend.health``): a loaded

@@ -161,10 +161,14 @@ class ModelRepository:
             except asyncio.CancelledError:
                 pass
         async with self._lock:
+            # every model at once, as Triton unloads them all at shutdown: the finalizes of a
+            # repository's instances overlap instead of adding up against --exit-timeout-secs
+            retired = []
             for entry in self.models.values():
-                old = list(entry.versions.values())
+                retired.append((entry, list(entry.versions.values())))
                 entry.versions.clear()
-                await self._drain(entry.name, old)
+            await asyncio.gather(*(self._drain(entry.name, old) for entry, old in retired))
+            for entry, _ in retired:
                 self._cleanup_temp(entry)
 
     async def _poll_loop(self) -> None:
@@ -555,22 +559,55 @@ class ModelRepository:
         return mv
 
     def is_ready(self, name: str, version: str = "") -> bool:
+        """Loaded and able to serve, by what is known without asking the instances (``not_ready``)."""
         try:
-            return self.get(name, version).unhealthy() is None
+            return self.get(name, version).not_ready() is None
         except InferenceError:
             return False
 
-    def all_ready(self) -> bool:
-        """Strict readiness: every model is READY or was deliberately unloaded."""
-        if not self.strict_readiness:
-            return True
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """Model readiness as Triton answers it since 25.12 (core ``ModelIsReady``): READY,
+        and every instance ready, its own check asked (``ModelVersion.check_ready``). Why not
+        is logged (verbose, as Triton does) and shown by the repository index."""
+        try:
+            mv = self.get(name, version)
+        except InferenceError:
+            return False
+        why = await mv.check_ready()
+        if why is not None:
+            log.debug("Model '%s' version %d is not ready: %s", mv.name, mv.version, why)
+        return why is None
+
+    def _lifecycle_ready(self) -> bool:
         for entry in self.models.values():
             if entry.state in (LOADING, UNLOADING):
                 return False
             if entry.state == UNAVAILABLE and entry.reason != "unloaded":
                 return False
-            if any(v.unhealthy() is not None for v in entry.versions.values()):
-                return False
+        return True
+
+    def all_ready(self) -> bool:
+        """Strict readiness by what is known without asking the instances: every model READY
+        (or deliberately unloaded) and able to serve (``not_ready``)."""
+        if not self.strict_readiness:
+            return True
+        return self._lifecycle_ready() and not any(
+            v.not_ready() is not None for e in self.models.values() for v in e.versions.values()
+        )
+
+    async def server_ready(self) -> bool:
+        """Server readiness under --strict-readiness as Triton 26.04 answers it (core
+        ``InferenceServer::IsReady``): every model READY or deliberately unloaded, and
+        every READY version's instances ready (a dead or restarting instance process, a
+        Python model's ``is_ready()`` saying no). Without --strict-readiness: True."""
+        if not self.strict_readiness:
+            return True
+        if not self._lifecycle_ready():
+            return False
+        for entry in list(self.models.values()):
+            for v in list(entry.versions.values()):
+                if await v.check_ready() is not None:
+                    return False
         return True
 
     def index(self, ready_only: bool = False) -> list[tuple[str, str, str, str]]:
@@ -587,10 +624,11 @@ class ModelRepository:
             if entry.version_states:
                 for v, (state, reason) in sorted(entry.version_states.items()):
                     if state == READY:
-                        # a loaded version none of whose instances can serve (a lost device,
-                        # an instance process that stays down) is not ready: say why
+                        # a loaded version that cannot serve now (an instance process dead or
+                        # restarting, no device left) or whose last readiness check said no
+                        # (a Python model's is_ready()) is not ready: say why
                         loaded = entry.versions.get(v)
-                        why = loaded.unhealthy() if loaded is not None else None
+                        why = (loaded.not_ready() or loaded.last_not_ready) if loaded is not None else None
                         if why is not None:
                             state, reason = UNAVAILABLE, why
                     if ready_only and state != READY:

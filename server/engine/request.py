@@ -86,3 +86,6 @@ class InferenceRequest:
     timings: Any = None
     # the submitter's own handle for the request (the engine's IPC server: the frontend's token)
     tag: Any = None
+    # a BLS request: the data plane's handle of the call that made it, handed to request-level
+    # backends (BackendRequest.caller) so that an instance knows whose calls it serves
+    caller: Any = None

@@ -222,8 +222,10 @@ class Scheduler:
     async def _release_instances(self, stuck: list[ModelInstance]) -> None:
         """Close every instance, leaving the ``stuck`` ones (inside execute()) behind."""
         loop = asyncio.get_running_loop()
+        closing = []
         for instance in self.instances:
             if instance in stuck:
                 instance.abandon()
-            else:
-                await loop.run_in_executor(None, instance.close)
+            else:  # all at once: each may wait for its process's finalize
+                closing.append(loop.run_in_executor(None, instance.close))
+        await asyncio.gather(*closing)

@@ -110,7 +110,7 @@ async def load_version(
     mv.scheduler = make_scheduler(mv, instances)
     mv.scheduler.start()
     # what the config lets this version hold, said once per load (see memory.py)
-    log.info("%s", batch_memory(config, len(instances)).describe())
+    log.info("%s", batch_memory(config, len(instances), [i.backend for i in instances]).describe())
     return mv
 
 

@@ -11,6 +11,7 @@ fields (which its JSON uses too), errors are ``InferenceError``s with a ``Status
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -75,6 +76,32 @@ def refuse_repository_name(repository: str) -> None:
     """Repository control addresses the server's repositories as one (as Triton does)."""
     if repository:
         raise unimplemented("'repository_name' specification is not supported")
+
+
+class HeaderForwarding:
+    """Which request headers become request parameters (``--grpc-header-forward-pattern``,
+    ``--http-header-forward-pattern``): those whose name the regular expression matches
+    anywhere in it (RE2's PartialMatch, as Triton uses it; Python's ``re`` reads the same
+    syntax, and more). The frontend selects them (transport); what they become, and which
+    names are refused, is the data plane's (``tensors.forward_headers``)."""
+
+    def __init__(self, pattern: str, flag: str):
+        try:
+            self.regex = re.compile(pattern) if pattern else None
+        except re.error as e:
+            raise ValueError(f"{flag}: '{pattern}' is not a regular expression: {e}") from None
+
+    def select(self, pairs: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
+        """The (name, value) pairs to forward, in order; a binary value (gRPC ``-bin``
+        metadata) as its UTF-8 text."""
+        regex = self.regex
+        if regex is None:
+            return []
+        found = []
+        for key, value in pairs:
+            if regex.search(key):
+                found.append((key, value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)))
+        return found
 
 
 V = TypeVar("V")

@@ -196,8 +196,10 @@ class InferenceServicer:
     """The RPCs. Handlers return the response or raise ``InferenceError``; the guards above
     turn errors into statuses (or in-stream error responses)."""
 
-    def __init__(self, dataplane: DataPlaneAPI):
+    def __init__(self, dataplane: DataPlaneAPI, forwarding: common.HeaderForwarding | None = None):
         self.dataplane = dataplane
+        # --grpc-header-forward-pattern: the metadata that becomes request parameters
+        self.forwarding = forwarding if forwarding is not None and forwarding.regex is not None else None
 
     # ------------------------------------------------------------------ health
     async def ServerLive(self, request, context):
@@ -233,7 +235,8 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ inference
     def _collect(self, request, model, context):
-        wire = codec.collect(request, model, self.dataplane.shm)
+        forwarded = self.forwarding.select(context.invocation_metadata() or ()) if self.forwarding else None
+        wire = codec.collect(request, model, self.dataplane.shm, forwarded)
         if self.dataplane.tracing_active:  # the client's W3C trace context, only while tracing
             wire.traceparent = traceparent_from(context.invocation_metadata())
         return wire
@@ -480,7 +483,10 @@ class HealthServicer:
             return _UNKNOWN
 
     async def Check(self, request, context):
-        return health_pb.HealthCheckResponse(status=await self._status())
+        # as Triton's: a readiness error is the call's status (UNAVAILABLE "Server exiting"
+        # while the server stops), not a SERVING/NOT_SERVING answer
+        ready = await self.inference.server_ready()
+        return health_pb.HealthCheckResponse(status=_SERVING if ready else _NOT_SERVING)
 
     async def Watch(self, request, context):
         last = None

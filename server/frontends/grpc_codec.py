@@ -24,6 +24,7 @@ from ..dataplane.tensors import (
     WireInput,
     WireRequest,
     all_outputs,
+    forward_headers,
     id_prefix,
 )
 from ..errors import invalid_argument
@@ -251,17 +252,20 @@ class _PbTypedValues:
         return _typed_contents(self.contents, dt)
 
 
-def collect(request, model, shm) -> WireRequest:
+def collect(request, model, shm, forwarded: list[tuple[str, str]] | None = None) -> WireRequest:
     """The frontend half of decoding a ModelInferRequest against ``model`` (a snapshot), in
-    Triton 2.51's order: parameters; per input in send order: duplicates, raw/typed mixing,
-    data presence, shared-memory location; then the requested outputs. The core half is
-    the data plane's (``tensors.normalize``, in ``DataPlaneAPI.infer``)."""
+    Triton 2.51's order: parameters; the ``forwarded`` headers (``--grpc-header-forward-pattern``,
+    Triton 26.05's place: after the parameters, before the inputs); per input in send order:
+    duplicates, raw/typed mixing, data presence, shared-memory location; then the requested
+    outputs. The core half is the data plane's (``tensors.normalize``, in ``DataPlaneAPI.infer``)."""
     name = model.name
     received: dict[str, WireInput] = {}
     wire = WireRequest(model, request.id, received, [], {})
     prefix = id_prefix(request.id)
     if request.parameters:
         _request_parameters(request, wire)
+    if forwarded:
+        forward_headers(forwarded, wire.parameters)
 
     if len(request.inputs) > len(model.inputs) + SPARE_INPUTS:
         # far more inputs than the model has: answered before a per-input walk (Python work

@@ -40,6 +40,7 @@ from aiohttp import web
 
 from .. import model_config as mc
 from ..dataplane.api import DataPlaneAPI
+from ..dataplane.tensors import forward_headers
 from ..errors import (
     InferenceError,
     Status,
@@ -156,9 +157,12 @@ class HttpFrontend:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         shutdown_timeout_s: float = 30.0,
         ssl_context: ssl.SSLContext | None = None,
+        forwarding: common.HeaderForwarding | None = None,
     ):
         self.dataplane = dataplane
         self.restrictions = restrictions or {}
+        # --http-header-forward-pattern: the request headers that become request parameters
+        self.forwarding = forwarding if forwarding is not None and forwarding.regex is not None else None
         self.header_timeout_s = header_timeout_s
         self.max_body_bytes = max_body_bytes
         self.listener = HttpListener(
@@ -172,6 +176,10 @@ class HttpFrontend:
 
     async def start(self, address: str, port: int, reuse_port: bool = False) -> int:
         return await self.listener.start(address, port, reuse_port)
+
+    async def stop_listening(self) -> None:
+        """Refuse new connections; requests on open ones are still answered."""
+        await self.listener.stop_listening()
 
     async def stop(self) -> None:
         """Stop accepting; in-flight requests finish (up to ``shutdown_timeout_s``)."""
@@ -318,7 +326,10 @@ class HttpFrontend:
             return self._not_allowed()
         await self._body(request)
         dp = self.dataplane
-        ok = await (dp.live() if kind == "live" else dp.ready())
+        try:
+            ok = await (dp.live() if kind == "live" else dp.ready())
+        except InferenceError as e:  # the server is exiting: Triton's status and text
+            return inference_error_response(e)
         return web.Response(status=200 if ok else 400, content_type="text/plain")
 
     async def _model_ready(self, request, name: str, version: str) -> web.StreamResponse:
@@ -482,6 +493,8 @@ class HttpFrontend:
             else:
                 header = codec.parse_json(mv[:header_length])
                 wire, plan = codec.collect(header, mv[header_length:], model, dp.shm)
+            if self.forwarding is not None:  # (Triton 26.05's place: once the request is parsed)
+                forward_headers(self.forwarding.select(request.headers.items()), wire.parameters)
             if dp.tracing_active:  # the client's W3C trace context, only while tracing
                 wire.traceparent = request.headers.get("traceparent", "")
             encoded = await dp.infer(wire)

@@ -200,6 +200,13 @@ class HttpListener:
         assert addresses, "aiohttp's runner has no bound address after site.start()"
         return addresses[0][1]
 
+    async def stop_listening(self) -> None:
+        """Take no new connection (the port is closed, a client's connect is refused, as
+        Triton's HTTP service does first when it stops); the open ones are still served."""
+        if self.runner is not None:
+            for site in list(self.runner.sites):
+                await site.stop()
+
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()

@@ -38,7 +38,13 @@ import threading
 
 import numpy as np
 
-from fpgaserve.backends.hosting import register_shared, unregister_shared
+from fpgaserve.backends.hosting import (
+    AddressSpaceReservation,
+    describe_address_space,
+    register_shared,
+    reserve_address_space,
+    unregister_shared,
+)
 
 ALIGN = 64  # cache-line aligned blocks: numpy views of any dtype are aligned
 PAGE = mmap.PAGESIZE
@@ -49,6 +55,54 @@ PAGE_BLOCK = 64 * 1024
 
 def _round_up(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+# The engine maps each frontend's two arenas when the frontend says hello, which is after the
+# models have loaded: under an address-space limit the loads must leave that room, or every
+# frontend fails to connect once a large model has taken it. ``set_aside_for_frontends``
+# reserves it before the loads (backends/hosting/address_space.py); each mapping moves its
+# bytes from the reservation to the process's mapped size, and an arena unmapped (its frontend
+# gone) moves them back for the frontend that replaces it.
+_FRONTEND_ROOM: list[AddressSpaceReservation] = []  # the one reservation, once made
+
+
+def set_aside_for_frontends(count: int, arena_bytes: int) -> None:
+    """Reserve the arenas of ``count`` frontends of ``arena_bytes`` each way (before the loads)."""
+    nbytes = count * 2 * _round_up(arena_bytes)
+    for room in _FRONTEND_ROOM:
+        room.release()
+    _FRONTEND_ROOM[:] = [
+        reserve_address_space(
+            "the frontend processes", f"{count} frontends' request and response arenas", nbytes, check=False
+        )
+    ]
+
+
+def _map_arena(pid: int, fd_number: int, size: int, what: str) -> mmap.mmap:
+    """Map a frontend's arena read-write (shared), its bytes taken from the frontends' room; an
+    ENOMEM names the arena, its size and the process's standing."""
+    fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDWR)
+    try:
+        if os.fstat(fd).st_size < size:
+            raise ValueError(f"the {what} of process {pid} is smaller than announced")
+        try:
+            mapping = mmap.mmap(fd, size)
+        except OSError as e:
+            raise OSError(
+                e.errno,
+                f"cannot map the {size >> 20} MiB {what} of frontend process {pid}: {e.strerror}; this process has "
+                + describe_address_space(),
+            ) from None
+    finally:
+        os.close(fd)
+    for room in _FRONTEND_ROOM:
+        room.shrink(size)
+    return mapping
+
+
+def _unmapped_arena(size: int) -> None:
+    for room in _FRONTEND_ROOM:
+        room.grow(size)
 
 
 class ArenaFull(Exception):
@@ -139,13 +193,8 @@ class ArenaReader:
     user memory for writing, see the module docstring) that the engine only reads."""
 
     def __init__(self, pid: int, fd_number: int, size: int):
-        fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size < size:
-                raise ValueError(f"the arena of process {pid} is smaller than announced")
-            self.map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self.map = _map_arena(pid, fd_number, size, "request arena")
+        self._room_bytes = size  # given back to the frontends' room once, at close
         # read-only for the engine: every numpy view made over it is read-only too, at no
         # cost per request
         self.view = memoryview(self.map).toreadonly()
@@ -165,6 +214,8 @@ class ArenaReader:
             self.map.close()
         except BufferError:  # views still held by requests in flight; the mapping goes with them
             pass
+        _unmapped_arena(self._room_bytes)
+        self._room_bytes = 0
 
 
 # An encoded output's bytes in the response arena, in place of ``EncodedOutput.raw`` (which is
@@ -181,13 +232,8 @@ class ResponseArena:
     MIN_BYTES = 16 * 1024  # smaller outputs travel inline in the frame
 
     def __init__(self, pid: int, fd_number: int, size: int):
-        fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size < size:
-                raise ValueError(f"the response arena of process {pid} is smaller than announced")
-            self.map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self.map = _map_arena(pid, fd_number, size, "response arena")
+        self._room_bytes = size  # given back to the frontends' room once, at close
         self.view = memoryview(self.map)
         self._blocks = FreeList(size)
         self._lock = threading.Lock()
@@ -249,3 +295,5 @@ class ResponseArena:
             self.map.close()
         except BufferError:  # the instance threads may still write into it; it goes with them
             pass
+        _unmapped_arena(self._room_bytes)
+        self._room_bytes = 0

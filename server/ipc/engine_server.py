@@ -151,6 +151,9 @@ class EngineServer:
         # engine, the Metrics whose families engine 0 merges into /metrics
         self.engines: EngineGroup | None = None
         self.metrics: Metrics | None = None
+        # in an engine process of --engine-processes N > 1: what engine 0's "drain" call does
+        # (that process stops: it ignores the signals meant for the server)
+        self.on_drain: Callable[[], None] | None = None
         # repository changes so far, and load/unload calls in progress: a call broadcasts the
         # change itself (awaited, before its client hears back); changes with no call in
         # progress (poll mode) are broadcast from the listener
@@ -166,6 +169,12 @@ class EngineServer:
         client's trace context)."""
         for fe in list(self.frontends):
             fe.send(("tracing", active))
+
+    def drain_frontends(self) -> None:
+        """Tell every frontend process to stop (they ignore the signals meant for the server):
+        each refuses new work, answers the calls it has in flight and exits (one-way)."""
+        for fe in list(self.frontends):
+            fe.send(("drain",))
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -222,6 +231,9 @@ class EngineServer:
                         await self._broadcast("models_changed")
                 if method in ("shm_register", "shm_unregister"):
                     await self._broadcast("shm", method[4:], tuple(args))
+            elif method == "drain" and self.on_drain is not None:
+                self.on_drain()
+                value = None
             elif self.engines is not None and method == "model_snapshot":
                 value = await self.engines.snapshot(*args)
             elif method == "metric_families" and self.metrics is not None:

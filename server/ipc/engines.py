@@ -28,6 +28,8 @@ import signal
 import sys
 from pathlib import Path
 
+from fpgaserve.backends.hosting import stop_signals_blocked
+
 from ..engine.placement import PlacementError, engine_of_model
 from ..errors import InferenceError, StartupError, invalid_argument
 from .protocol import statistics_views
@@ -41,9 +43,10 @@ _CONTROL_ARENA_BYTES = 1 << 20
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    # SIGTERM when the coordinator dies, however it dies: the engine releases its cards and exits
+    # SIGHUP when the coordinator dies, however it dies: the engine exits at once (its cards are
+    # released with its process; nobody is left to answer its requests)
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGHUP)
     except OSError:
         pass
 
@@ -82,16 +85,17 @@ class EngineGroup:
         with open(config_path, "w") as f:  # noqa: ASYNC230 -- once, a few hundred bytes, at start
             json.dump(dataclasses.asdict(self.options), f)
         for index in range(1, self.count):
-            self.procs[index] = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "fpgaserve.server.ipc.engine_process",
-                config_path,
-                self.sockets[index],
-                str(index),
-                str(self.count),
-                preexec_fn=_die_with_parent,
-            )
+            with stop_signals_blocked():  # until it ignores them (engine_process.main)
+                self.procs[index] = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "fpgaserve.server.ipc.engine_process",
+                    config_path,
+                    self.sockets[index],
+                    str(index),
+                    str(self.count),
+                    preexec_fn=_die_with_parent,
+                )
 
     async def connect(self) -> None:
         """Wait until every engine process serves its socket (its models loaded), then
@@ -121,22 +125,37 @@ class EngineGroup:
             self.on_engine_lost(index, rc)
 
     async def stop(self) -> None:
-        """SIGTERM every engine process (each drains and releases its models), then wait."""
+        """Tell every engine process to stop (its "drain" call: it finalizes its models and
+        exits; they ignore the signals meant for the server), then wait for them; the ones
+        still running when the caller gives up on this wait (cancels it) are killed."""
         self.stopping = True
         for w in self._watchers:
             w.cancel()
         for remote in self.remotes.values():
-            await remote.close()
-        live = [p for p in self.procs.values() if p.returncode is None]
-        for p in live:
-            p.send_signal(signal.SIGTERM)
-        if live:
             try:
-                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in live)), self.options.exit_timeout_secs + 5)
-            except asyncio.TimeoutError:
-                for p in live:
-                    if p.returncode is None:
-                        p.kill()
+                await remote.call("drain")
+            except InferenceError:
+                pass  # gone already
+            await remote.close()
+        for index, p in self.procs.items():
+            if index not in self.remotes:
+                p.kill()  # never connected (the server failed to start): still loading
+        live = [p for p in self.procs.values() if p.returncode is None]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in live)), self.options.exit_timeout_secs)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """Kill the engine processes still running (the server exits at once)."""
+        for p in self.procs.values():
+            if p.returncode is None:
+                try:
+                    p.kill()
+                except ProcessLookupError:
+                    pass
 
     # ------------------------------------------------------------------ placement
     def engine_of(self, name: str, config_json: str | None = None) -> int:

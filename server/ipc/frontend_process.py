@@ -4,8 +4,11 @@
 
 Started by the engine's ``FrontendSupervisor`` (never by hand): CONFIG is the server's
 options as JSON, SOCKET the engine's Unix socket (with --engine-processes N > 1, engine 0's, and
-SOCKETS those of engines 1..N-1, joined by os.pathsep); a port of -1 is not served. Exit
-status: 0 after a SIGTERM drain, 1 if the port cannot be bound, 2 if an engine went away.
+SOCKETS those of engines 1..N-1, joined by os.pathsep); a port of -1 is not served. It ignores
+SIGINT and SIGTERM (a terminal's Ctrl-C and systemd reach every process of the server's group
+or unit): the engine tells it to stop (``drain``), and it ends at once when the engine is
+gone (SIGHUP, the parent-death signal, or the channel's end). Exit status: 0 after a drain, 1
+if the port cannot be bound, 2 if an engine went away.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import os
 import signal
 import sys
 
-from fpgaserve.backends.hosting import start_process
+from fpgaserve.backends.hosting import ignore_stop_signals, start_process
 
-from ..app import ServerOptions
+from ..app import FLUSH_GRACE_S, ServerOptions, header_forwarding
 from ..errors import StartupError
 from ..frontends.access import RestrictionError, grpc_restrictions, http_restrictions
 from ..frontends.grpc import InferenceServicer
@@ -42,7 +45,8 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
     try:
         restrictions = grpc_restrictions(options.grpc_restricted_protocols)
         http_restricted = http_restrictions(options.http_restricted_apis)
-    except RestrictionError as e:  # the engine checked them already
+        grpc_forwarding, http_forwarding = header_forwarding(options)
+    except (RestrictionError, ValueError) as e:  # the engine checked them already
         log.error("%s", e)
         return 1
     listener: GrpcListener | None = None
@@ -50,7 +54,9 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
     grpc_port = http_port = -1
     try:
         if options.grpc_port >= 0:
-            listener = GrpcListener(options, InferenceServicer(dataplane), restrictions, reuse_port=True)
+            listener = GrpcListener(
+                options, InferenceServicer(dataplane, grpc_forwarding), restrictions, reuse_port=True
+            )
             grpc_port = await listener.start(announce=False)
         if options.http_port >= 0:
             http = HttpFrontend(
@@ -61,6 +67,7 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
                 max_body_bytes=options.http_max_input_size,
                 shutdown_timeout_s=options.exit_timeout_secs,
                 ssl_context=http_ssl_context(options),
+                forwarding=http_forwarding,
             )
             http_port = await http.start(options.http_address, options.http_port, reuse_port=True)
     except StartupError as e:  # TLS files the engine checked already, or a port taken
@@ -75,8 +82,8 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
     dataplane.send(("bound", grpc_port, http_port))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for plane in dataplane.engines:
+        plane.on_drain = stop.set  # the engine says the server stops
 
     def engine_gone() -> None:
         # Die at once, as a one-process server killed with its engine would: the kernel then
@@ -87,7 +94,7 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
         # replica failing, so its clients' next calls would still go here. Stopping the
         # listeners instead would answer the calls with CANCELLED and keep taking new ones.
         if stop.is_set():
-            return  # draining on SIGTERM: the engine ends after us, as expected
+            return  # draining: the engine ends after us, as expected
         log.error("frontend %d: the engine process is gone; exiting", index)
         logging.shutdown()
         os._exit(2)
@@ -103,9 +110,14 @@ async def serve(options: ServerOptions, socket_path: str, index: int, engine_soc
     for plane in dataplane.engines:
         plane.exiting = True  # new requests: UNAVAILABLE; in-flight ones finish
     if http is not None:
-        await http.stop()
+        await http.stop_listening()  # a new connection is refused, as by Triton's HTTP service
+    # every call answered (the engine kills this process if that takes past its exit timeout),
+    # then a moment to write the last answers out before the open connections close
+    await asyncio.gather(*(plane.drained() for plane in dataplane.engines))
     if listener is not None:
-        await listener.stop(grace=options.exit_timeout_secs)
+        await listener.stop(grace=FLUSH_GRACE_S)
+    if http is not None:
+        await http.stop()
     for plane in dataplane.engines:
         await plane.close()
     return 0
@@ -115,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     config_path, socket_path, index, grpc_port, http_port = args[:5]
     engine_sockets = args[5].split(os.pathsep) if len(args) > 5 else []  # --engine-processes N > 1
+    ignore_stop_signals()  # the server's to get: the engine says when this process stops
     start_process()  # a fresh interpreter: the main process's settings are not inherited
     with open(config_path) as f:
         options = ServerOptions(**json.load(f))

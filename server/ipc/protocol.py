@@ -60,6 +60,8 @@ def statistics_views(versions) -> list[StatisticsView]:
 _LEN = struct.Struct("<I")
 MAX_FRAME = 1 << 31  # a header with inline BYTES tensors can be large; INT32_MAX like gRPC
 _INITIAL_BUFFER = 1 << 20
+#: a receive buffer grown past this is given back once it is empty (see FrameDecoder.decode)
+_KEEP_BUFFER = 64 << 20
 
 
 def frame(message) -> bytes:
@@ -129,6 +131,12 @@ class FrameDecoder:
         if position == end:
             position = end = 0
             self._end = 0
+            if len(self._buf) > _KEEP_BUFFER:
+                # a large frame grew the buffer (to 848 MB for a response of 53 rows of a
+                # 512x512 network), which would stay mapped for good: a fresh one instead. The
+                # old one goes with the read's view of it (not released here: a read may hold it)
+                self._buf = bytearray(_INITIAL_BUFFER)
+                self._view = memoryview(self._buf)
         self._start = position
         return messages
 
@@ -194,7 +202,10 @@ class FrameChannel(asyncio.BufferedProtocol):
     def _flush(self) -> None:
         parts, self._parts = self._parts, []
         if parts and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(parts))
+            if len(parts) > 2 and sum(len(p) for p in parts) < _KEEP_BUFFER:
+                self.transport.write(b"".join(parts))
+            else:  # one frame, or a large burst: no joined copy of it (uvloop writes the list as is)
+                self.transport.writelines(parts)
 
     def close(self) -> None:
         self._flush()

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..dataplane.api import DataPlaneAPI, RegionStatus, ServerInfo, VersionStatistics
+from ..dataplane.api import SERVER_EXITING, SERVER_NOT_READY, DataPlaneAPI, RegionStatus, ServerInfo, VersionStatistics
 from ..dataplane.tensors import WireRequest, normalize
 from ..engine.model_version import ModelVersion
 from ..engine.request import EncodedOutput
@@ -147,6 +147,11 @@ class RemoteDataPlane(DataPlaneAPI):
         # answers the calls); requests go to their model's engine (``attach_engines``)
         self.engines: list[RemoteDataPlane] = [self]
         self.on_models_changed: Callable[[], None] | None = None
+        # the engine says the server stops ("drain"): the frontend process stops taking work
+        self.on_drain: Callable[[], None] | None = None
+        # calls sent and not yet answered (``_pending``), and who waits for there to be none
+        self.in_flight = 0
+        self._drained: asyncio.Event | None = None
 
     def attach_engines(self, others: list[RemoteDataPlane]) -> None:
         """Engines 1..N-1's channels: their repository changes drop this plane's snapshots too."""
@@ -210,6 +215,17 @@ class RemoteDataPlane(DataPlaneAPI):
         if p is not None:
             for offset, nbytes in p.blocks:  # the engine is done with the inputs only now
                 self.arena.free(offset, nbytes)
+            self.in_flight -= 1
+            if not self.in_flight and self._drained is not None:
+                self._drained.set()
+
+    async def drained(self) -> None:
+        """Return once no call of this plane (an inference, a load, ...) awaits the engine's answer."""
+        if self._drained is None:
+            self._drained = asyncio.Event()
+        if self.in_flight:
+            self._drained.clear()
+            await self._drained.wait()
 
     def _dispatch(self, message) -> None:
         kind = message[0]
@@ -240,6 +256,9 @@ class RemoteDataPlane(DataPlaneAPI):
             self.send(("ack", token))
         elif kind == "tracing":
             self.tracing_active = message[1]
+        elif kind == "drain":
+            if self.on_drain is not None:
+                self.on_drain()
         elif kind == "models_changed":
             self._models_changed()
             if self.on_models_changed is not None:
@@ -280,10 +299,11 @@ class RemoteDataPlane(DataPlaneAPI):
         token = next(self._tokens)
         future = asyncio.get_running_loop().create_future()
         self._pending[token] = _Pending(future, (), None)
+        self.in_flight += 1
         try:
             self.send(("call", token, method, args))
         except InferenceError:
-            self._pending.pop(token, None)
+            self._finish(token)
             raise
         return await future
 
@@ -293,13 +313,19 @@ class RemoteDataPlane(DataPlaneAPI):
 
     # ------------------------------------------------------------------ the DataPlane API
     async def live(self) -> bool:
+        if self.exiting:
+            raise unavailable(SERVER_EXITING)
         return await self.call("live")
 
     async def ready(self) -> bool:
-        return not self.exiting and await self.call("ready")
+        if self.exiting:
+            raise unavailable(SERVER_EXITING)
+        return await self.call("ready")
 
     async def model_ready(self, name: str, version: str = "") -> bool:
-        return not self.exiting and await self.call("model_ready", name, version)
+        if self.exiting:
+            raise unavailable(SERVER_NOT_READY)
+        return await self.call("model_ready", name, version)
 
     async def server_metadata(self) -> ServerInfo:
         return await self.call("server_metadata")
@@ -395,6 +421,7 @@ class RemoteDataPlane(DataPlaneAPI):
             message = (*message, request.traceparent)  # type: ignore[assignment]  # one element more
         future = loop.create_future()
         self._pending[token] = _Pending(future, blocks, request.emit, keep, infer=True)
+        self.in_flight += 1
         try:
             self.send(message)
         except InferenceError:

@@ -6,7 +6,9 @@ to the engine over a Unix socket in a private directory (mode 0700). A frontend 
 started again; the others keep serving meanwhile. Each one ends with the engine (the
 kernel's parent-death signal, SIGHUP, and the channel's end of file), logging that the
 engine is gone, so an engine that crashes leaves no orphan holding the port and the
-orchestrator sees the server exit.
+orchestrator sees the server exit. They ignore SIGINT and SIGTERM, which reach them too when
+the server's process group or systemd unit is signalled: the engine tells them when to stop
+(``drain``), once it has stopped taking new work itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import shutil
 import signal
 import sys
 import tempfile
+
+from fpgaserve.backends.hosting import stop_signals_blocked
 
 from ..errors import StartupError
 from .engine_server import EngineServer
@@ -66,18 +70,19 @@ class FrontendSupervisor:
     async def _spawn(self, index: int, ports: tuple[int, int]) -> tuple[int, int]:
         """Start frontend ``index`` on ``ports`` (gRPC, HTTP; -1 = not served); the ports it
         bound, or ``StartupError`` if it exited instead."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "fpgaserve.server.ipc.frontend_process",
-            self.config_path,
-            self.server.socket_path,
-            str(index),
-            str(ports[0]),
-            str(ports[1]),
-            *([self.engine_sockets] if self.engine_sockets else []),
-            preexec_fn=_die_with_parent,
-        )
+        with stop_signals_blocked():  # until it ignores them (frontend_process.main)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "fpgaserve.server.ipc.frontend_process",
+                self.config_path,
+                self.server.socket_path,
+                str(index),
+                str(ports[0]),
+                str(ports[1]),
+                *([self.engine_sockets] if self.engine_sockets else []),
+                preexec_fn=_die_with_parent,
+            )
         self.procs[index] = proc
         future = asyncio.get_running_loop().create_future()
         self._bound[proc.pid] = future
@@ -119,25 +124,39 @@ class FrontendSupervisor:
             self.restarts += 1
             log.error("frontend process %d (pid %d) exited with %s; starting it again", index, proc.pid, rc)
             await asyncio.sleep(_RESTART_DELAY_S)
+            if self.stopping:
+                return
             try:
                 await self._spawn(index, self.ports)
             except StartupError as e:
                 log.error("error: %s", e)
 
-    async def stop(self, timeout: float) -> None:
-        """SIGTERM every frontend (each drains its calls for up to ``timeout``), then wait."""
+    def drain(self) -> None:
+        """The server stops: every frontend refuses new work, answers its calls in flight and
+        exits (``exited``); none is started again."""
         self.stopping = True
         for w in self._watchers:
             w.cancel()
+        self.server.drain_frontends()
+
+    async def exited(self) -> None:
+        """Return once every frontend process has exited (the caller bounds the wait)."""
         live = [p for p in self.procs if p is not None and p.returncode is None]
-        for p in live:
-            p.send_signal(signal.SIGTERM)
+        await asyncio.gather(*(p.wait() for p in live))
+
+    async def stop(self, timeout: float) -> None:
+        """Tell every frontend to stop (``drain``) and wait up to ``timeout`` for it, then kill
+        the ones still running; the engine's end of their channels closes last."""
+        if not self.stopping:
+            self.drain()
+        live = [p for p in self.procs if p is not None and p.returncode is None]
         if live:
             try:
-                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in live)), timeout + 5)
+                await asyncio.wait_for(self.exited(), timeout)
             except asyncio.TimeoutError:
                 for p in live:
                     if p.returncode is None:
                         p.kill()
+                await asyncio.gather(*(p.wait() for p in live))
         await self.server.stop()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -5,7 +5,7 @@ Run from the repository root (the project venv is used automatically)::
 
     python tests/benchmarks/bench_card.py            # about 4 min
     python tests/benchmarks/bench_card.py --quick    # about 2 min
-    python tests/benchmarks/bench_card.py --quick --pcie-only   # part 3 alone, about 30 s
+    python tests/benchmarks/bench_card.py --quick --pcie-only   # part 3 alone, about 1 min
 
 The card is ``tests/fpga_sim`` behind the C double of XRT's ``libxrt_coreutil.so.2``
 (``FPGASERVE_SIM_API=xrt-c``: the server runs ``card-api xrt-c``, as on a real host), with
@@ -35,16 +35,29 @@ What it does:
    system``), at concurrency 2 and 16. events/s = perf_analyzer's infer/s / 16,000; the card's
    busy fraction = the simulator's own per-CU busy time over a steady window in the middle of
    the run / (window x CUs).
-3. **At PCIe rate.** FACILE as VitisAccelerator builds it with ``HW_Quant`` (float32 rows:
-   the request's shared-memory pages are synced in place), four ``kernel_wrapper`` CUs whose
-   kernel is faster than PCIe, the card's work timed but not computed
-   (``FPGASERVE_SIM_DEVICE=timing``: what the card model costs the host is then what a card
-   would; parts 1 and 2 check results), perf_analyzer as in part 2 at concurrency 8 (and 16).
-   The PCIe limit: 12 GB/s / (16,000 x 48 x 4 bytes in and out) events/s.
+3. **At PCIe rate, against a native host program.** FACILE as VitisAccelerator builds it with
+   ``HW_Quant`` (float32 rows: the request's shared-memory pages are synced in place), four
+   ``kernel_wrapper`` CUs whose kernel is faster than PCIe, the card's work timed but not
+   computed (``FPGASERVE_SIM_DEVICE=timing``: what the card model costs the host is then what a
+   card would; parts 1 and 2 check results). First the reference: ``native_host.c`` (compiled
+   here with ``cc`` against the same ``libxrt_coreutil.so.2``), a C host program driving the
+   card as fastmachinelearning/nrp_u55c_benchmark's host does -- 4 CUs, B buffer slots per CU
+   (B = 1, 2, 4), each slot one event in flight (sync in, start, wait, sync out), the same
+   16,000-row events and kernel ABI, no server and no Python of its own (the simulated card's
+   cold path runs in an interpreter the C double embeds; no event touches it). Then fpgaserve,
+   same card settings, perf_analyzer as in part 2 at concurrency 8 (and 16). The PCIe limit is
+   the busier DMA direction's: 12 GB/s / (16,000 x 47 x 4 bytes in) events/s.
+
+The block gives each process's CPU per event in fpgaserve's run (engine, frontends,
+perf_analyzer) and the card model's own CPU per event (the card core's work, and apart the CPU
+of blocking for modelled time that a real runtime's waits cost too) against the event's PCIe time;
+in the server that leaves out the simulator's stats files this benchmark reads (about 20 writes
+a second whatever the event rate), in the native program it does not.
 
 The last line is ``bench_card: abis_exact=<n>/3 speedup=<4 CUs / 1 CU events/s> busy=<4-CU busy>
-api=<card API> gil=<released|held> pcie_fraction=<part 3's best events/s ÷ the PCIe limit>``;
-``gil`` is the C double's own count of blocking calls entered holding the GIL.
+api=<card API> gil=<released|held> native_pcie=<the native program's best events/s ÷ the PCIe
+limit> native_fraction=<fpgaserve's best events/s ÷ the native program's>``; ``gil`` is the C
+double's own count of blocking calls entered holding the GIL.
 This file is named bench_*.py so pytest never collects it.
 """
 
@@ -60,7 +73,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -81,6 +94,8 @@ EVENT_ROWS = 16000
 N_IN, N_OUT = 47, 1
 CUS = 4
 CLOCK_MHZ = 300
+TICK = os.sysconf("SC_CLK_TCK")
+NATIVE = ROOT / "tests" / "benchmarks" / "native_host.c"
 
 
 def log(msg: str) -> None:
@@ -229,9 +244,61 @@ class Run:
     card_events_s: float | None
     cmd: list[str]
     note: str = ""
+    #: CPU µs per event of each process (engine, frontends, perf_analyzer) over the window
+    cpu_us: dict[str, float] = field(default_factory=dict)
+    #: the card model's CPU µs per event in the server: (all of it, of which blocking)
+    card_model_us: tuple[float, float] | None = None
 
 
-def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int, workdir: Path, cus: list[str]) -> Run:
+def _label(pid: int) -> str:
+    """What a process of the run is: the server's engine or a frontend, perf_analyzer, ..."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+    if any(a.endswith(("frontend_process", "frontend_process.py")) for a in argv):
+        return "frontend"
+    if any(a.endswith("serve.py") for a in argv):
+        return "engine"
+    return "perf_analyzer" if comm.startswith("perf_analyzer") else comm
+
+
+def _cpu_by_process(root: int) -> dict[int, tuple[str, float]]:
+    """pid -> (label, utime+stime seconds) of ``root`` and its live descendants."""
+    out = {}
+    for pid in common._descendants(root):
+        f = common._stat_fields(pid)
+        if f:
+            out[pid] = (_label(pid), (int(f[11]) + int(f[12])) / TICK)
+    return out
+
+
+def _spy(server: ServerProcess, seconds: float, profile: Path, tag: str) -> list[subprocess.Popen]:
+    """py-spy, recording the engine and each frontend process for ``seconds`` (collapsed stacks,
+    one file per process under ``profile``): where each spends its CPU per event."""
+    spy = Path(sys.executable).with_name("py-spy")
+    procs = []
+    for pid, (label, _cpu) in _cpu_by_process(server.proc.pid).items():  # type: ignore[union-attr]
+        if label in ("engine", "frontend"):
+            out = profile / f"{tag}-{label}-{pid}.txt"
+            cmd = [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "250"]
+            # Python frames only: native ones need py-spy to pause the process per sample, and
+            # then every thread blocked in a wait counts as busy (py-spy's idle test fails there)
+            cmd += ["--format", "raw", "--nonblocking", "--output", str(out)]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
+
+
+def measure(
+    server: ServerProcess,
+    model: str,
+    concurrency: int,
+    window_ms: int,
+    workdir: Path,
+    cus: list[str],
+    profile: Path | None = None,
+) -> Run:
     pa = common.PA_EXE
     csv_path = workdir / f"{model}-c{concurrency}.csv"
     cmd = [
@@ -244,17 +311,25 @@ def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int,
         "-f",
         str(csv_path),
     ]
-    samples: list[tuple[float, dict]] = []
+    samples: list[tuple[float, dict, dict]] = []
     stop = threading.Event()
+    spies: list[subprocess.Popen] = []
+
+    def snapshot():
+        cpu = {**_cpu_by_process(server.proc.pid), **_cpu_by_process(os.getpid())}  # type: ignore[union-attr]
+        samples.append((time.monotonic(), stats(server), cpu))
 
     def sampler():
-        # two snapshots of the card's own accounting inside perf_analyzer's steady phase
+        # two snapshots of the card's own accounting and every process's CPU inside
+        # perf_analyzer's steady phase
         if stop.wait(window_ms / 1000 * 1.5):
             return
-        samples.append((time.monotonic(), stats(server)))
+        snapshot()
+        if profile is not None:  # sampling costs CPU: a profiled run's figures are not the benchmark's
+            spies.extend(_spy(server, window_ms / 1000 * 2, profile, f"{model}-c{concurrency}"))
         if stop.wait(window_ms / 1000 * 2):
             return
-        samples.append((time.monotonic(), stats(server)))
+        snapshot()
 
     thread = threading.Thread(target=sampler)
     thread.start()
@@ -262,20 +337,39 @@ def measure(server: ServerProcess, model: str, concurrency: int, window_ms: int,
     attempt = common.run_pa(cmd, 600, [server.proc.pid])[0]
     stop.set()
     thread.join()
+    for spy in spies:
+        spy.wait(timeout=60)
     row = common._read_csv(csv_path)
     infer_s = common.col(row, "Inferences/Second")
     note = "" if attempt.rc == 0 else f"perf_analyzer exit {attempt.rc}: {attempt.output[-300:]}"
     busy = card_rate = None
     window = 0.0
+    cpu_us: dict[str, float] = {}
+    card_model = None
     if len(samples) == 2:
-        (t0, s0), (t1, s1) = samples
+        (t0, s0, c0), (t1, s1, c1) = samples
         window = t1 - t0
         busy_s = sum(s1["cus"][c]["busy_s"] - s0["cus"][c]["busy_s"] for c in cus)
         busy = busy_s / (window * len(cus))
-        card_rate = (s1["kernel_completions"] - s0["kernel_completions"]) / window
+        events = s1["kernel_completions"] - s0["kernel_completions"]
+        card_rate = events / window
+        n = max(events, 1)
+        for pid, (label, cpu) in c1.items():
+            if pid in c0 and label in ("engine", "frontend", "perf_analyzer"):
+                key = "frontends" if label == "frontend" else label
+                cpu_us[key] = cpu_us.get(key, 0.0) + (cpu - c0[pid][1]) / n * 1e6
+        # the card model's own CPU, metered in the engine (its calls, blocking included)
+        used = s1["stand_in"]["cpu_s"] - s0["stand_in"]["cpu_s"]
+        blocked = s1["stand_in"].get("blocked_s", 0.0) - s0["stand_in"].get("blocked_s", 0.0)
+        # the stats files the benchmark reads cost the server's process per second, not per event
+        files = s1["stand_in"].get("stats_files_s", 0.0) - s0["stand_in"].get("stats_files_s", 0.0)
+        card_model = ((used - files) / n * 1e6, blocked / n * 1e6)
+        if "engine" in cpu_us:
+            cpu_us["engine"] -= used / n * 1e6  # printed apart: the simulator's, not the server's
     else:
         note += " perf_analyzer ended before the second card snapshot"
-    return Run(model, concurrency, infer_s / EVENT_ROWS if infer_s else None, busy, window, card_rate, cmd, note)
+    events_s = infer_s / EVENT_ROWS if infer_s else None
+    return Run(model, concurrency, events_s, busy, window, card_rate, cmd, note, cpu_us, card_model)
 
 
 def part_throughput(workdir: Path, ii: int, gbps: float, quick: bool) -> tuple[list[Run], str]:
@@ -324,7 +418,61 @@ def gil_verdict(card_stats: dict) -> str:
     return "held" if calls.get("blocking_calls_holding_gil") else "released"
 
 
-def part_pcie(workdir: Path, gbps: float, quick: bool) -> tuple[list[Run], dict]:
+@dataclass
+class Native:
+    buffers: int
+    events_s: float | None
+    cpu_us: float | None
+    card_model_us: float | None
+    blocked_us: float | None
+    cmd: list[str]
+    note: str = ""
+
+
+_NATIVE_LINE = re.compile(r"native_host: events=(\d+) .*events_per_s=([\d.]+) cpu_us_per_event=([\d.]+)")
+
+
+def part_native(workdir: Path, gbps: float, quick: bool) -> list[Native]:
+    """The native host program on the card of part 3: 4 CUs, 1, 2 and 4 buffers in flight per CU."""
+    from fpga_sim import native
+    from fpga_sim.xrt_c import default_xrt_root
+
+    repo = pcie_repository(workdir / "native")
+    xclbin = repo / "facile_pcie" / "1" / "model.xclbin"
+    control = workdir / "native-control"
+    control.mkdir()
+    settings = {
+        "FPGASERVE_SIM_CARDS": "1",
+        "FPGASERVE_SIM_CONTROL_DIR": str(control),
+        "FPGASERVE_SIM_DEVICE": "timing",
+        "FPGASERVE_SIM_PCIE_GBPS": str(gbps),
+    }
+    env = native.environment(settings)
+    exe = native.compile_host(NATIVE, workdir / "native_host", default_xrt_root())
+    out = []
+    for buffers in (1, 2, 4):
+        cmd = [str(exe), str(xclbin), "kernel_wrapper", str(CUS), str(buffers), str(EVENT_ROWS), str(N_IN), str(N_OUT)]
+        cmd.append("3" if quick else "6")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        m = _NATIVE_LINE.search(done.stdout)
+        extra = dict(re.findall(r"(card_model_us_per_event|blocked_us_per_event)=([\d.]+)", done.stdout))
+        if m is None:
+            out.append(Native(buffers, None, None, None, None, cmd, f"exit {done.returncode}: {done.stderr[-400:]}"))
+            continue
+        out.append(
+            Native(
+                buffers,
+                float(m.group(2)),
+                float(m.group(3)),
+                float(extra["card_model_us_per_event"]) if "card_model_us_per_event" in extra else None,
+                float(extra["blocked_us_per_event"]) if "blocked_us_per_event" in extra else None,
+                cmd,
+            )
+        )
+    return out
+
+
+def part_pcie(workdir: Path, gbps: float, quick: bool, profile: Path | None = None) -> tuple[list[Run], dict]:
     """FACILE events through the whole server at PCIe rate: perf_analyzer over gRPC with system
     shared memory, the card's work timed, not computed (``FPGASERVE_SIM_DEVICE=timing``: the
     card model costs the host what a card would; parts 1 and 2 compute every result)."""
@@ -335,7 +483,7 @@ def part_pcie(workdir: Path, gbps: float, quick: bool) -> tuple[list[Run], dict]
     cus = [f"kernel_wrapper_{i + 1}" for i in range(CUS)]
     try:
         info = {"api": card_api_in_use(server)}
-        runs = [measure(server, "facile_pcie", c, window, workdir, cus) for c in ((8,) if quick else (8, 16))]
+        runs = [measure(server, "facile_pcie", c, window, workdir, cus, profile) for c in ((8,) if quick else (8, 16))]
         info["stats"] = stats(server)
     finally:
         server.stop()
@@ -353,6 +501,61 @@ def install_perf_analyzer() -> None:
     subprocess.run(["bash", str(installer), str(common.PA_DEST)], check=True, cwd=ROOT)
 
 
+def pcie_report(native: list[Native], runs: list[Run], info: dict, gbps: float) -> tuple[list[str], float, float]:
+    """Part 3's block: the native program, fpgaserve, each process's CPU per event, the card
+    model's; and (native_pcie, native_fraction)."""
+    event_in = EVENT_ROWS * N_IN * 4  # the busier direction: 3,008,000 bytes in, 64,000 out
+    pcie_s = event_in / (gbps * 1e9)
+    limit = 1 / pcie_s
+    best_native = max(native, key=lambda n: n.events_s or 0.0)
+    native_rate = best_native.events_s or 0.0
+    best = max(runs, key=lambda r: r.events_s or 0.0) if runs else None
+    served = (best.events_s or 0.0) if best else 0.0
+    side = info["stats"].get("device_side", {})
+    lines = [
+        f"card API {info['api']} (GIL {gil_verdict(info['stats'])} in its blocking calls); `kernel_wrapper` with "
+        f"HW_Quant, {CUS} CUs on DDR[0], the project's kernel timing (faster than PCIe); the card side is "
+        f"`{side.get('mode')}` (timed, not computed: parts 1 and 2 check results); PCIe {gbps:g} GB/s: "
+        f"{pcie_s * 1e6:.1f} µs per event in ({event_in:,} bytes), limit {limit:,.0f} events/s",
+        "",
+        "| host | setting | events/s | ÷ PCIe limit | ÷ native | CPU µs per event |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for n in native:
+        cpu = (
+            f"the program {common.fmt(n.cpu_us, 1)} (of which the card model {common.fmt(n.card_model_us, 1)}, "
+            f"blocking {common.fmt(n.blocked_us, 1)})"
+        )
+        lines.append(
+            f"| native_host.c | {CUS} CUs x {n.buffers} buffers | {common.fmt(n.events_s, 1)} | "
+            f"{common.fmt((n.events_s or 0) / limit, 3)} | | {cpu} |"
+        )
+    for r in runs:
+        cpu = ", ".join(f"{k} {v:,.1f}" for k, v in sorted(r.cpu_us.items()))
+        lines.append(
+            f"| fpgaserve (gRPC, system shm) | concurrency {r.concurrency} | {common.fmt(r.events_s, 1)} | "
+            f"{common.fmt((r.events_s or 0) / limit, 3)} | {common.fmt((r.events_s or 0) / native_rate, 3)} | {cpu} |"
+        )
+    lines.append("")
+    for who, model in [
+        *((f"native_host.c, {n.buffers} buffers per CU", (n.card_model_us, n.blocked_us)) for n in native),
+        *((f"fpgaserve c{r.concurrency}", r.card_model_us or (None, None)) for r in runs),
+    ]:
+        total, blocked = model
+        if total is None:
+            continue
+        work = total - (blocked or 0.0)
+        lines.append(
+            f"card model's own CPU per event ({who}): {work:,.1f} µs of work ({work / (pcie_s * 1e6):.1%} of the "
+            f"event's PCIe time) and {blocked or 0.0:,.1f} µs blocking for modelled time (a real runtime's waits cost "
+            "that too)"
+        )
+    lines += ["", "commands:", ""]
+    lines += [f"    {' '.join(n.cmd)}" + (f"  # {n.note}" if n.note else "") for n in native]
+    lines += [f"    {' '.join(str(c) for c in r.cmd)}" + (f"  # {r.note}" if r.note else "") for r in runs]
+    return lines, native_rate / limit, served / native_rate if native_rate else 0.0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="shorter windows and fewer exactness rows")
@@ -360,6 +563,11 @@ def main() -> int:
     p.add_argument("--pcie-gbps", type=float, default=12.0, help="simulated PCIe rate, GB/s (default 12)")
     p.add_argument("--out", help="also write the report to this file")
     p.add_argument("--pcie-only", action="store_true", help="part 3 alone (no exactness, no 1-CU/4-CU comparison)")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="py-spy records part 3's engine and frontends into DIR (collapsed stacks; the sampling costs CPU)",
+    )
     args = p.parse_args()
     install_perf_analyzer()
     if shutil.which("g++") is None:
@@ -367,84 +575,65 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-card-"))
     os.environ.setdefault("FPGASERVE_CACHE_DIR", str(workdir / "csim-cache"))
     sys.path.insert(0, str(ROOT / "tests"))
-    if args.pcie_only:
-        log(f"part 3 only: FACILE events at PCIe rate through the whole server, card API {API}")
-        pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick)
-        limit = args.pcie_gbps * 1e9 / (EVENT_ROWS * (N_IN + N_OUT) * 4)
-        for r in pcie_runs:
-            print(
-                f"{r.model} c{r.concurrency}: {common.fmt(r.events_s, 1)} events/s, card busy {common.fmt(r.busy, 3)}"
+    report: list[str] = []
+    exact, speedup, four_busy = None, None, None
+    if not args.pcie_only:
+        log(f"part 1: the three kernel ABIs bit for bit (work folder {workdir})")
+        exact, abi_lines = part_abis(workdir, args.quick)
+        log(f"part 2: FACILE events, II {args.ii}, PCIe {args.pcie_gbps:g} GB/s")
+        runs, model_info = part_throughput(workdir, args.ii, args.pcie_gbps, args.quick)
+        kernel_s = (EVENT_ROWS - 1) * args.ii / (CLOCK_MHZ * 1e6)
+        event_bytes = EVENT_ROWS * (N_IN + N_OUT) * 4
+        pcie_limit = args.pcie_gbps * 1e9 / (EVENT_ROWS * N_IN * 4)
+        one, four = runs
+        speedup = four.events_s / one.events_s if one.events_s and four.events_s else None
+        four_busy = four.busy
+        report = [
+            "# bench_card: FACILE on a simulated 4-CU card",
+            "",
+            f"`python tests/benchmarks/bench_card.py{' --quick' if args.quick else ''}` (II {args.ii}, PCIe "
+            f"{args.pcie_gbps:g} GB/s); simulator's timing of the kernel: {model_info}",
+            "",
+            "## ABI codecs over gRPC vs the numpy emulation",
+            "",
+            "| ABI | rows | rows differing | |",
+            "|---|---:|---:|---|",
+            *abi_lines,
+            "",
+            "## FACILE events (16,000 rows) over gRPC with system shared memory",
+            "",
+            f"one kernel call: {kernel_s * 1e3:.1f} ms; one event over PCIe: {event_bytes / (args.pcie_gbps * 1e9) * 1e3:.2f} "
+            f"ms in + out; 4 CUs' compute limit {CUS / kernel_s:,.1f} events/s",
+            "",
+            "| model | concurrency | events/s (perf_analyzer) | events/s (card) | card busy | ÷ PCIe limit |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in runs:
+            report.append(
+                f"| {r.model} | {r.concurrency} | {common.fmt(r.events_s, 1)} | {common.fmt(r.card_events_s, 1)} | "
+                f"{common.fmt(r.busy, 3)} | {common.fmt(r.events_s / pcie_limit if r.events_s else None, 4)} |"
             )
-            print(f"    {' '.join(str(c) for c in r.cmd)}" + (f"\n    note: {r.note}" if r.note else ""))
-        best = max((r.events_s or 0.0 for r in pcie_runs), default=0.0)
-        print(
-            f"bench_card: api={pcie_info['api']} gil={gil_verdict(pcie_info['stats'])} pcie_fraction={best / limit:.3f}"
-        )
-        shutil.rmtree(workdir, ignore_errors=True)
-        return 0
-    log(f"part 1: the three kernel ABIs bit for bit (work folder {workdir})")
-    exact, abi_lines = part_abis(workdir, args.quick)
-    log(f"part 2: FACILE events, II {args.ii}, PCIe {args.pcie_gbps:g} GB/s")
-    runs, model_info = part_throughput(workdir, args.ii, args.pcie_gbps, args.quick)
+        report += ["", "perf_analyzer commands:", ""]
+        report += [f"    {' '.join(str(c) for c in r.cmd)}" for r in runs]
+        report += [f"note: {r.model} c{r.concurrency}: {r.note}" for r in runs if r.note]
+        report.append("")
+    log("part 3: the native host program at PCIe rate (4 CUs x 1, 2, 4 buffers)")
+    native = part_native(workdir, args.pcie_gbps, args.quick)
     log(f"part 3: FACILE events at PCIe rate through the whole server, card API {API}")
-    pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick)
-
-    kernel_s = (EVENT_ROWS - 1) * args.ii / (CLOCK_MHZ * 1e6)
-    event_bytes = EVENT_ROWS * (N_IN + N_OUT) * 4
-    pcie_limit = args.pcie_gbps * 1e9 / event_bytes
-    one, four = runs
-    speedup = four.events_s / one.events_s if one.events_s and four.events_s else None
-    report = [
-        "# bench_card: FACILE on a simulated 4-CU card",
-        "",
-        f"`python tests/benchmarks/bench_card.py{' --quick' if args.quick else ''}` (II {args.ii}, PCIe "
-        f"{args.pcie_gbps:g} GB/s); simulator's timing of the kernel: {model_info}",
-        "",
-        "## ABI codecs over gRPC vs the numpy emulation",
-        "",
-        "| ABI | rows | rows differing | |",
-        "|---|---:|---:|---|",
-        *abi_lines,
-        "",
-        "## FACILE events (16,000 rows) over gRPC with system shared memory",
-        "",
-        f"one kernel call: {kernel_s * 1e3:.1f} ms; one event over PCIe: {event_bytes / (args.pcie_gbps * 1e9) * 1e3:.2f} ms "
-        f"in + out; PCIe limit {pcie_limit:,.0f} events/s; 4 CUs' compute limit {CUS / kernel_s:,.1f} events/s",
-        "",
-        "| model | concurrency | events/s (perf_analyzer) | events/s (card) | card busy | ÷ PCIe limit |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in runs:
-        report.append(
-            f"| {r.model} | {r.concurrency} | {common.fmt(r.events_s, 1)} | {common.fmt(r.card_events_s, 1)} | "
-            f"{common.fmt(r.busy, 3)} | {common.fmt(r.events_s / pcie_limit if r.events_s else None, 4)} |"
-        )
-    best_pcie = max((r.events_s or 0.0 for r in pcie_runs), default=0.0)
-    gil = gil_verdict(pcie_info["stats"])
-    side = pcie_info["stats"].get("device_side", {})
-    report += [
-        "",
-        "## FACILE events at PCIe rate through the whole server",
-        "",
-        f"card API {pcie_info['api']} (GIL {gil} in its blocking calls); `kernel_wrapper` with HW_Quant, {CUS} CUs, "
-        f"the project's kernel timing (faster than PCIe); the card side is `{side.get('mode')}` (timed, not computed: "
-        "parts 1 and 2 check results)",
-        "",
-        "| model | concurrency | events/s (perf_analyzer) | events/s (card) | card busy | ÷ PCIe limit |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in pcie_runs:
-        report.append(
-            f"| {r.model} | {r.concurrency} | {common.fmt(r.events_s, 1)} | {common.fmt(r.card_events_s, 1)} | "
-            f"{common.fmt(r.busy, 3)} | {common.fmt(r.events_s / pcie_limit if r.events_s else None, 4)} |"
-        )
-    report += ["", "perf_analyzer commands:", ""]
-    report += [f"    {' '.join(str(c) for c in r.cmd)}" for r in [*runs, *pcie_runs]]
-    report += [f"note: {r.model} c{r.concurrency}: {r.note}" for r in [*runs, *pcie_runs] if r.note]
+    profile = Path(args.profile).resolve() if args.profile else None
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+    pcie_runs, pcie_info = part_pcie(workdir, args.pcie_gbps, args.quick, profile)
+    lines, native_pcie, native_fraction = pcie_report(native, pcie_runs, pcie_info, args.pcie_gbps)
+    report += ["## FACILE events at PCIe rate: the native host program and fpgaserve, same card", "", *lines]
+    head = (
+        ""
+        if args.pcie_only
+        else f"abis_exact={exact}/3 speedup={common.fmt(speedup, 2)} busy={common.fmt(four_busy, 3) if four_busy is not None else 'n/a'} "
+    )
     last = (
-        f"bench_card: abis_exact={exact}/3 speedup={common.fmt(speedup, 2)} "
-        f"busy={common.fmt(four.busy, 3) if four.busy is not None else 'n/a'} "
-        f"api={pcie_info['api']} gil={gil} pcie_fraction={best_pcie / pcie_limit:.3f}"
+        f"bench_card: {head}api={pcie_info['api']} gil={gil_verdict(pcie_info['stats'])} "
+        f"native_pcie={native_pcie:.3f} native_fraction={native_fraction:.3f}"
     )
     report += ["", last]
     text = "\n".join(report)
@@ -452,7 +641,7 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     shutil.rmtree(workdir, ignore_errors=True)
-    return 0 if exact == 3 else 1
+    return 0 if exact in (None, 3) else 1
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ Servers (one at a time; each is started, measured on every load, and stopped):
   (``tests/fpga_sim/serve.py``, the test-only pyxrt with the card's timing model: DMA at
   ``--pcie-gbps``, kernel calls from the project) serving FACILE in ``--fpga-mode hardware``
   from a copy of ``bitstreams/facile`` with an xclbin of ``--card-cus`` krnl_rtl compute units
-  on DDR[0] (two instances each), on the FACILE loads only. The card's own work (DMA copies,
-  the kernel's C-simulation) runs in its card process (``FPGASERVE_SIM_DEVICE=process``): it is
-  listed as ``card (simulated)``, apart from the server's total and the projection. A section
+  on DDR[0] (two instances each), on the FACILE loads only. The card model only keeps time
+  (``FPGASERVE_SIM_DEVICE=timing``: no copies, no C-simulation), and its own CPU inside the
+  server is listed as ``card (simulated)``, apart from the server's total and the projection. A section
   gives each load's events/s against the card's PCIe limit (bytes in and out per event at the
   PCIe rate).
 
@@ -171,8 +171,6 @@ def _label(pid: int) -> str:
     except OSError:
         return "?"
     if argv and Path(argv[0]).name.startswith("python"):
-        if "-m" in argv[:-1] and argv[argv.index("-m") + 1] == "fpga_sim.device_side":
-            return CARD_LABEL
         if "-m" in argv[:-1]:
             parts = argv[argv.index("-m") + 1].split(".")
             # fpgaserve.server.cli -> fpgaserve; fpgaserve.server.<...>.frontend_process -> frontend_process
@@ -347,7 +345,7 @@ def write_card_repo(workdir: Path, cus: int) -> Path:
 
 
 def start_card_server(workdir: Path, repo: Path, n: int, args) -> Server:
-    """fpgaserve over the simulated card (tests/fpga_sim/serve.py), the card's work in its own process."""
+    """fpgaserve over the simulated card (tests/fpga_sim/serve.py), a card model that keeps time."""
     control = workdir / f"card-n{n}-control"
     shutil.rmtree(control, ignore_errors=True)
     control.mkdir()
@@ -355,7 +353,7 @@ def start_card_server(workdir: Path, repo: Path, n: int, args) -> Server:
         **{k: v for k, v in os.environ.items() if not k.startswith("FPGASERVE_SIM_")},
         "FPGASERVE_SIM_CARDS": "1",
         "FPGASERVE_SIM_CONTROL_DIR": str(control),
-        "FPGASERVE_SIM_DEVICE": "process",
+        "FPGASERVE_SIM_DEVICE": "timing",
         "FPGASERVE_SIM_PCIE_GBPS": str(args.pcie_gbps),
         "FPGASERVE_SIM_XRT_VERSION": SIM_XRT_VERSION,
     }
@@ -376,7 +374,7 @@ def start_card_server(workdir: Path, repo: Path, n: int, args) -> Server:
         lambda: _stats_count(url, ["facile"]),
         lambda: sp.proc.poll() is None,
         notes=[
-            f"command: FPGASERVE_SIM_DEVICE=process FPGASERVE_SIM_PCIE_GBPS={args.pcie_gbps:g} "
+            f"command: FPGASERVE_SIM_DEVICE=timing FPGASERVE_SIM_PCIE_GBPS={args.pcie_gbps:g} "
             f"FPGASERVE_SIM_XRT_VERSION={SIM_XRT_VERSION} {shlex.join(sp.args)}"
         ],
         stand_in=lambda: _stand_in(control),

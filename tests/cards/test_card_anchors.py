@@ -47,6 +47,8 @@ from pathlib import Path
 
 import pytest
 
+from support.tools import NEEDS_CARD_VENV
+
 ROOT = Path(__file__).resolve().parents[2]
 JET = ROOT / "bitstreams" / "jet_tagger" / "1"
 ALVEO = Path("templates") / "vivado_accelerator" / "alveo"
@@ -382,6 +384,7 @@ def pynq_parsed(tmp_path_factory) -> tuple[str, dict[str, tuple[Path, dict]]]:
     return parsed["version"], {name: (path, parsed["files"][str(path)]) for name, path in paths.items()}
 
 
+@NEEDS_CARD_VENV
 @pytest.mark.parametrize("case", [name for name, _, _ in PYNQ_CASES])
 def test_pynq_reads_our_xclbins_as_our_reader_does(pynq_parsed, case):
     from fpgaserve.backends.hls4ml.card.axlf import read_xclbin

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import pytest
 
+from support.tools import NEEDS_CARD_VENV
 
+
+@NEEDS_CARD_VENV
 @pytest.mark.quiet  # the runner tests check DMA overlapping a kernel in time
 def test_the_runner_tests_pass_through_pynq():
     from support.tools import card_venv_python, run_runner_tests

@@ -55,6 +55,11 @@ xrt_only = pytest.mark.skipif(API == "pynq", reason="drives pyxrt directly")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     """Two simulated cards behind the simulated pyxrt; xbutil's stand-in on PATH."""
+    from fpga_sim import card_core
+
+    why = card_core.unavailable()
+    if why:
+        pytest.skip(why)
     saved = {k: os.environ.get(k) for k in SIM_ENV}
     control = tmp_path_factory.mktemp("sim-control")
     os.environ["FPGASERVE_SIM_CARDS"] = "2"

@@ -171,8 +171,9 @@ def sim(tmp_path, monkeypatch):
     yield from _cards(tmp_path, monkeypatch, "inline")
 
 
-@pytest.fixture(params=["inline", "process"])
+@pytest.fixture(params=["inline", "timing"])
 def sim_modes(request, tmp_path, monkeypatch):
+    """``sim``, the card's work done by the core (inline) or only timed (timing)."""
     yield from _cards(tmp_path, monkeypatch, request.param)
 
 
@@ -269,10 +270,13 @@ def test_krnl_rtl_output_is_bit_for_bit_pyxrts(lib, sim_modes, projects):
     d, _uid, k = _open(lib, projects["jet"], "krnl_rtl")
     cpu = simcard.stand_in_cpu_s()
     got = _krnl_rtl_c(lib, d, k, x, 5)
-    assert simcard.stand_in_cpu_s() > cpu  # the bridge's callbacks are the stand-in's CPU (metered)
+    assert simcard.stand_in_cpu_s() > cpu  # the card core's calls are the stand-in's CPU (metered)
     want = _krnl_rtl_pyxrt(x, 5, index=1)
-    assert got.tobytes() == want.tobytes()
     card = simcard.get_card(0)
+    if card.device_mode == "inline":
+        assert got.tobytes() == want.tobytes()
+    else:  # timing: nothing computed, nothing written; the two APIs' buffers start out alike
+        assert got.tobytes() == want.tobytes() == bytes(40 * 5 * 4)
     stats = card.stats
     assert stats["kernel_completions"] == 1 and stats["bytes_to_device"] == x.size * 4
     assert stats["bytes_from_device"] == 40 * 5 * 4
@@ -280,12 +284,10 @@ def test_krnl_rtl_output_is_bit_for_bit_pyxrts(lib, sim_modes, projects):
     assert card.state()["holders"] == {}  # closed: this process holds the card no more
 
 
-def test_the_card_models_callbacks_per_call_and_their_metering(lib, sim, projects):
-    """What a call costs the card model: a group id none (fixed by the xclbin, answered in C), a
-    sync one callback (the inline card side copies at once: counted when it begins, C sleeps to
-    the modelled end), a start one and the wait after it one (it sleeps until the wake time the
-    start gave before it asks), a run's close none (its command is forgotten in a later batch).
-    Every callback's CPU is metered in C and counted in stand_in_cpu_s."""
+def test_no_python_runs_per_event(lib, sim, projects):
+    """A call's hot path is the card core's, in C: a sync, a start, a wait, a buffer over user
+    memory and its free call no Python (no bridge callback); a group id none either (fixed by the
+    xclbin, answered in C). The core meters its own CPU (stand_in_cpu_s)."""
     d, _uid, k = _open(lib, projects["jet"], "krnl_rtl")
     rows, n_in, n_out = 8, 16, 5
     data = np.ascontiguousarray(np.ones((rows, n_in)), dtype="<f4")
@@ -303,30 +305,29 @@ def test_the_card_models_callbacks_per_call_and_their_metering(lib, sim, project
     assert callbacks(lambda: lib.xrtKernelArgGroupId(k, 0)) == {}
     assert callbacks(lambda: lib.xrtKernelArgGroupId(k, 9)) == {"kernel_group": 1}  # XRT's range error
     sent = card.stats["bytes_to_device"]
-    assert callbacks(lambda: lib.xrtBOSync(bi, TO_DEVICE, data.nbytes, 0)) == {"sync_begin": 1}
+    assert callbacks(lambda: lib.xrtBOSync(bi, TO_DEVICE, data.nbytes, 0)) == {}
     assert card.stats["bytes_to_device"] == sent + data.nbytes and card.dma_log[-1][2] <= time.monotonic()
     r = lib.xrtRunOpen(k)
     for i, v in enumerate((V(bi), V(bo), ctypes.c_int(rows * n_in), ctypes.c_int(rows * n_out))):
         assert lib.xrtRunSetArg(r, i, v) == 0
     cpu = simcard.stand_in_cpu_s()
-    assert callbacks(lambda: lib.xrtRunStart(r)) == {"run_start": 1}
-    assert callbacks(lambda: lib.xrtRunWaitFor(r, 0)) == {"run_poll": 1}
+    assert callbacks(lambda: lib.xrtRunStart(r)) == {}
+    assert callbacks(lambda: lib.xrtRunWaitFor(r, 0)) == {}
     assert simcard.stand_in_cpu_s() > cpu
     assert card.stats["kernel_completions"] == 1
-    # a change of the timeline after the start (here: a command of another run queued first)
-    # makes the wait ask at once
-    r2 = lib.xrtRunOpen(k)
-    for i, v in enumerate((V(bi), V(bo), ctypes.c_int(rows * n_in), ctypes.c_int(rows * n_out))):
-        assert lib.xrtRunSetArg(r2, i, v) == 0
-    assert lib.xrtRunStart(r) == 0 and lib.xrtRunStart(r2) == 0
-    assert callbacks(lambda: lib.xrtRunWaitFor(r, 0))["run_poll"] >= 1
-    assert lib.xrtRunWaitFor(r2, 0) == COMPLETED
+    page = mmap.mmap(-1, mmap.PAGESIZE)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+
+    def wrapped():
+        ub = lib.xrtBOAllocUserPtr(d, address, mmap.PAGESIZE, 0, g)
+        assert ub and lib.xrtBOSync(ub, TO_DEVICE, mmap.PAGESIZE, 0) == 0 and lib.xrtBOFree(ub) == 0
+
+    assert callbacks(wrapped) == {}
     assert callbacks(lambda: lib.xrtRunClose(r)) == {}
     for h in (bi, bo):
         assert lib.xrtBOFree(h) == 0
-    assert lib.xrtRunClose(r2) == 0
     assert lib.xrtKernelClose(k) == 0
-    assert callbacks(lambda: lib.xrtDeviceClose(d)) == {"run_forget": 1, "dev_close": 1}  # the batch, then the close
+    assert callbacks(lambda: lib.xrtDeviceClose(d)) == {"dev_close": 1}
 
 
 def test_a_chosen_cu_its_banks_and_xrts_copy_into_a_connected_bank(lib, sim, projects, capsys):
@@ -499,7 +500,8 @@ def test_a_hung_cu_times_out_and_closing_it_leaves_bad_state(lib, sim, projects)
     assert lib.xrtRunWaitFor(r, 150) == TIMEOUT
     assert 0.14 < time.monotonic() - t0 < 2.0
     assert lib.xrtRunState(r) == NEW
-    assert _errno_of(lambda: lib.xrtRunStart(r)) == (-1, errno.EINVAL)  # still outstanding
+    # still outstanding: XRT's std::runtime_error, its errno left as it was (here cleared)
+    assert _errno_of(lambda: lib.xrtRunStart(r)) == (-1, 0)
     assert simcard.get_card(0).stats["hung"] == ["krnl_rtl_1"]
     # closing the context with the command outstanding: the driver's abort, bad_state
     assert lib.xrtRunClose(r) == 0 and lib.xrtKernelClose(k) == 0

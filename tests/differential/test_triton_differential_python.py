@@ -1,8 +1,9 @@
 """A Triton Python-backend repository served unchanged by the real Triton 2.51 and by fpgaserve.
 
 One repository directory (:func:`write_python_backend_models`), written once and given as-is
-to both servers, holds eleven models in the shapes of Triton's own python_backend examples:
-add/sub, a BYTES identity, BLS (sync, async, decoupled), a decoupled repeat, auto-complete,
+to both servers, holds twelve models in the shapes of Triton's own python_backend examples:
+add/sub, a BYTES identity, text outputs of mixed items (as an output and as a BLS input), BLS
+(sync, async, decoupled), a decoupled repeat, auto-complete,
 per-request error responses, an execute that raises, a parameters echo, and a model whose
 warm-up fails its load. fpgaserve runs with one and with two frontend processes. Compared
 over gRPC and HTTP: outputs (values, dtype, shape), status codes and error texts, and each
@@ -304,6 +305,33 @@ class TritonPythonModel:
         ]
 """
 
+MIXED_TEXT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "IN" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [4] }, { name: "OUTPUT1" data_type: TYPE_STRING dims: [1, 4] }]
+"""
+
+# a text output of mixed items (Triton writes each non-bytes item as its str in UTF-8), and
+# the same items as a BLS input, echoed by string_identity
+MIXED_TEXT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        mixed = np.array([7, 3.5, "y", b"x"], dtype=np.object_)
+        echoed = pb_utils.InferenceRequest(
+            model_name="string_identity", inputs=[pb_utils.Tensor("INPUT0", mixed.reshape(1, 4))],
+            requested_output_names=["OUTPUT0"]).exec()
+        if echoed.has_error():
+            raise pb_utils.TritonModelException(echoed.error().message())
+        again = pb_utils.get_output_tensor_by_name(echoed, "OUTPUT0").as_numpy()
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("OUTPUT0", mixed), pb_utils.Tensor("OUTPUT1", again)]) for _ in requests]
+"""
+
 WARMUP_FAILS_CONFIG = (
     SCALAR_CONFIG
     + 'model_warmup [{ name: "zeros" batch_size: 1 inputs { key: "IN" value '
@@ -330,13 +358,14 @@ MODELS: dict[str, tuple[str, str]] = {
     "error_response": (ERROR_RESPONSE_CONFIG, ERROR_RESPONSE),
     "error_raise": (SCALAR_CONFIG, ERROR_RAISE),
     "parameters": (PARAMETERS_CONFIG, PARAMETERS),
+    "mixed_text": (MIXED_TEXT_CONFIG, MIXED_TEXT),
     WARMUP_FAILS_NAME: (WARMUP_FAILS_CONFIG, WARMUP_FAILS),
 }
 SERVING = [name for name in MODELS if name != WARMUP_FAILS_NAME]
 
 
 def write_python_backend_models(repo: Path) -> Path:
-    """Write the eleven-model Python-backend repository into ``repo`` (created) and return it.
+    """Write the twelve-model Python-backend repository into ``repo`` (created) and return it.
 
     The same directory serves on Triton and fpgaserve unchanged; ``warmup_fails`` is the one
     model whose load fails, so start servers with ``--model-control-mode=explicit`` and
@@ -470,6 +499,15 @@ def test_bytes_identity(triton, ours, protocol):
     strings = np.array([[b"a", b"", b"\x00nul\x00", "é".encode()], [b"x" * 300, b"b", b"c", b"d"]], dtype=np.object_)
     theirs, mine = _both(triton, ours, protocol, "string_identity", {"INPUT0": strings}, ["OUTPUT0"])
     assert theirs[0] == "ok", theirs
+    assert mine == theirs
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_text_output_of_mixed_items(triton, ours, protocol):
+    tensors = {"IN": np.array([1], dtype=np.int32)}
+    theirs, mine = _both(triton, ours, protocol, "mixed_text", tensors, ["OUTPUT0", "OUTPUT1"])
+    items = [b"7", b"3.5", b"y", b"x"]
+    assert theirs == ("ok", {"OUTPUT0": ("|O", (4,), items), "OUTPUT1": ("|O", (1, 4), [items])})
     assert mine == theirs
 
 

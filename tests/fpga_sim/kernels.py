@@ -1,11 +1,14 @@
 """What each simulated kernel computes, from the bytes in device memory.
 
-A kernel model takes the CU's register image (what XRT's ERT, or the host's register writes,
-put into the CU's AXI-lite registers), works out which device memory it would read and write
-and how many rows it processes, and computes the output bytes with hls4ml's C-simulation of the
-project the xclbin was built from (the xclbin's folder, or its one subfolder holding
-``hls4ml_config.yml``). Each ABI is modelled at its real hardware boundary, so a host codec that
-gets the layout wrong produces wrong numbers (or a hang), as on a card:
+A kernel model reads the project the xclbin was built from (the xclbin's folder, or its one
+subfolder holding ``hls4ml_config.yml``) and the kernel's metadata, and hands the card core
+(``xrt_c/card_core.c``) what its rules need: which registers carry the buffers, lengths and
+rows, the element types at the kernel's boundary, the timing, and hls4ml's C-simulation of the
+project (its batch entry points, called from C). The core takes the CU's register image (what
+XRT's ERT, or the host's register writes, put into the CU's AXI-lite registers), works out which
+device memory a call reads and writes and how many rows it processes, and computes the output
+bytes. Each ABI is modelled at its real hardware boundary, so a host codec that gets the layout
+wrong produces wrong numbers (or a hang), as on a card:
 
 * ``krnl_rtl`` (hls4ml VivadoAccelerator, RTL wrapper around ``<name>_axi``): one 32-bit word
   per element, row-major, ``length_r_in = rows*N_IN`` and ``length_r_out = rows*N_OUT`` words.
@@ -33,25 +36,24 @@ exactly representable in the boundary type, so the conversions inside are exact;
 checked to be exact values of the output type before they are encoded (a C-simulation that did
 not cast is reported, not rounded).
 
-Results are memoized per model: the last few (input bytes -> output bytes) pairs, compared byte
-for byte, so a benchmark sending the same tensor repeatedly pays a compare, not a C-simulation
-(FACILE's C-simulation runs about 17k rows/s).
+The core memoizes results per model: the last few (input bytes -> output bytes) pairs, compared
+byte for byte, so a benchmark sending the same tensor repeatedly pays a compare, not a
+C-simulation (FACILE's C-simulation runs about 17k rows/s).
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
 import math
 import os
 import re
-import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .environ import getenv, getenv_raw
 from .errors import SimulationError
 from .xclbin import XmlKernel
 
@@ -65,9 +67,6 @@ ENV_KERNEL_II = "FPGASERVE_SIM_KERNEL_II"
 ENV_KERNEL_LATENCY = "FPGASERVE_SIM_KERNEL_LATENCY"
 ENV_KERNEL_CLOCK_MHZ = "FPGASERVE_SIM_KERNEL_CLOCK_MHZ"
 ENV_KERNEL_DELAY_MS = "FPGASERVE_SIM_KERNEL_DELAY_MS"
-
-MEMO_ENTRIES = 4
-MEMO_MAX_BYTES = 256 << 20  # inputs + outputs kept per model
 
 
 # ---------------------------------------------------------------------------------- types
@@ -126,44 +125,6 @@ def parse_type(text: str) -> HlsType:
         raise SimulationError(f"cannot read the HLS type '{text}': ap_fixed needs <W,I>")
     integer = int(i) if kind == "fixed" else width
     return HlsType("fixed", width, integer, not unsigned)
-
-
-def raw_to_values(raw: np.ndarray, t: HlsType) -> np.ndarray:
-    """Two's complement (or unsigned) integers holding ``t``'s low W bits -> float64 values."""
-    bits = np.asarray(raw).astype(np.uint64) & np.uint64((1 << t.width) - 1)
-    values = bits.astype(np.int64)
-    if t.signed:
-        values = np.where(values >= (1 << (t.width - 1)), values - (1 << t.width), values)
-    return values.astype(np.float64) * 2.0**-t.frac
-
-
-def values_to_raw(values: np.ndarray, t: HlsType, what: str) -> np.ndarray:
-    """Exact values of ``t`` -> their integers (int64); anything else is a simulator error."""
-    values = np.asarray(values, dtype=np.float64)
-    scaled = values * 2.0**t.frac
-    raw = np.rint(scaled)
-    lo, hi = (-(1 << (t.width - 1)), 1 << (t.width - 1)) if t.signed else (0, 1 << t.width)
-    ok = np.isfinite(scaled) & (raw == scaled) & (raw >= lo) & (raw < hi)
-    if not ok.all():
-        bad = values[~ok][:3].tolist()
-        raise SimulationError(f"C-simulation output {bad} is not a value of {what} {t}")
-    return raw.astype(np.int64)
-
-
-def exact_float32(values: np.ndarray, what: str) -> np.ndarray:
-    f = np.asarray(values, dtype=np.float64).astype(np.float32)
-    same = (f.astype(np.float64) == values) | (np.isnan(values) & np.isnan(f))
-    if not same.all():
-        raise SimulationError(f"C-simulation output is not a float32 value ({what} = float)")
-    return f
-
-
-def _container_dtype(t: HlsType) -> np.dtype:
-    return (
-        np.dtype({1: "<i1", 2: "<i2", 4: "<i4", 8: "<i8"}[t.container])
-        if t.signed
-        else np.dtype({1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}[t.container])
-    )
 
 
 # ---------------------------------------------------------------------------------- project facts
@@ -266,8 +227,9 @@ class Timing:
     figure, stated as such in ``source``). ``ii_datapath`` is what the ABI's memory path allows:
     krnl_rtl moves one 32-bit word per clock each way (max(N_IN, N_OUT) cycles per row),
     kernel_wrapper ceil(N*bytes/beat) beats per row per port, FaaST one 512-bit beat per row in.
-    Environment overrides (read at every call): FPGASERVE_SIM_KERNEL_II, _LATENCY, _CLOCK_MHZ,
-    and FPGASERVE_SIM_KERNEL_DELAY_MS (milliseconds added to every call).
+    Environment overrides (read by the card core at every start): FPGASERVE_SIM_KERNEL_II,
+    _LATENCY, _CLOCK_MHZ, and FPGASERVE_SIM_KERNEL_DELAY_MS (milliseconds added to every call).
+    The formula is the core's (xrt_c/card_core.c ``kernel_seconds``): this is its data.
     """
 
     latency: int
@@ -275,46 +237,23 @@ class Timing:
     ii_datapath: int
     source: str
 
-    def effective(self, clock_mhz: float) -> dict:
-        ii = _env_number(ENV_KERNEL_II) or self.ii
-        latency = _env_number(ENV_KERNEL_LATENCY) or self.latency
-        clock = _env_number(ENV_KERNEL_CLOCK_MHZ) or clock_mhz
+    def effective(self, core, model_id: int, clock_mhz: float) -> dict:
+        """What the card core makes of this timing now (the environment's overrides applied)."""
+        out = (ctypes.c_double * 5)()
+        core.check(core.py.fpgasim_model_timing(model_id, int(clock_mhz), out), SimulationError)
+        latency, ii, ii_eff, clock, delay = (_number(v) for v in out)
         return {
             "latency": latency,
             "ii": ii,
-            "ii_eff": max(ii, self.ii_datapath),
+            "ii_eff": ii_eff,
             "clock_mhz": clock,
-            "delay_ms": _env_number(ENV_KERNEL_DELAY_MS) or 0.0,
+            "delay_ms": delay,
             "source": self.source,
         }
 
-    def seconds(self, rows: int, clock_mhz: float) -> float:
-        # every start asks twice: what ``effective`` makes of the same overrides is kept
-        key = (clock_mhz, *[getenv_raw(name) for name in _OVERRIDES])
-        made = self.__dict__.get("_seconds_of")
-        if made is None or made[0] != key:
-            e = self.effective(clock_mhz)
-            made = (key, e["latency"], e["ii_eff"], e["clock_mhz"] * 1e6, e["delay_ms"] / 1000.0)
-            object.__setattr__(self, "_seconds_of", made)  # not a field: equality and hash are the fields'
-        _key, latency, ii_eff, hz, delay_s = made
-        cycles = latency + ii_eff * max(rows - 1, 0) if rows > 0 else 1
-        return cycles / hz + delay_s
 
-
-_OVERRIDES = (ENV_KERNEL_II, ENV_KERNEL_LATENCY, ENV_KERNEL_CLOCK_MHZ, ENV_KERNEL_DELAY_MS)
-
-
-def _env_number(name: str) -> float:
-    text = getenv(name)
-    if not text:
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        raise SimulationError(f"{name} must be a number, got {text!r}") from None
-    if value < 0:
-        raise SimulationError(f"{name} must not be negative, got {text!r}")
-    return value
+def _number(v: float) -> float | int:
+    return int(v) if float(v).is_integer() else v
 
 
 def _report_value(root: ET.Element, path: str) -> int | None:
@@ -364,119 +303,96 @@ def project_timing(folder: Path, project, tops: list[str], ii_datapath: int) -> 
     return Timing(latency, ii, ii_datapath, "estimated from the hls4ml config (ReuseFactor); no csynth report")
 
 
-# ---------------------------------------------------------------------------------- calls
-@dataclass
-class Access:
-    """One memory range the kernel touches: argument id, device address, bytes."""
+# ---------------------------------------------------------------------------------- models
+def _core_type(t: HlsType):
+    from .card_core import Type
 
-    arg_id: int
-    arg: str
-    address: int
-    nbytes: int
-
-
-@dataclass
-class Call:
-    """One kernel invocation as the hardware sees it: rows processed (timing), memory read and
-    written, or ``fault`` (why the real kernel would never finish)."""
-
-    rows: int
-    reads: list[Access]
-    writes: list[Access]
-    fault: str | None = None
-
-
-class _Memo:
-    """The last few (rows, input bytes) -> output bytes of one model, compared byte for byte
-    (inputs are views of device memory: a hit costs one compare, no copy)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.entries: list[tuple[int, list[bytes], list[bytes]]] = []
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, rows: int, inputs: list) -> list[bytes] | None:
-        with self.lock:
-            for i, (r, k, v) in enumerate(self.entries):
-                # bytes == memoryview compares element by element in Python's slow path; a
-                # contiguous copy compared with memcmp is ~20x faster for megabytes
-                if (
-                    r == rows
-                    and len(k) == len(inputs)
-                    and all(len(a) == len(b) and a == bytes(b) for a, b in zip(k, inputs))
-                ):
-                    self.entries.insert(0, self.entries.pop(i))
-                    self.hits += 1
-                    return v
-            self.misses += 1
-            return None
-
-    def put(self, rows: int, inputs: list, value: list[bytes]) -> None:
-        def size(entry) -> int:
-            return sum(len(x) for x in entry[1]) + sum(len(x) for x in entry[2])
-
-        entry = (rows, [bytes(x) for x in inputs], value)
-        if size(entry) > MEMO_MAX_BYTES:
-            return
-        with self.lock:
-            self.entries.insert(0, entry)
-            del self.entries[MEMO_ENTRIES:]
-            while sum(size(e) for e in self.entries) > MEMO_MAX_BYTES:
-                self.entries.pop()
+    kind = {"float": 0, "double": 1}.get(t.kind, 2)
+    return Type(kind, t.width, t.integer, int(t.signed), t.container)
 
 
 class KernelModel:
-    """Base: argument decoding from the register image, memo, timing."""
+    """Base: what the card core needs to plan, time and compute a kernel's calls, read from the
+    project and the xclbin's kernel metadata (``register`` hands it to the core).
+
+    The rules themselves are the core's (``xrt_c/card_core.c``: ``plan``, ``kernel_seconds``,
+    ``compute``): which device memory a call reads and writes from its registers, how long it
+    takes, and its outputs, from the C-simulation called from C (results memoized there on the
+    last few inputs, compared byte for byte)."""
 
     abi = ""
+    abi_code = 0
 
     def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
         self.kernel = kernel
         self.project = project
         self.folder = folder
-        #: False: a model that plans calls and times them but never computes one (the host's
-        #: half of a card whose computation runs in its card process, see device_side.py)
+        #: False: a model that plans calls and times them but never computes one (timing mode)
         self.computes = compute
         self.n_in = project.input.size
         self.n_out = project.output.size
-        self.memo = _Memo()
         self._args = {a.name: a for a in kernel.args}
         self.timing: Timing
-
-    def reg(self, regs: bytes, name: str) -> int:
-        a = self._args.get(name)
-        if a is None:
-            raise SimulationError(f"kernel {self.kernel.name} has no argument '{name}' in its xclbin metadata")
-        return int.from_bytes(regs[a.offset : a.offset + a.size].ljust(a.size, b"\0"), "little")
+        self.csim = None
+        self.t_in: HlsType
+        self.t_out: HlsType
+        #: the core's id of this model (``register``), 0 before
+        self.core_id = 0
+        self._core = None
 
     def arg_id(self, name: str) -> int:
         ident = self._args[name].id
         return -1 if ident is None else ident
 
-    def plan(self, regs: bytes) -> Call:
+    def _roles(self) -> list[str | None]:
+        """Argument names by role: input, output, then length_in/length_out (krnl_rtl) or
+        batchsize (kernel_wrapper)."""
         raise NotImplementedError
 
-    def compute(self, call: Call, inputs: list) -> list[bytes]:
-        """Output bytes for the input bytes (memoized); ``inputs`` are bytes-like, one per read."""
-        if not self.computes:
-            raise SimulationError(f"this model of {self.kernel.name} plans calls only (the card process computes)")
-        hit = self.memo.get(call.rows, inputs)
-        if hit is not None:
-            return hit
-        out = self._compute(call, inputs)
-        self.memo.put(call.rows, inputs, out)
-        return out
+    def descriptor(self):
+        """The core's ``struct fpgasim_model`` of this kernel."""
+        from .card_core import Model
 
-    def _compute(self, call: Call, inputs: list[bytes]) -> list[bytes]:
-        raise NotImplementedError
+        d = Model()
+        d.abi, d.n_in, d.n_out = self.abi_code, self.n_in, self.n_out
+        d.t_in, d.t_out = _core_type(self.t_in), _core_type(self.t_out)
+        for role, name in enumerate(self._roles()):
+            if name is None:
+                continue
+            a = self._args.get(name)
+            if a is None:
+                raise SimulationError(f"kernel {self.kernel.name} has no argument '{name}' in its xclbin metadata")
+            d.args[role].id, d.args[role].offset, d.args[role].size = self.arg_id(name), a.offset, a.size
+            d.args[role].present, d.args[role].name = 1, name.encode()[:31]
+        d.latency, d.ii, d.ii_datapath = self.timing.latency, self.timing.ii, self.timing.ii_datapath
+        lib = self.csim
+        if lib is not None:
+            d.predict_float = ctypes.cast(lib._fn[np.dtype(np.float32)], ctypes.c_void_p).value
+            d.predict_double = ctypes.cast(lib._fn[np.dtype(np.float64)], ctypes.c_void_p).value
+            d.stack_bytes = lib.stack_bytes
+            d.float_in, d.float_out, d.serial = int(lib._float_in), int(lib._float_out), int(lib._serial is not None)
+        return d
+
+    def register(self, core) -> int:
+        """Hand this model to the card core (once); its id there."""
+        if not self.core_id:
+            self.core_id = core.check(core.c.fpgasim_model_new(ctypes.byref(self.descriptor())), SimulationError)
+            self._core = core
+        return self.core_id
 
     def describe(self, clock_mhz: float) -> dict:
-        return {"abi": self.abi, "n_in": self.n_in, "n_out": self.n_out, **self.timing.effective(clock_mhz)}
+        out = {"abi": self.abi, "n_in": self.n_in, "n_out": self.n_out}
+        if self._core is not None:
+            out.update(self.timing.effective(self._core, self.core_id, clock_mhz))
+            memo = (ctypes.c_uint64 * 2)()
+            self._core.py.fpgasim_model_memo(self.core_id, memo)
+            out.update(memo_hits=memo[0], memo_misses=memo[1])
+        return out
 
 
 class KrnlRtlModel(KernelModel):
     abi = "krnl_rtl"
+    abi_code = 1
 
     def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
         super().__init__(kernel, project, folder, compute)
@@ -487,41 +403,13 @@ class KrnlRtlModel(KernelModel):
         self.csim = load_csim(project, "axi") if compute else None
         self.timing = project_timing(folder, project, [f"{project.name}_axi", project.name], max(self.n_in, self.n_out))
 
-    def plan(self, regs: bytes) -> Call:
-        len_in, len_out = self.reg(regs, "length_r_in"), self.reg(regs, "length_r_out")
-        addr_in, addr_out = self.reg(regs, "fifo_in"), self.reg(regs, "fifo_out")
-        rows = len_in // self.n_in if self.n_in else 0
-        call = Call(
-            rows,
-            [Access(self.arg_id("fifo_in"), "fifo_in", addr_in, 4 * len_in)],
-            [Access(self.arg_id("fifo_out"), "fifo_out", addr_out, 4 * len_out)],
-        )
-        if len_in == 0 or len_in % self.n_in:
-            call.fault = f"length_r_in={len_in} is not a positive multiple of N_IN={self.n_in}"
-        elif len_out != rows * self.n_out:
-            call.fault = (
-                f"length_r_out={len_out} but {rows} rows produce {rows * self.n_out} words (N_OUT={self.n_out})"
-            )
-        return call
-
-    def _decode(self, words: np.ndarray, t: HlsType) -> np.ndarray:
-        if t.kind == "float":
-            return words.view(np.float32).astype(np.float64)
-        return raw_to_values(words, t)
-
-    def _compute(self, call: Call, inputs: list[bytes]) -> list[bytes]:
-        words = np.frombuffer(inputs[0], dtype="<u4")
-        x = self._decode(words, self.t_in).reshape(call.rows, self.n_in)
-        y = np.asarray(self.csim.predict(x), dtype=np.float64).reshape(-1)
-        if self.t_out.kind == "float":
-            out = exact_float32(y, "T_out").view(np.uint32)
-        else:
-            out = (values_to_raw(y, self.t_out, "T_out") & ((1 << self.t_out.width) - 1)).astype(np.uint32)
-        return [out.astype("<u4").tobytes()]
+    def _roles(self) -> list[str | None]:
+        return ["fifo_in", "fifo_out", "length_r_in", "length_r_out"]
 
 
 class KernelWrapperModel(KernelModel):
     abi = "kernel_wrapper"
+    abi_code = 2
 
     def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
         super().__init__(kernel, project, folder, compute)
@@ -548,36 +436,18 @@ class KernelWrapperModel(KernelModel):
         )
         self.timing = project_timing(folder, project, [project.name], datapath)
 
-    def plan(self, regs: bytes) -> Call:
-        rows = self.batchsize if self.legacy else self.reg(regs, "batchsize")
-        return Call(
-            rows,
-            [Access(self.arg_id("in"), "in", self.reg(regs, "in"), rows * self.n_in * self.t_in.container)],
-            [Access(self.arg_id("out"), "out", self.reg(regs, "out"), rows * self.n_out * self.t_out.container)],
-        )
+    def _roles(self) -> list[str | None]:
+        return ["in", "out", None if self.legacy else "batchsize", None]
 
-    def _compute(self, call: Call, inputs: list[bytes]) -> list[bytes]:
-        if call.rows == 0:
-            return [b""]
-        if self.hw_quant:
-            x = np.frombuffer(inputs[0], dtype="<f4").reshape(call.rows, self.n_in)
-            y = np.asarray(self.csim.predict(x), dtype=np.float64)
-            # the kernel's (float)out_buf[j]: result_t -> float, one rounding (the double the
-            # C-simulation returns is exact for result_t up to 53 bits)
-            return [y.astype(np.float32).astype("<f4").tobytes()]
-        raw = np.frombuffer(inputs[0], dtype=_container_dtype(self.t_in))
-        x = raw_to_values(raw, self.t_in).reshape(call.rows, self.n_in) if self.t_in.kind == "fixed" else raw
-        y = np.asarray(self.csim.predict(np.ascontiguousarray(x, dtype=np.float64)), dtype=np.float64).reshape(-1)
-        if self.t_out.kind == "float":
-            return [exact_float32(y, "result_t").astype("<f4").tobytes()]
-        if self.t_out.kind == "double":
-            return [y.astype("<f8").tobytes()]
-        out = values_to_raw(y, self.t_out, "result_t")
-        return [out.astype(_container_dtype(self.t_out)).tobytes()]
+    def descriptor(self):
+        d = super().descriptor()
+        d.legacy, d.batchsize, d.hw_quant = int(self.legacy), self.batchsize, int(self.hw_quant)
+        return d
 
 
 class FaastModel(KernelModel):
     abi = "faast"
+    abi_code = 3
 
     def __init__(self, kernel: XmlKernel, project, folder: Path, compute: bool = True):
         super().__init__(kernel, project, folder, compute)
@@ -591,19 +461,8 @@ class FaastModel(KernelModel):
         self.csim = load_csim(project, "top") if compute else None
         self.timing = project_timing(folder, project, [project.name], 1)
 
-    def plan(self, regs: bytes) -> Call:
-        return Call(
-            FAAST_ROWS,
-            [Access(self.arg_id("in"), "in", self.reg(regs, "in"), FAAST_ROWS * BEAT)],
-            [Access(self.arg_id("out"), "out", self.reg(regs, "out"), FAAST_OUT_BEATS * BEAT)],
-        )
-
-    def _compute(self, call: Call, inputs: list[bytes]) -> list[bytes]:
-        fields = np.frombuffer(inputs[0], dtype="<u2").reshape(FAAST_ROWS, 32)[:, : self.n_in]
-        x = raw_to_values(fields, self.t_in)
-        y = np.asarray(self.csim.predict(x), dtype=np.float64)
-        raw = values_to_raw(y[:, -1], self.t_out, "result_t") & 0xFFFF
-        return [raw.astype("<u2").tobytes()]
+    def _roles(self) -> list[str | None]:
+        return ["in", "out", None, None]
 
 
 MODELS = {"krnl_rtl": KrnlRtlModel, "kernel_wrapper": KernelWrapperModel, "alveo_hls4ml": FaastModel}

@@ -66,8 +66,6 @@ ENV_ERT = "FPGASERVE_SIM_ERT"
 # real card, if XRT finds one, comes first in Device.devices.
 PROBE_PRIORITY = 900
 EXEC_BO_SIZE = 1024
-ERT_STATE_COMPLETED = 4
-ERT_STATE_ABORT = 6
 
 
 def ert_enabled() -> bool:
@@ -101,9 +99,10 @@ class SimExecBo:
     def as_packet(self, ptype):
         return ptype.from_buffer(self.buffer)
 
-    def _set_state(self, state: int) -> None:
-        header = self.as_packet(_ert.ert_start_kernel_cmd).m_uert.m_start_cmd_struct
-        header.state = state
+    @property
+    def header_address(self) -> int:
+        """Where the packet's header is: the card writes its state bits there at completion."""
+        return ctypes.addressof(self.buffer)
 
 
 class SimulatedMemory:
@@ -405,11 +404,10 @@ class SimulatedAlveoDevice(Device):
         n_cus = len(self.card.cus)
         cus = [i for i in cus if i < n_cus]
 
-        def done(cmd: _card.Command) -> None:
-            bo._set_state(ERT_STATE_ABORT if cmd.state == "aborted" else ERT_STATE_COMPLETED)
-
         try:
-            bo.command = self.card.submit(cus, regs, callback=done)
+            # the card writes COMPLETED (or ABORT, for a command aborted at context teardown)
+            # into the packet's state bits when the command ends
+            bo.command = self.card.submit(cus, regs, state_word=bo.header_address)
         except _card.CardError as e:
             raise RuntimeError(f"Buffer submit failed: {-e.errno}") from None
         wh = ErtWaitHandle(bo, self._loop.create_future(), self)

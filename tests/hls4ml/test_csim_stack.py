@@ -109,8 +109,9 @@ def test_megabyte_rows_are_served_bit_exactly_in_csim(repo, tmp_path, csim_cache
             assert proc.stop() == 0, proc.log()
         text = log.read_text()
         assert (
-            f"model 'wide' holds at most 1022.0 MiB in batches in flight: 1 instance(s) x 511 rows x {ROW_BYTES:,} "
-            f"bytes per row (8 input + {4 * WIDTH:,} output)"
+            f"model 'wide' holds at most 2.0 GiB in batches in flight: 1 instance(s) x 511 rows x "
+            f"{8 + 8 * WIDTH:,} bytes per row (8 input + {4 * WIDTH:,} output + {4 * WIDTH:,} output encoded for "
+            "the wire)"
         ) in text
         if mode == "csim":
             assert "its C-simulation runs each batch on a thread with a" in text

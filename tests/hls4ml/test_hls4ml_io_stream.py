@@ -360,30 +360,21 @@ def test_pack_keras_and_qonnx_io_stream(tmp_path):
             assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), name
 
 
-def test_large_separable_io_stream_network_serves_bit_exactly(tmp_path, tmp_path_factory, csim_cache):
+def test_large_separable_io_stream_network_serves_bit_exactly(tmp_path_factory, csim_cache):
     """A 512x512x3 separable io_stream network with a 4,194,304-element output (the size that
     once overflowed a thread's stack in csim and was refused by the emulator): pack bounds its
     batch, both emulator and csim run it (csim on a stack sized from the project) bit for bit
-    alike, and auto serves it in numpy beside the bundled models, answering csim's bits."""
+    alike, and auto serves it in numpy beside the bundled models, answering csim's bits. The
+    pack is the run's one (support.hls4ml_models.sep512_repository: test_memory_limits serves
+    it too)."""
     import re
 
     import tritonclient.grpc as grpcclient
 
-    from support.hls4ml_models import serve_mode
+    from support.hls4ml_models import sep512_repository, serve_mode
     from support.server_process import BUNDLED_REPO
 
-    keras = keras_on_torch()
-    layers = keras.layers
-    keras.utils.set_random_seed(5)
-    i = keras.Input((512, 512, 3))
-    x = layers.DepthwiseConv2D(3, padding="same", bias_initializer="random_normal")(i)
-    x = layers.Conv2D(16, 1, activation="relu", bias_initializer="random_normal")(x)
-    keras.Model(i, layers.Flatten()(x)).save(tmp_path / "sep512.keras")
-    repo = tmp_path / "repo"
-    done = _pack(
-        "sep512", "--keras", str(tmp_path / "sep512.keras"), "--io-type", "io_stream", "--repository", str(repo)
-    )
-    assert done.returncode == 0, done.stderr
+    repo = sep512_repository(tmp_path_factory)
     config = (repo / "sep512" / "config.pbtxt").read_text()
     assert "max_batch_size: 53" in config, config  # 53 rows of 19 MB fit the 1 GiB budget
     project = Hls4mlProject.load(repo / "sep512" / "1")

@@ -182,6 +182,30 @@ def test_auto_mode_without_card_runs_numpy(tmp_path_factory, cache_dir):
     assert np.array_equal(auto.view(np.uint32), lib.predict(x).astype(np.float32).view(np.uint32))
 
 
+def test_auto_mode_builds_the_emulator_once_at_load():
+    """Auto decides on numpy in the engine's process (does the version need an instance
+    process?) by building the emulator; the version's first instance serves with that one
+    instead of building it again, and nothing is kept once it is taken."""
+    import os
+
+    from fpgaserve.backends.hls4ml import backend as hls4ml_backend
+    from fpgaserve.server import model_config as mc
+
+    config = mc.config_dict(mc.read_config_file(BUNDLED_REPO / "jet_tagger" / "config.pbtxt"))
+    version_dir = str(BUNDLED_REPO / "jet_tagger" / "1")
+    assert not hls4ml_backend.Hls4mlBackend.instance_process_by_default(config, version_dir, {})
+    decided = hls4ml_backend._DECIDED[os.path.realpath(version_dir)]
+    first = hls4ml_backend.Hls4mlBackend(config, version_dir, 0)
+    second = hls4ml_backend.Hls4mlBackend(config, version_dir, 1)
+    try:
+        assert first.mode == second.mode == "numpy"
+        assert first._runner is decided and second._runner is not decided
+        assert os.path.realpath(version_dir) not in hls4ml_backend._DECIDED
+    finally:
+        first.close()
+        second.close()
+
+
 def test_auto_mode_runs_csim_when_a_layer_is_not_emulated(tmp_path, tmp_path_factory, cache_dir):
     """A firmware with a layer the emulator refuses (nnet::relu1, a clip to [0, 1]) is served by csim in auto
     mode, and the log line names the layer; the other model of the repository stays numpy."""

@@ -627,7 +627,8 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
 @pytest.mark.timeout(90)
 def test_sigterm_exit_timeout_bounds_the_drain(tmp_path):
     """A request far longer than --exit-timeout-secs (a hung backend) is abandoned; the
-    process still exits 0, promptly rather than when the model finally returns."""
+    process exits promptly rather than when the model finally returns, with status 1 and
+    Triton's line, as Triton 2.51 does when its exit timeout expires."""
     log = tmp_path / "executed.log"
     repo = make_repo(tmp_path, log)
     proc = ServerProcess([repo], "--exit-timeout-secs", "1", log_path=tmp_path / "server.log")
@@ -640,7 +641,8 @@ def test_sigterm_exit_timeout_bounds_the_drain(tmp_path):
             proc.terminate()
             with pytest.raises(InferenceServerException):
                 f.result(timeout=30)
-        assert proc.wait(timeout=30) == 0, proc.log()
+        assert proc.wait(timeout=30) == 1, proc.log()
+        assert "failed to stop server: Internal - Exit timeout expired. Exiting immediately." in proc.log()
     finally:
         client.close()
         proc.stop()

@@ -1,16 +1,23 @@
-"""Models the hls4ml tests pack and serve (tests/hls4ml/): a server per ``--fpga-mode`` and the
-source files ``fpgaserve pack`` converts (a PyTorch tagger, a Keras 3 CNN, a QONNX MLP)."""
+"""Models the hls4ml tests pack and serve (tests/hls4ml/): a server per ``--fpga-mode``, the
+source files ``fpgaserve pack`` converts (a PyTorch tagger, a Keras 3 CNN, a QONNX MLP), and
+packs several tests serve, made once per run (``sep512_repository``)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from support.hls4ml_layers import keras_on_torch
 from support.server_process import ServerProcess
+from support.workers import worker
 
 
 def serve_mode(mode, repos, tmp_path_factory, cache_dir, *extra):
@@ -101,3 +108,61 @@ def qonnx_mlp_file(path: Path) -> None:
     )
     opsets = [helper.make_opsetid("", 13), helper.make_opsetid("qonnx.custom_op.general", 1)]
     onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+
+
+# ---------------------------------------------------------------------- packs made once per run
+def run_root(tmp_path_factory) -> Path:
+    """The temporary folder this run's processes share (as the csim cache, tests/conftest.py):
+    the base folder, or in parallel workers the run's, above theirs (never the one above a
+    plain run's, which holds earlier runs too)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if worker()[1] > 1 else base
+
+
+def _sep512_keras(path: Path) -> None:
+    keras = keras_on_torch()
+    layers = keras.layers
+    keras.utils.set_random_seed(5)
+    i = keras.Input((512, 512, 3))
+    x = layers.DepthwiseConv2D(3, padding="same", bias_initializer="random_normal")(i)
+    x = layers.Conv2D(16, 1, activation="relu", bias_initializer="random_normal")(x)
+    keras.Model(i, layers.Flatten()(x)).save(path)
+
+
+def sep512_repository(tmp_path_factory) -> Path:
+    """A model repository holding ``sep512``: the 512x512x3 separable io_stream network (a
+    depthwise 3x3 convolution, then a pointwise one to 16 channels: a 4,194,304-element
+    output), packed from Keras 3 by ``fpgaserve pack`` (its batch bounded to 53 rows by pack's
+    1 GiB budget; no float reference: no test of it serves ``onnx``). test_hls4ml_io_stream
+    serves it in auto mode, test_memory_limits under an address-space limit beside other
+    models: one conversion (~12 s of CPU) and one project, so one C-simulation build in the
+    run's csim cache (~8 s), instead of two of each.
+
+    The pack lives in the run's temporary root under a file lock: the first test to ask packs
+    it, every later one, in this worker or another of the same run, reads it. Tests only read
+    it; one that changes a model copies it first."""
+    keras_on_torch()  # skipped (saying why) before the lock where Keras is not there
+    root = run_root(tmp_path_factory)
+    work = root / "shared-sep512"
+    repo = work / "repo"
+    with open(root / "shared-sep512.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (repo / "sep512" / "config.pbtxt").is_file():
+            shutil.rmtree(work, ignore_errors=True)  # what a caller that failed half-way left
+            work.mkdir()
+            _sep512_keras(work / "sep512.keras")
+            staging = work / "staging"
+            cmd = [
+                sys.executable,
+                "-m",
+                "fpgaserve.server.cli",
+                "pack",
+                "sep512",
+                "--keras",
+                str(work / "sep512.keras"),
+            ]
+            cmd += ["--io-type", "io_stream", "--repository", str(staging), "--reference-timeout", "0"]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            staging.rename(repo)  # whole or not at all
+    return repo

@@ -53,8 +53,12 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, repositories, *extra_args: str, log_path: Path | None = None, env=None, entry=None):
+    def __init__(
+        self, repositories, *extra_args: str, log_path: Path | None = None, env=None, entry=None, new_session=False
+    ):
         self.repositories = [str(r) for r in repositories]
+        # a session (and process group) of its own: a test may signal the server's whole group
+        self.new_session = new_session
         # the program to run instead of ``-m fpgaserve.server.cli`` (e.g. tests/fpga_sim/serve.py,
         # which registers the simulated PYNQ card first and then runs the same CLI)
         self.entry = [str(e) for e in entry] if entry else ["-m", "fpgaserve.server.cli"]
@@ -105,7 +109,9 @@ class ServerProcess:
         else:
             out = subprocess.DEVNULL
         env = dict(os.environ if self.env is None else self.env)
-        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            self.args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=self.new_session
+        )
         started = time.monotonic()
         deadline = started + timeout
         while time.monotonic() < deadline:

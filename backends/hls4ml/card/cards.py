@@ -144,6 +144,10 @@ class FpgaCard(ComputeUnitAccounting):
                         "models different cards (parameter cards)"
                     )
                 self._drop_handles()
+            if self.xclbin is not None and self.xclbin.uuid != xclbin.uuid:
+                # another xclbin's compute unit of the same name may sit in another bank: its
+                # entries (and their handles) are of the old design, never reused
+                self._cus.clear()
             if self.xclbin is None or self.xclbin.uuid != xclbin.uuid or self._closed:
                 self._program(xclbin)
             self._users += 1
@@ -175,9 +179,30 @@ class FpgaCard(ComputeUnitAccounting):
         )
 
     def release(self) -> None:
-        """Drop one user reference; the xclbin stays loaded (programming costs seconds)."""
+        """Drop one user reference. With the last one (the card's models unloaded) every handle
+        this process holds on the card is closed -- kernels and their runs (CU contexts), then the
+        device -- so that another process can load another xclbin and ``xbutil reset`` can run:
+        XRT refuses both while a process holds the card's contexts or has it open. The xclbin
+        stays on the card (programming costs seconds): a model that loads it again finds it there."""
         with self._lock:
             self._users = max(0, self._users - 1)
+            if self._users or self._recovering or self._closed:
+                return
+            if self._inflight:  # a call still in flight (its runner is closing): it ends first
+                deadline = time.monotonic() + DRAIN_TIMEOUT_S
+                while self._inflight and time.monotonic() < deadline:
+                    self._idle.wait(0.5)
+            for runner in list(self._runners):
+                runner.unbind(self)
+            self._forget_running_calls()
+            self._drop_handles()
+            self._cus.clear()
+            try:
+                self.device.close()
+            except DeviceError as e:
+                log.warning("card %d (%s): closing it after its last model: %s", self.index, self.uid, e)
+            self._closed = True
+            log.info("card %d (%s): no model uses it: its handles are closed", self.index, self.uid)
 
     # ------------------------------------------------------------------ compute units
     def compute_unit_names(self, kernel: str) -> list[str]:

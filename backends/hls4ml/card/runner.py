@@ -243,11 +243,13 @@ class CardRunner:
                 # (no local for cu.handle: a failed call's traceback keeps this frame, and with
                 # pyxrt a kernel object kept alive keeps the card open, so no reset could run)
                 assert cu.handle is not None
+                # a direct call's run is left holding the runner's own input buffer, not the request's
+                rest = abi.arguments(bound.inputs, bound.outputs, abi.call_rows(rows)) if wrapped is not None else None
                 if cu.handle.serialized:
                     with cu.lock:
-                        state = self._run(card, cu, args, nbytes, wrapped is not None)
+                        state, why = self._run(card, cu, args, nbytes, rest)
                 else:
-                    state = self._run(card, cu, args, nbytes, wrapped is not None)
+                    state, why = self._run(card, cu, args, nbytes, rest)
                 if state is RunState.COMPLETED:
                     result = abi.result_bytes(rows)
                     bound.outputs.from_device(result)
@@ -257,7 +259,7 @@ class CardRunner:
                 if state is RunState.RUNNING:
                     failure = f"did not finish a call of {rows} rows within {self.timeout_s:g} s"
                 else:
-                    failure = f"ended a call of {rows} rows in an error state"
+                    failure = f"ended a call of {rows} rows in an error state" + (f": {why}" if why else "")
             except DeviceError as e:
                 failure = f"failed: {e}"
             finally:
@@ -270,25 +272,31 @@ class CardRunner:
         card.compute_unit_failed(cu, bound.generation, failure)
         raise DeviceUnavailableError(f"kernel {cu.name} on card {card.index} ({card.uid}) {failure}")
 
-    def _run(self, card: FpgaCard, cu: CardComputeUnit, args: list, nbytes: int, direct: bool) -> RunState:
+    def _run(
+        self, card: FpgaCard, cu: CardComputeUnit, args: list, nbytes: int, rest: list | None
+    ) -> tuple[RunState, str | None]:
         """Start the kernel on the input just synced (``nbytes`` of it, counted now) and wait
-        for it until the timeout; the call's run is released before this returns."""
-        started = card.input_sent(cu.name, nbytes, direct)
+        for it until the timeout: its state, and what the runtime said of a failed call. The
+        call's run is released before this returns (``rest``: for a call on request memory
+        wrapped in place, the arguments the run keeps instead: see ``RunHandle.release``)."""
+        started = card.input_sent(cu.name, nbytes, rest is not None)
         state = RunState.RUNNING
         run = None
+        why = None
         try:
             assert cu.handle is not None
             run = cu.handle.start(args)
             state = run.wait(started + self.timeout_s)
+            why = run.failure
         finally:
             # a hung call's run keeps the card open (pyxrt closes a device with its last
             # object): drop it here, not with the frames of a traceback
             if run is not None:
-                run.release()
+                run.release(rest)
             run = None
             # a timed-out call kept the CU busy until now: it counts, so utilization shows the hang
             card.kernel_finished(cu.name, started, timed_out=state is RunState.RUNNING)
-        return state
+        return state, why
 
     def _wrap(self, bound: _Bound, x: np.ndarray) -> DeviceBuffer | None:
         """A buffer over ``x``'s own memory for this call, or None (encode into the buffer)."""

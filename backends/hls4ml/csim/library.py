@@ -52,6 +52,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ...hosting import helper_group, stopped_by_us
 from ..project import Hls4mlProject, ProjectError
 from .stack import stack_bytes_for
 
@@ -448,16 +449,28 @@ class CsimLibrary:
         return builder.moved_to(fallback)
 
     # ------------------------------------------------------------------ inference
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """(B, n_in) float32 or float64 -> (B, n_out) float64, row by row through the firmware,
+    def predict(self, x: np.ndarray, dtype: type = np.float64, piece_rows: int | None = None) -> np.ndarray:
+        """(B, n_in) float32 or float64 -> (B, n_out) of ``dtype``, row by row through the firmware,
         on a thread of the library's with ``stack_bytes`` of stack (the GIL released meanwhile).
+        With ``piece_rows``, at most that many rows per call, each piece's float64 results
+        converted into the output at once (a float32 output is then never held as float64 whole).
         Raises MemoryError when that thread cannot be started (its stack cannot be mapped)."""
         x = np.asarray(x)
-        fn = self._fn.get(x.dtype)
-        if fn is None:
+        if x.dtype not in self._fn:
             raise TypeError(f"C-simulation input must be float32 or float64, got {x.dtype}")
         if x.ndim != 2 or x.shape[1] != self.n_in:
             raise ValueError(f"C-simulation input must have shape (batch, {self.n_in}), got {x.shape}")
+        rows = x.shape[0]
+        step = rows if piece_rows is None else max(1, piece_rows)
+        if step >= rows and np.dtype(dtype) == np.float64:
+            return self._predict_rows(x)
+        out: np.ndarray = np.empty((rows, self.n_out), dtype)
+        for a in range(0, rows, step):
+            out[a : a + step] = self._predict_rows(x[a : a + step])
+        return out
+
+    def _predict_rows(self, x: np.ndarray) -> np.ndarray:
+        fn = self._fn[x.dtype]
         if self._float_in and x.dtype != np.float32:
             x = x.astype(np.float32)
             fn = self._fn[x.dtype]
@@ -650,12 +663,16 @@ class _Builder:
         its process group also ends the cc1plus, as and ld it started. The address-space limit
         is set by ``sh -c 'ulimit -v'`` before exec'ing g++ (not preexec_fn, unsafe in this
         multithreaded server) and inherited by every child. Output goes to files, not pipes:
-        one chatty g++ cannot block while another is waited for."""
+        one chatty g++ cannot block while another is waited for. Each group is registered as
+        this process's helper while it runs (``helper_group``): whatever ends this process or
+        abandons its loads (the server stopping, a load given up on) ends the compile too."""
         running: list[tuple[subprocess.Popen, Path, int]] = []
+        groups = contextlib.ExitStack()
         try:
             for argv, limit_mb in step:
                 log_path = tmp / f"{next(self._logs)}.log"
                 running.append((self._spawn(argv, limit_mb, log_path), log_path, limit_mb))
+                groups.enter_context(helper_group(running[-1][0].pid))
             for proc, _, _ in running:
                 try:
                     proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -665,10 +682,14 @@ class _Builder:
                         f"{self.limits.timeout_s:g} s time limit ({TIMEOUT_SETTING}); "
                         f"{_raise_hint(TIMEOUT_SETTING, TIMEOUT_ENV)}"
                     ) from None
+            abandoned = [proc for proc, _, _ in running if stopped_by_us(proc.pid)]
         finally:
             for proc, _, _ in running:
                 if proc.poll() is None:  # still ours (not reaped): its group is its own
                     _kill_group(proc)
+            groups.close()
+        if abandoned:
+            raise ProjectError(f"compiling the C-simulation of {self.label} was stopped: its load was abandoned")
         failures = [(proc, path.read_text(errors="replace"), limit) for proc, path, limit in running]
         failures = [f for f in failures if f[0].returncode != 0]
         for proc, output, limit_mb in failures:
@@ -716,6 +737,9 @@ class _Builder:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    # g++'s own temporary files (cc*.s, cc*.o) in the build folder, which goes
+                    # with the build: a compile killed mid-way leaves none in /tmp
+                    env=dict(os.environ, TMPDIR=str(log_path.parent)),
                 )
         except OSError as e:
             raise ProjectError(f"cannot run {argv[0]}: {e}") from None

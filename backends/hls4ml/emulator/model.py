@@ -18,6 +18,10 @@ Two representations of the same integers (the ``ap_fixed`` raws):
   merges and accumulators) hold their raws as ``Wide`` pairs of int64 limbs (``wide.py``),
   only in the layers that declare they handle them (``_wide_layer``).
 
+A batch is worked through in pieces: of about ``CHUNK_BYTES`` in the widest array (the
+caches), and of at most ``working_budget`` bytes of intermediates (``working_set.py``: a large
+network's rows take hundreds of MB each).
+
 A layer kind the registry does not know raises ``UnsupportedLayerError`` when the model is
 built (never in ``predict``), naming the layer.
 """
@@ -36,6 +40,7 @@ from ..firmware_graph import FirmwareGraph, Layer, UnsupportedLayerError, read_f
 from ..fixed_point import INT64_WIDTH, MAX_WIDTH, FixedType, cast_f64, f64_capable, from_float_f64
 from ..project import Hls4mlProject, ProjectError
 from .registry import FUSIONS, builder_for
+from .working_set import DEFAULT_BUDGET_BYTES, WorkingSet, measure
 
 Op = Callable[[np.ndarray], np.ndarray]
 
@@ -52,13 +57,18 @@ class FixedPointModel:
     """The firmware of an hls4ml project (io_parallel or io_stream) as a chain of vectorised ops, one per
     ``nnet::`` call, each made by the builder its layer family registered (``registry.py``)."""
 
-    def __init__(self, project: Hls4mlProject):
+    def __init__(self, project: Hls4mlProject, working_budget: int = DEFAULT_BUDGET_BYTES):
         self.project = project
         self.graph: FirmwareGraph = read_firmware_graph(project)
         # one step per nnet:: call: (arrays read, array written, int64 op, float64 op)
         self._steps: list[tuple[list[str], str, Op, Op | None]] = []
         self._ws = threading.local()  # per-thread preallocated buffers, see _buffer
         self._widest: int | None = None  # values in the widest array one row makes, see _chunk_rows
+        self._scratch_bytes = 0  # bytes _buffer allocated (run_fresh reports them)
+        #: bytes of intermediates a piece of a batch may take (see working_set.py)
+        self.working_budget = working_budget
+        self._working: WorkingSet | None = None
+        self._working_lock = threading.Lock()
         in_type = self.type_of(project.input.ctype, None)
         if in_type.width > 53:
             raise UnsupportedLayerError(f"input type {in_type}: conversion from double beyond 53 bits is not emulated")
@@ -138,12 +148,53 @@ class FixedPointModel:
 
     def _chunk_rows(self, x: np.ndarray) -> int:
         """Rows per chunk of the float64 chain (``CHUNK_BYTES``), from the widest array one
-        row makes, measured once on the batch's first row."""
-        if self._widest is None:
-            widest = [x.shape[1]]
-            self._run(from_float_f64(self.input_type, x[:1].astype(np.float64)), True, widest)
-            self._widest = max(widest)
+        row makes (measured with the working set, ``working_set()``)."""
+        self.working_set()
+        assert self._widest is not None
         return max(CHUNK_MIN_ROWS, CHUNK_BYTES // (8 * self._widest))
+
+    def piece_rows(self, max_rows: int) -> int:
+        """The most rows ``predict`` works through at once in batches of up to ``max_rows``."""
+        rows = min(max(1, max_rows), self.working_set().rows)
+        if self._f64 and rows > CHUNK_MIN_ROWS * 3 // 2:
+            assert self._widest is not None
+            chunk = max(CHUNK_MIN_ROWS, CHUNK_BYTES // (8 * self._widest))
+            rows = min(rows, max(CHUNK_MIN_ROWS * 3 // 2, chunk * 3 // 2))
+        return rows
+
+    def working_set(self) -> WorkingSet:
+        """What one piece of a batch takes and how many rows it has (``working_set.py``),
+        measured once (the serving backend asks at load; else the first ``predict`` does)."""
+        with self._working_lock:
+            working = self._working
+            if working is None or working.budget != self.working_budget:
+                if working is None:
+                    working = measure(self, self.working_budget)
+                else:  # the budget changed: the same row, other pieces
+                    per_row = working.row_bytes + working.scratch_row_bytes
+                    working = WorkingSet(
+                        working.row_bytes,
+                        working.scratch_row_bytes,
+                        max(1, self.working_budget // per_row),
+                        self.working_budget,
+                    )
+                self._working = working
+            return working
+
+    def run_fresh(self, row: np.ndarray) -> int:
+        """Run ``row`` (float64) from a fresh set of scratch buffers, dropped after (their
+        allocation is part of what a row takes): the bytes of scratch it allocated. Records the
+        widest array it made, for the cache-sized pieces. ``working_set.measure`` runs it under
+        ``tracemalloc``."""
+        kept, self._ws = self._ws, threading.local()
+        self._scratch_bytes = 0
+        widest: list[int] = [self.n_in]
+        try:
+            self._predict_piece(row, np.float64, widest)
+        finally:
+            self._ws = kept
+        self._widest = max(widest)
+        return self._scratch_bytes
 
     def _run(self, v: np.ndarray, use_f64: bool, widest: list[int] | None = None) -> np.ndarray:
         env = {self.project.input.name: v}
@@ -180,6 +231,7 @@ class FixedPointModel:
             if len(shapes) >= 2:
                 del shapes[next(iter(shapes))]  # the oldest
             buf = shapes[shape] = np.empty(shape, np.float64)
+            self._scratch_bytes += buf.nbytes
             if fill is not None:
                 buf[...] = fill
         return buf
@@ -294,22 +346,31 @@ class FixedPointModel:
         x = x.reshape(x.shape[0], self.n_in)  # -1 would not do for 0 rows
         if x.shape[0] == 0:
             return np.zeros((0, self.n_out), dtype)
-        if not self._f64:
-            return self._predict_int64(x).astype(dtype, copy=False)
         rows = x.shape[0]
-        chunk = self._chunk_rows(x) if rows > CHUNK_MIN_ROWS * 3 // 2 else rows
-        if rows <= chunk * 3 // 2:
-            return self._predict_f64(x, dtype)
-        # large batches in near-equal chunks (at most two sizes, so the scratch buffers are
-        # reused): a chunk's intermediate arrays stay in the caches
-        n_chunks = -(-rows // chunk)
-        bounds = np.linspace(0, rows, n_chunks + 1).round().astype(np.int64)
+        # pieces: at most working_set().rows rows (memory), and for the float64 chain near
+        # CHUNK_BYTES in the widest array (caches): near-equal, so at most two sizes (the
+        # scratch buffers are reused)
+        n_pieces = -(-rows // self.working_set().rows)
+        if self._f64 and rows > CHUNK_MIN_ROWS * 3 // 2:
+            chunk = self._chunk_rows(x)
+            if rows > chunk * 3 // 2:
+                n_pieces = max(n_pieces, -(-rows // chunk))
+        if n_pieces == 1:
+            return self._predict_piece(x, dtype)
+        bounds = np.linspace(0, rows, n_pieces + 1).round().astype(np.int64)
         out: np.ndarray = np.empty((rows, self.n_out), dtype)
         for a, b in itertools.pairwise(bounds):
-            out[a:b] = self._predict_f64(x[a:b], dtype)
+            out[a:b] = self._predict_piece(x[a:b], dtype)
         return out
 
-    def _predict_f64(self, x: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+    def _predict_piece(self, x: np.ndarray, dtype: type, widest: list[int] | None = None) -> np.ndarray:
+        """Rows of ``x`` in one go, on the float64 chain where the model has it; ``widest``
+        collects the size of every array the float64 chain makes (working_set.measure)."""
+        if not self._f64:
+            return self._predict_int64(x).astype(dtype, copy=False)
+        return self._predict_f64(x, dtype, widest)
+
+    def _predict_f64(self, x: np.ndarray, dtype: type = np.float64, widest: list[int] | None = None) -> np.ndarray:
         if self._io_in is None:
             v = from_float_f64(self.input_type, x)
         elif self._io_in == "float":
@@ -318,7 +379,7 @@ class FixedPointModel:
             io_in = self._io_in
             v = from_float_f64(io_in, x)
             v = cast_f64(self.input_type, v, io_in.frac, float(io_in.raw_min), float(io_in.raw_max))
-        v = self._run(v, True)
+        v = self._run(v, True, widest)
         out_t = self.output_type
         if not f64_capable(out_t):
             return self._output_int64(v).astype(dtype, copy=False)

@@ -440,33 +440,71 @@ class InferenceRequest:
 
     def exec(self, decoupled: bool = False):
         """Run this request on ``model_name``: its InferenceResponse (an error, if it failed,
-        in ``error()``), or with ``decoupled`` an iterator of its responses."""
+        in ``error()``), or with ``decoupled`` a ``ResponseIterator`` of its responses."""
         from fpgaserve.backends.hosting import CallFailed
 
         if decoupled:
-            return self._exec_stream()
+            return ResponseIterator(self)
         try:
             return self._response(_worker().call(self._payload()))
         except CallFailed as e:
             return InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
 
-    def _exec_stream(self):
-        from fpgaserve.backends.hosting import CallFailed
-
-        try:
-            for item in _worker().call(self._payload(), stream=True):
-                yield self._response(item)
-        except CallFailed as e:
-            # (the error response is the last: Triton 2.51 sends no empty one after it)
-            yield InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
-            return
-        yield InferenceResponse()  # the final, empty response, as Triton ends a decoupled stream
-
     async def async_exec(self, decoupled: bool = False):
         loop = asyncio.get_running_loop()
         if decoupled:
-            return await loop.run_in_executor(None, lambda: list(self._exec_stream()))
+            # (as Triton's: the iterator, whose responses arrive as the model sends them)
+            return await loop.run_in_executor(None, ResponseIterator, self)
         return await loop.run_in_executor(None, self.exec)
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS request (``exec(decoupled=True)``), as Triton's
+    python_backend hands them: iterate to get each as it comes, the last one empty; iterating
+    again once finished starts over. ``cancel()`` (python_backend r25.04) asks the server to
+    withdraw the request: one still queued never runs (its iteration ends with a CANCELLED
+    error response), a running one sees ``is_cancelled()`` and its responses go on until its
+    final one."""
+
+    def __init__(self, request: InferenceRequest):
+        self._stream = _worker().call(request._payload(), stream=True)
+        self._responses: list[InferenceResponse] = []
+        self._index = 0
+        self._finished = False
+
+    def __iter__(self) -> ResponseIterator:
+        if self._finished and self._index >= len(self._responses):
+            self._index = 0
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._index < len(self._responses):
+            self._index += 1
+            return self._responses[self._index - 1]
+        if self._finished:
+            raise StopIteration
+        response = self._receive()
+        self._responses.append(response)
+        self._index += 1
+        return response
+
+    def _receive(self) -> InferenceResponse:
+        from fpgaserve.backends.hosting import CallFailed
+
+        try:
+            item = next(self._stream)
+        except CallFailed as e:
+            # (the error response is the last: Triton 2.51 sends no empty one after it)
+            self._finished = True
+            return InferenceResponse(error=TritonError(e.text, _CODE_OF_STATUS.get(e.status, TritonError.INTERNAL)))
+        except StopIteration:
+            self._finished = True
+            return InferenceResponse()  # the final, empty response, as Triton ends a decoupled stream
+        return InferenceRequest._response(item)
+
+    def cancel(self) -> None:
+        if not self._finished:
+            self._stream.cancel()
 
 
 # ----------------------------------------------------------------------------- logging

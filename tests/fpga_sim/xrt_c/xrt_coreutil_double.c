@@ -2,13 +2,20 @@
  * A test double of XRT's libxrt_coreutil.so.2 (its C API: xrt/xrt_device.h, xrt_bo.h,
  * xrt_kernel.h, unchanged from XRT 2.8 to master) over fpgaserve's simulated cards.
  *
- * The rules (loads, contexts, banks, ERT states, hangs, the modelled timeline) stay in Python:
- * fpga_sim.card.SimCard, reached through fpga_sim.xrt_c_bridge, which registers a table of ctypes
- * callbacks here (fpgasim_register) the first time the library is used. Every callback returns
- * at once; the blocking is done here, without the GIL, as real XRT blocks in ioctl/poll: a sync
- * sleeps until the transfer's modelled end, a wait until the next modelled event of its CU (or
- * the caller's timeout). Through ctypes.CDLL no Python thread is held up; through ctypes.PyDLL
- * the caller keeps the GIL while this sleeps, as pyxrt's bindings do.
+ * Every sync, start, wait and buffer over user memory goes to the card core (card_core.c, the
+ * simulated card's per-event rules, in C), through the table fpgasim_core_table gives: no Python
+ * runs per event, and the blocking happens in the core without any lock or the GIL, as real XRT
+ * blocks in ioctl/poll. The cold path (opening a card, loading an xclbin, CU contexts, closing)
+ * is fpga_sim.card's, reached through fpga_sim.xrt_c_bridge, which registers a table of ctypes
+ * callbacks here (fpgasim_register) the first time the library is used. Through ctypes.CDLL no
+ * Python thread is held up; through ctypes.PyDLL the caller keeps the GIL while this sleeps, as
+ * pyxrt's bindings do.
+ *
+ * A process without a Python interpreter (a native host program) gets one for that cold path:
+ * the simulated card's loads and state files are Python, the host program and every event are
+ * not. FPGASERVE_SIM_LIBPYTHON names the libpython to load, FPGASERVE_SIM_PYTHONPATH the folders
+ * (os.pathsep-separated) to add as site directories (tests/, the venv's site-packages), and the
+ * usual PYTHONHOME where the interpreter's standard library is.
  *
  * Handles are pointers to objects this library made, kept in a registry: anything else (a random
  * pointer, a closed handle, a handle of another kind) is refused with EINVAL and never
@@ -21,7 +28,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "card_core.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -54,57 +62,48 @@ enum arg_kind { ARG_INT = 0, ARG_FLOAT = 1, ARG_DOUBLE = 2, ARG_GLOBAL = 3 };
 
 /* What the bridge's kernel_open fills in: the kernel's arguments as the xclbin lists them, and
  * for each of the kernel's CUs (in its order) the memory groups (bit g: GROUP_TOPOLOGY index g)
- * each argument is connected to; group[i]: what xrtKernelArgGroupId answers for argument i
- * (a property of the xclbin, fixed for the kernel's life), -1 where the bridge answers (its
- * error). Mirrored by fpga_sim.xrt_c_bridge.KernelInfo. */
+ * each argument is connected to, and its index in the card core; group[i]: what
+ * xrtKernelArgGroupId answers for argument i (a property of the xclbin, fixed for the kernel's
+ * life), -1 where the bridge answers (its error). Mirrored by fpga_sim.xrt_c_bridge.KernelInfo. */
 struct kernel_info {
     int32_t nargs;
     int32_t ncus;
     uint32_t payload_size;
-    int32_t reserved;
+    int32_t card; /* the card core's card */
     int32_t offset[MAX_ARGS];
     int32_t size[MAX_ARGS];
     int32_t kind[MAX_ARGS];
     int32_t group[MAX_ARGS];
+    int32_t cu[MAX_CUS]; /* the card core's index of the kernel's i-th CU */
     uint64_t conn[MAX_CUS][MAX_ARGS];
 };
 
-/* Command ids of closed runs the bridge has not been told of yet: handed over in batches
- * (run_forget), as forgetting only frees the bridge's record of a finished command. */
-#define FORGET_BATCH 64
-
-/* Every callback returns at once: ids > 0, 0, or -errno. Mirrored by xrt_c_bridge.Table. */
+/* The cold path: every callback returns at once: ids > 0, 0, or -errno. Mirrored by
+ * xrt_c_bridge.Table. */
 struct bridge {
-    int64_t (*dev_open)(int32_t index, const char *bdf);
+    int64_t (*dev_open)(int32_t index, const char *bdf, int64_t *out); /* out: core card, handle id */
     int32_t (*dev_close)(int64_t dev);
     int32_t (*dev_load)(int64_t dev, const char *path);
     int32_t (*dev_uuid)(int64_t dev, unsigned char *out);
-    int64_t (*bo_alloc)(int64_t dev, uint64_t size, uint64_t flags, uint32_t grp, uint64_t userptr,
-                        uint64_t *out);
-    int32_t (*bo_free)(int64_t bo);
-    int64_t (*sync_begin)(int64_t bo, int32_t dir, uint64_t size, uint64_t offset, double *end);
-    int32_t (*sync_finish)(int64_t xfer);
     int64_t (*kernel_open)(int64_t dev, const unsigned char *uuid, const char *name, int32_t exclusive,
                            struct kernel_info *out);
     int32_t (*kernel_group)(int64_t kernel, int32_t argno);
     int32_t (*kernel_close)(int64_t kernel);
-    int64_t (*bo_clone)(int64_t kernel, int32_t argno, int64_t bo, uint64_t *out);
-    int64_t (*run_start)(int64_t kernel, int64_t previous, const unsigned char *payload, uint32_t size,
-                         uint64_t cus, double *wake, uint64_t *generation);
-    int32_t (*run_poll)(int64_t cmd, double *wake);
-    int32_t (*run_forget)(const int64_t *cmds, int32_t n);
-    /* the card model's timeline generation: changes whenever an event could come earlier than
-     * a wake time it gave (a command queued, completed, aborted, hung or released) */
-    const volatile uint64_t *generation;
+    /* XRT's copy of buffer bo (size bytes) into a bank argno of the kernel reaches: the copy's
+     * core id; out: its group, its device address */
+    int64_t (*bo_clone)(int64_t kernel, int32_t argno, uint64_t bo, uint64_t size, uint64_t *out);
+    /* the card core (the same copy the card model drives) */
+    const struct fpgasim_core *core;
 };
 
 static struct bridge B;
 static int bridge_ready; /* set (under the GIL) by fpgasim_register */
 
 /* The CPU time of every callback into the bridge (thread CPU, CLOCK_THREAD_CPUTIME_ID, taken
- * around the call: the ctypes trampoline and taking the GIL included): the card model's own
- * CPU, which fpga_sim.card.stand_in_cpu_s adds up with the rest of the stand-in's. */
-#define N_CALLBACKS (offsetof(struct bridge, generation) / sizeof(void *))
+ * around the call: the ctypes trampoline and taking the GIL included), and how many; the card
+ * core meters them as the card model's own CPU too (fpga_sim.card.stand_in_cpu_s). */
+#define N_CALLBACKS (offsetof(struct bridge, core) / sizeof(void *))
+static const struct fpgasim_core *C;
 static uint64_t meter_ns[N_CALLBACKS], meter_calls[N_CALLBACKS];
 
 static uint64_t thread_cpu_ns(void)
@@ -129,25 +128,24 @@ API int fpgasim_meter(uint64_t *out, int n)
 /* Every callback goes through this: B.fn(args...), its thread CPU metered. */
 #define BRIDGE(fn, ...)                                                                             \
     ({                                                                                              \
+        C->meter_enter();                                                                           \
         uint64_t t0_ = thread_cpu_ns();                                                             \
         __typeof__(B.fn(__VA_ARGS__)) r_ = B.fn(__VA_ARGS__);                                       \
         size_t i_ = offsetof(struct bridge, fn) / sizeof(void *);                                   \
         __atomic_add_fetch(&meter_ns[i_], thread_cpu_ns() - t0_, __ATOMIC_RELAXED);                 \
         __atomic_add_fetch(&meter_calls[i_], 1, __ATOMIC_RELAXED);                                  \
+        C->meter_leave();                                                                           \
         r_;                                                                                         \
     })
 
-static uint64_t timeline_generation(void)
-{
-    return B.generation != NULL ? *B.generation : 0;
-}
-
-/* Not an XRT symbol: how fpga_sim.xrt_c_bridge hands its callbacks in. */
+/* Not an XRT symbol: how fpga_sim.xrt_c_bridge hands its callbacks (and the card core) in. */
 API int fpgasim_register(const struct bridge *table, size_t size)
 {
-    if (table == NULL || size != sizeof(struct bridge))
+    if (table == NULL || size != sizeof(struct bridge) || table->core == NULL ||
+        table->core->size != sizeof(struct fpgasim_core))
         return -EINVAL;
     memcpy(&B, table, sizeof B);
+    C = B.core;
     __atomic_store_n(&bridge_ready, 1, __ATOMIC_RELEASE);
     return 0;
 }
@@ -181,11 +179,49 @@ typedef void *(*import_fn)(const char *);
 typedef void *(*call_method_fn)(void *, const char *, const char *, ...);
 typedef void (*decref_fn)(void *);
 typedef void (*err_print_fn)(void);
+typedef void (*initialize_fn)(int);
+typedef int (*run_string_fn)(const char *);
+typedef void *(*save_thread_fn)(void);
+
+static pthread_once_t embed_once = PTHREAD_ONCE_INIT;
+
+/* No interpreter in this process (a native host program): start one for the simulated card's
+ * cold path, then let go of its GIL, so that every thread's callbacks can take it. */
+static void embed_python(void)
+{
+    const char *path = getenv("FPGASERVE_SIM_LIBPYTHON");
+    if (path == NULL || !*path) {
+        fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: no Python interpreter in this process, and "
+                        "FPGASERVE_SIM_LIBPYTHON does not name a libpython to run the simulated card's cold path "
+                        "(loads, state files) in\n");
+        return;
+    }
+    void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (lib == NULL) {
+        fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: cannot load %s: %s\n", path, dlerror());
+        return;
+    }
+    initialize_fn initialize = (initialize_fn)dlsym(lib, "Py_InitializeEx");
+    run_string_fn run = (run_string_fn)dlsym(lib, "PyRun_SimpleString");
+    save_thread_fn save = (save_thread_fn)dlsym(lib, "PyEval_SaveThread");
+    if (!initialize || !run || !save) {
+        fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: %s is not a libpython\n", path);
+        return;
+    }
+    initialize(0); /* 0: the host program keeps its signal handlers */
+    run("import os, site\n"
+        "for p in os.environ.get('FPGASERVE_SIM_PYTHONPATH', '').split(os.pathsep):\n"
+        "    if p:\n"
+        "        site.addsitedir(p)\n");
+    save();
+}
 
 static int bridge_up(void)
 {
     if (__atomic_load_n(&bridge_ready, __ATOMIC_ACQUIRE))
         return 1;
+    if (dlsym(RTLD_DEFAULT, "PyGILState_Ensure") == NULL)
+        pthread_once(&embed_once, embed_python);
     gil_ensure_fn ensure = (gil_ensure_fn)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
     gil_release_fn release = (gil_release_fn)dlsym(RTLD_DEFAULT, "PyGILState_Release");
     import_fn import = (import_fn)dlsym(RTLD_DEFAULT, "PyImport_ImportModule");
@@ -195,7 +231,7 @@ static int bridge_up(void)
     gil_check = (gil_check_fn)dlsym(RTLD_DEFAULT, "PyGILState_Check");
     if (!ensure || !release || !import || !call || !decref || !err_print) {
         fprintf(stderr, "[XRT] ERROR: simulated libxrt_coreutil: no Python interpreter in this process "
-                        "(the double drives fpga_sim's simulated cards through it)\n");
+                        "(the simulated card's cold path runs in one)\n");
         return 0;
     }
     Dl_info self;
@@ -222,32 +258,6 @@ static int bridge_up(void)
     return __atomic_load_n(&bridge_ready, __ATOMIC_ACQUIRE);
 }
 
-/* ------------------------------------------------------------------ time */
-static double monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Sleep until CLOCK_MONOTONIC (Python's time.monotonic()) reaches t. */
-static void sleep_until(double t)
-{
-    if (!isfinite(t))
-        t = monotonic_s() + 1.0;
-    struct timespec ts;
-    ts.tv_sec = (time_t)t;
-    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec += 1;
-        ts.tv_nsec -= 1000000000L;
-    }
-    if (ts.tv_nsec < 0)
-        ts.tv_nsec = 0;
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
-
 /* ------------------------------------------------------------------ handles */
 enum kind { K_DEVICE = 0x44657631, K_BO = 0x426f3031, K_KERNEL = 0x4b726e31, K_RUN = 0x52756e31 };
 
@@ -261,12 +271,14 @@ struct hdr {
 struct device {
     struct hdr h;
     int64_t id;
+    int32_t card;   /* the card core's card */
+    int64_t handle; /* the card handle its buffers belong to */
 };
 
 struct bo {
     struct hdr h;
     struct device *dev;
-    int64_t id;
+    uint64_t id; /* the card core's buffer */
     uint64_t size;
     uint64_t address;
     unsigned char *host; /* NULL: device only */
@@ -286,12 +298,7 @@ struct run {
     unsigned char *payload;
     uint64_t cus; /* the kernel's CUs (bit i: its i-th) this run may start on */
     struct bo *args[MAX_ARGS];
-    int64_t cmd;
-    /* what run_start said of cmd: when its CU's next event is, while the timeline is still at
-     * generation wake_gen (a wait that starts then sleeps until wake before it asks) */
-    double wake;
-    uint64_t wake_gen;
-    int wake_valid;
+    uint64_t cmd; /* the card core's command of the last start (a reference held) */
 };
 
 #define BUCKETS 4096
@@ -376,28 +383,6 @@ static void take(struct hdr *h)
 
 static void destroy(struct hdr *h);
 
-static int64_t forget_ids[FORGET_BATCH];
-static int forget_count;
-static pthread_mutex_t forget_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Tell the bridge of the commands of closed runs (all == 0: once FORGET_BATCH are pending). */
-static void forget_commands(int64_t cmd, int all)
-{
-    int64_t batch[FORGET_BATCH];
-    int n = 0;
-    pthread_mutex_lock(&forget_lock);
-    if (cmd)
-        forget_ids[forget_count++] = cmd;
-    if (forget_count > 0 && (all || forget_count == FORGET_BATCH)) {
-        n = forget_count;
-        memcpy(batch, forget_ids, sizeof batch[0] * (size_t)n);
-        forget_count = 0;
-    }
-    pthread_mutex_unlock(&forget_lock);
-    if (n)
-        BRIDGE(run_forget, batch, n);
-}
-
 static void drop(void *p)
 {
     struct hdr *h = p;
@@ -408,7 +393,7 @@ static void drop(void *p)
     pthread_mutex_unlock(&registry_lock);
     if (last) {
         int saved = errno; /* the caller's error survives the teardown */
-        destroy(h);        /* outside the lock: it calls into Python */
+        destroy(h);        /* outside the lock: it calls into the card model */
         errno = saved;
     }
 }
@@ -420,7 +405,7 @@ static void destroy(struct hdr *h)
         break; /* the card handle was closed by xrtDeviceClose */
     case K_BO: {
         struct bo *b = (struct bo *)h;
-        BRIDGE(bo_free, b->id);
+        C->bo_free(b->id);
         drop(b->dev);
         break;
     }
@@ -433,7 +418,7 @@ static void destroy(struct hdr *h)
     case K_RUN: {
         struct run *r = (struct run *)h;
         if (r->cmd)
-            forget_commands(r->cmd, 0);
+            C->cmd_release(r->cmd);
         for (int i = 0; i < MAX_ARGS; i++)
             drop(r->args[i]);
         free(r->payload);
@@ -478,12 +463,28 @@ static int check(int64_t rc)
     return 0;
 }
 
+/* A card core result: >= 0 as it is; else XRT's message printed, -errno -> errno (a simulator
+ * error, which no card would return, is EIO). */
+static int core_check(int64_t rc)
+{
+    if (rc >= 0)
+        return 0;
+    int err = rc == -FPGASIM_ESIM ? EIO : (int)-rc;
+    if (rc == -FPGASIM_ESIM)
+        fprintf(stderr, "[XRT] ERROR: simulated card: %s\n", C->last_error());
+    else
+        fprintf(stderr, "[XRT] ERROR: %s: %s\n", C->last_error(), strerror(err));
+    errno = err;
+    return -1;
+}
+
 /* ------------------------------------------------------------------ xrt_device.h */
 static void *device_open(int index, const char *bdf)
 {
     if (!bridge_up())
         return fail_null(ENOSYS);
-    int64_t id = BRIDGE(dev_open, index, bdf);
+    int64_t out[2] = {0, 0};
+    int64_t id = BRIDGE(dev_open, index, bdf, out);
     if (id <= 0)
         return fail_null(id < 0 ? (int)-id : EINVAL);
     struct device *d = make(sizeof *d, K_DEVICE);
@@ -492,6 +493,8 @@ static void *device_open(int index, const char *bdf)
         return fail_null(ENOMEM);
     }
     d->id = id;
+    d->card = (int32_t)out[0];
+    d->handle = out[1];
     reg_add(&d->h);
     return d;
 }
@@ -517,7 +520,6 @@ API int xrtDeviceClose(void *dhdl)
         return fail(EINVAL);
     /* as the process's exit would: contexts closed, buffers freed (objects still held by kernels,
      * bos and runs stay until they are closed, and fail on the card from now on) */
-    forget_commands(0, 1);
     int64_t rc = BRIDGE(dev_close, d->id);
     drop(d);
     return check(rc);
@@ -548,27 +550,44 @@ API int xrtDeviceGetXclbinUUID(void *dhdl, xuid_t out)
 }
 
 /* ------------------------------------------------------------------ xrt_bo.h */
+#define XRT_BO_FLAGS_DEV_ONLY (1ull << 28)
+/* buffer kinds whose memory the driver provides elsewhere: not modelled (EINVAL, as pyxrt's stand-in) */
+#define UNMODELLED_FLAGS ((1ull << 27) | (1ull << 29) | (1ull << 30)) /* SVM, HOST_ONLY, P2P */
+
 static void *bo_alloc(void *dhdl, void *userptr, size_t size, uint64_t flags, uint32_t grp)
 {
     struct device *d = acquire(dhdl, K_DEVICE);
     if (d == NULL)
         return fail_null(EINVAL);
+    if (userptr != NULL && (uintptr_t)userptr % 4096) {
+        /* xrt::bo's userptr constructor checks this before the driver does */
+        fprintf(stderr, "[XRT] ERROR: userptr is not aligned: %s\n", strerror(EINVAL));
+        drop(d);
+        return fail_null(EINVAL);
+    }
+    if (userptr == NULL && (flags & UNMODELLED_FLAGS)) {
+        fprintf(stderr, "[XRT] ERROR: failed to allocate bo: %s\n", strerror(EINVAL));
+        drop(d);
+        return fail_null(EINVAL);
+    }
     struct bo *b = make(sizeof *b, K_BO);
     if (b == NULL) {
         drop(d);
         return fail_null(ENOMEM);
     }
-    uint64_t out[2] = {0, 0};
-    int64_t id = BRIDGE(bo_alloc, d->id, size, flags, grp, (uint64_t)(uintptr_t)userptr, out);
-    if (id <= 0) {
+    uint64_t out[3] = {0, 0, 0};
+    int32_t kind = userptr != NULL ? FPGASIM_BO_USERPTR : (flags & XRT_BO_FLAGS_DEV_ONLY) ? FPGASIM_BO_DEVICE_ONLY : 0;
+    int64_t id = C->bo_alloc(d->card, d->handle, size, (int32_t)(grp & 0xffff), kind, userptr, out);
+    if (core_check(id) < 0) {
+        int err = errno;
         free(b);
         drop(d);
-        return fail_null(id < 0 ? (int)-id : EINVAL);
+        return fail_null(err);
     }
     b->dev = d; /* keeps the reference taken above */
-    b->id = id;
+    b->id = out[0];
     b->size = size;
-    b->host = (unsigned char *)(uintptr_t)out[0];
+    b->host = (unsigned char *)(uintptr_t)out[2];
     b->address = out[1];
     b->grp = grp & 0xffff;
     reg_add(&b->h);
@@ -664,23 +683,17 @@ API int xrtBOSync(void *bhdl, int dir, size_t size, size_t offset)
     struct bo *b = acquire(bhdl, K_BO);
     if (b == NULL)
         return fail(EINVAL);
-    double end = 0.0;
-    int64_t xfer = BRIDGE(sync_begin, b->id, dir, size, offset, &end);
     int rc = 0;
-    if (xfer < 0) {
-        rc = check(xfer);
+    if (dir == 2 || dir == 3) {
+        /* AIE GMIO directions: nothing on an Alveo PL design */
+    } else if (dir != 0 && dir != 1) {
+        fprintf(stderr, "[XRT] ERROR: invalid sync direction: %s\n", strerror(EINVAL));
+        rc = fail(EINVAL);
+    } else if (offset > b->size || size > b->size - offset) {
+        /* xclSyncBO returns -EINVAL, which XRT 2.17's buffer_object::sync ignores */
     } else {
-        /* the modelled transfer, without the GIL (xfer 0 with an end: the card side had the copy
-         * done at once and the bridge counted it); then the card side's answer (in process mode
-         * it can come later than the model: poll for it in short sleeps) */
-        if (end > monotonic_s())
-            sleep_until(end);
-        if (xfer > 0) {
-            int32_t state;
-            while ((state = BRIDGE(sync_finish, xfer)) == 1)
-                sleep_until(monotonic_s() + 0.0005);
-            rc = check(state);
-        }
+        /* the modelled transfer: the core blocks until its end, without the GIL */
+        rc = core_check(C->dma(b->id, offset, size, dir == 0));
     }
     drop(b);
     return rc;
@@ -783,7 +796,7 @@ static struct bo *connected_bo(struct run *r, int index, struct bo *b)
     if (clone == NULL)
         return NULL;
     uint64_t out[2] = {0, 0};
-    int64_t id = BRIDGE(bo_clone, r->k->id, index, b->id, out);
+    int64_t id = BRIDGE(bo_clone, r->k->id, index, b->id, b->size, out);
     if (id <= 0) {
         free(clone);
         errno = id < 0 ? (int)-id : EINVAL;
@@ -791,7 +804,7 @@ static struct bo *connected_bo(struct run *r, int index, struct bo *b)
     }
     take(&b->dev->h);
     clone->dev = b->dev;
-    clone->id = id;
+    clone->id = (uint64_t)id;
     clone->size = b->size;
     clone->address = out[1];
     clone->grp = (uint32_t)out[0];
@@ -806,7 +819,11 @@ API int xrtRunSetArg(void *rhdl, int index, ...)
     const struct kernel_info *ki = &r->k->info;
     if (index < 0 || index >= ki->nargs) {
         drop(r);
-        return fail(EINVAL); /* XRT: std::out_of_range from the argument vector */
+        /* XRT: std::out_of_range from the argument vector, caught as a std::exception: its
+         * message logged, -1 returned, errno left as it was (xrt_kernel.cpp, every release) */
+        fprintf(stderr, "[XRT] ERROR: vector::_M_range_check: __n (which is %d) >= this->size() (which is %d)\n",
+                index, ki->nargs);
+        return -1;
     }
     unsigned char *at = r->payload + ki->offset[index];
     size_t room = (size_t)ki->size[index];
@@ -866,15 +883,26 @@ API int xrtRunStart(void *rhdl)
     struct run *r = acquire(rhdl, K_RUN);
     if (r == NULL)
         return fail(EINVAL);
-    double wake = INFINITY;
-    uint64_t gen = 0; /* the timeline's generation when the bridge worked wake out */
-    int64_t cmd = BRIDGE(run_start, r->k->id, r->cmd, r->payload, r->k->info.payload_size, r->cus, &wake, &gen);
-    int rc = check(cmd);
-    if (rc == 0) {
-        r->cmd = cmd; /* the bridge forgot the previous command */
-        r->wake = wake;
-        r->wake_gen = gen;
-        __atomic_store_n(&r->wake_valid, B.generation != NULL, __ATOMIC_RELAXED);
+    const struct kernel_info *ki = &r->k->info;
+    int rc = 0;
+    if (r->cmd && C->cmd_state(r->cmd) == ERT_CMD_STATE_NEW) {
+        /* XRT: kernel_command::run throws std::runtime_error, caught as a std::exception: the
+         * message logged, -1 returned, errno left as it was (xrt_kernel.cpp, every release) */
+        fprintf(stderr, "[XRT] ERROR: bad command state, can't launch\n");
+        rc = -1;
+    } else {
+        int32_t cus[MAX_CUS];
+        int32_t n = 0;
+        for (int i = 0; i < ki->ncus && i < MAX_CUS; i++)
+            if (r->cus >> i & 1)
+                cus[n++] = ki->cu[i];
+        int64_t cmd = C->submit(ki->card, cus, n, r->payload, ki->payload_size, 1, NULL);
+        rc = core_check(cmd);
+        if (rc == 0) {
+            if (r->cmd)
+                C->cmd_release(r->cmd);
+            r->cmd = (uint64_t)cmd;
+        }
     }
     drop(r);
     return rc;
@@ -888,41 +916,18 @@ static int run_wait(void *rhdl, double timeout_s)
         errno = EINVAL;
         return ERT_CMD_STATE_ABORT;
     }
-    int64_t cmd = r->cmd;
     int state = ERT_CMD_STATE_NEW;
-    double deadline = timeout_s > 0 ? monotonic_s() + timeout_s : INFINITY;
-    /* the wake run_start gave, while nothing on the timeline changed since: what a poll now
-     * would answer (NEW until then), without asking */
-    int known = __atomic_exchange_n(&r->wake_valid, 0, __ATOMIC_RELAXED) && timeline_generation() == r->wake_gen &&
-                monotonic_s() < r->wake;
-    while (cmd) {
-        double wake = INFINITY;
-        int32_t rc = ERT_CMD_STATE_NEW;
-        if (known) {
-            wake = r->wake;
-            known = 0;
-        } else {
-            rc = BRIDGE(run_poll, cmd, &wake);
-        }
-        if (rc < 0) {
-            errno = -rc;
+    if (r->cmd) {
+        int32_t done = C->wait(&r->cmd, 1, timeout_s > 0 ? timeout_s : -1.0); /* without the GIL */
+        if (done < 0) {
+            errno = -done;
             state = ERT_CMD_STATE_ABORT;
-            break;
-        }
-        if (rc != ERT_CMD_STATE_NEW) {
-            state = rc;
-            break;
-        }
-        double now = monotonic_s();
-        if (now >= deadline) {
+        } else if (done == 0) {
             state = ERT_CMD_STATE_TIMEOUT;
-            break;
+        } else {
+            int32_t s = C->cmd_state(r->cmd);
+            state = s < 0 ? ERT_CMD_STATE_ABORT : s;
         }
-        double target = wake < deadline ? wake : deadline;
-        if (!isfinite(target))
-            target = now + 1.0;
-        if (target > now)
-            sleep_until(target); /* without the GIL */
     }
     drop(r);
     return state;
@@ -949,8 +954,7 @@ API int xrtRunState(void *rhdl)
     }
     int state = ERT_CMD_STATE_NEW;
     if (r->cmd) {
-        double wake;
-        int32_t rc = BRIDGE(run_poll, r->cmd, &wake);
+        int32_t rc = C->cmd_state(r->cmd);
         if (rc < 0) {
             errno = -rc;
             state = ERT_CMD_STATE_ABORT;

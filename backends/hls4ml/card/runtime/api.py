@@ -92,6 +92,10 @@ _SLEEP_MAX_S = 1e-3
 
 
 class RunHandle(ABC):
+    #: once a call ended FAILED: what the runtime said, naming its call and code (for the error
+    #: the batch fails with and the log), when it said more than the state
+    failure: str | None = None
+
     @abstractmethod
     def poll(self) -> RunState:
         """The call's state now; never blocks."""
@@ -112,8 +116,10 @@ class RunHandle(ABC):
                 time.sleep(min(sleep, max(deadline - now, 0.0)))
                 sleep = min(sleep * 2, _SLEEP_MAX_S)
 
-    def release(self) -> None:  # noqa: B027  (nothing to give back for most runtimes)
-        """The caller is done with the call (ended, or given up on after its deadline)."""
+    def release(self, rest: list | None = None) -> None:  # noqa: B027  (nothing to give back for most runtimes)
+        """The caller is done with the call (ended, or given up on after its deadline).
+        ``rest``: arguments (as for ``start``) a runtime that reuses its runs may leave bound
+        in place of this call's buffers over request memory, so that none stays held."""
 
 
 class ComputeUnitHandle(ABC):

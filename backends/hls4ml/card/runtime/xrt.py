@@ -64,6 +64,7 @@ MAX_PROBE = 64  # XRT < 2.17 has no enumerate_devices(): probe indices until one
 # ert_cmd_state values (XRT ert.h); compared as ints: pyxrt binds this C enum as convertible
 ERT_COMPLETED = 4
 ERT_FAILED = {5, 6, 8, 9, 10, 11}  # ERROR, ABORT, TIMEOUT (the scheduler's), NORESPONSE, SKERROR, SKCRASHED
+ERT_STATE_NAMES = {5: "ERROR", 6: "ABORT", 8: "TIMEOUT", 9: "NORESPONSE", 10: "SKERROR", 11: "SKCRASHED"}
 
 
 class XrtApi(CardApi):
@@ -364,16 +365,18 @@ class XrtComputeUnit(ComputeUnitHandle):
 
 
 class XrtRun(RunHandle):
-    __slots__ = ("run",)
+    __slots__ = ("failure", "run")
 
     def __init__(self, run):
         self.run = run
+        self.failure: str | None = None
 
     def poll(self) -> RunState:
         state = int(self.run.state())
         if state == ERT_COMPLETED:
             return RunState.COMPLETED
         if state in ERT_FAILED:
+            self.failure = f"run.state() returned {ERT_STATE_NAMES.get(state, 'state')} ({state})"
             return RunState.FAILED
         return RunState.RUNNING
 

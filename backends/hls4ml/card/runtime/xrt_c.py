@@ -27,8 +27,12 @@ Rules this module keeps:
 * waits block in C: ``xrtRunWaitFor`` in slices of at most :data:`WAIT_SLICE_MS` until the
   caller's deadline (0 ms would mean forever; TIMEOUT (8) means the slice ran out);
 * errors come back as NULL handles, non-zero ints, ABORT from waits, ``SIZE_MAX``/``UINT64_MAX``;
-  ``errno`` is set only for XRT's own errors (sometimes negated) and XRT prints its message to
-  its log, so an error here names the call and both codes, never errno alone;
+  ``errno`` is set only for XRT's own errors (sometimes negated; its ``std::exception`` paths
+  return -1 or ABORT and leave errno as it was) and XRT prints its message to its log, so an
+  error here names the call and its code, and errno only as that call left it: errno is
+  cleared before every call whose failure is reported (ctypes keeps one errno per thread for
+  every library loaded with ``use_errno``, so a value left by any earlier call would otherwise
+  be reported as this one's);
 * ``xrtPLKernelOpen`` creates the hardware context itself; ``xrtDeviceLoadXclbinFile`` is the
   user-partition loader on 2RP shells, and loads an F1 ``.awsxclbin`` through the same call;
 * buffers over the caller's memory (``xrtBOAllocUserPtr``) take a memory group, so unlike
@@ -160,14 +164,55 @@ def load_library(path: str | None = None) -> ctypes.CDLL:
     return lib
 
 
+#: calls that never block in XRT (xrtRunSetArg writes the argument into the run's command
+#: packet; xrtRunState reads the command's state word; xrtRunStart hands the command to ERT's
+#: queue, one ioctl that returns at once: pyxrt's binding holds the GIL in it too): called
+#: holding the GIL, through the same library loaded as ``ctypes.PyDLL``. Releasing and taking
+#: back the GIL around each of them is what they cost an engine whose instance threads share
+#: it: a waiting thread is woken for every release (a futex wake, on a VM an inter-processor
+#: interrupt). Every call that can block (syncs, allocations that pin pages, waits, frees)
+#: still releases it.
+QUICK_CALLS = ("xrtRunSetArg", "xrtRunState", "xrtRunStart")
+
+
+def load_quick_calls(path: str) -> dict[str, Callable]:
+    """:data:`QUICK_CALLS` from ``path`` (already loaded: the same handle) as PyDLL functions."""
+    lib = ctypes.PyDLL(path, use_errno=True)
+    calls = {}
+    for name in QUICK_CALLS:
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = _PROTOTYPES[name]
+        calls[name] = fn
+    return calls
+
+
+def _errno_text(err: int) -> str:
+    e = abs(err)
+    name = errno_module.errorcode.get(e)
+    return f"errno {err} ({name}: {os.strerror(e)})" if name else f"errno {err}"
+
+
+def _code_text(code: int) -> str:
+    """A return code; XRT's older releases return an ``xrt_core::error``'s negated errno."""
+    name = errno_module.errorcode.get(-code) if code < -1 else None
+    return f"returned {code}" + (f" ({name}: {os.strerror(-code)})" if name else "")
+
+
 def _failure(call: str, code: int | None = None) -> str:
-    """What a failed call said: its return code (when it returns one) and errno, both raw."""
+    """What a failed call said: its return code (when it returns one) and the errno it left
+    (the caller cleared errno just before the call: see the module docstring)."""
     err = ctypes.get_errno()
-    parts = [] if code is None else [f"returned {code}"]
-    if err:
-        e = abs(err)
-        parts.append(f"errno {err} ({os.strerror(e) if e in errno_module.errorcode else 'unknown'})")
-    return f"{call} failed" + (f": {', '.join(parts)}" if parts else "") + " (XRT's log has its message)"
+    parts = [] if code is None else [_code_text(code)]
+    parts.append(_errno_text(err) if err else "errno not set")
+    return f"{call} failed: {', '.join(parts)} (XRT's log has its message)"
+
+
+def _state_failure(call: str, state: int) -> str:
+    """What a wait or a state query that reported a failed call said: the state, and the errno
+    the call left (cleared before it)."""
+    err = ctypes.get_errno()
+    text = f"{call} returned {STATE_NAMES.get(state, 'state')} ({state})"
+    return text + (f", {_errno_text(err)}" if err else "") + " (XRT's log has its message)"
 
 
 class XrtCApi(CardApi):
@@ -176,6 +221,7 @@ class XrtCApi(CardApi):
     def __init__(self, path: str | None = None):
         self.path = path or library_path()
         self.lib = load_library(self.path)
+        self.quick = load_quick_calls(self.path)
         self.pyxrt = _import_pyxrt()
         # a simulated card says so through its pyxrt stand-in, as it does on the pyxrt path
         self.simulated = bool(getattr(self.pyxrt, "SIMULATED", False))
@@ -232,6 +278,7 @@ class XrtCDevice(CardDevice):
     def __init__(self, api: XrtCApi, index: int, handle: int | None = None):
         self._api = api
         self._lib = api.lib
+        self._quick = api.quick
         self.index = index
         self.simulated = api.simulated
         self.ert = True
@@ -396,6 +443,18 @@ def _scalar_type(arg: KernelArg) -> type:
 
 
 class XrtCComputeUnit(ComputeUnitHandle):
+    """One compute unit's kernel handle and its runs.
+
+    Runs are reused: a call's run goes back to the idle list when it ends, and keeps what was
+    set as its arguments, so the next start on it sets only the arguments that differ (a
+    buffer other than the one bound, a scalar of another value): for a runner's own buffers
+    and a steady batch size, nothing but a wrapped request's input (measured: the run open,
+    three xrtRunSetArg and the run close of every call were ~18 µs of the engine's CPU per
+    event, single-threaded, and a GIL hand-over each under load). A run keeps the last
+    buffers bound as XRT's run does (it holds them): a buffer over request memory stays pinned
+    until that run's next start replaces it, or the compute unit closes (at most one request
+    per idle run: two per compute unit as ``fpgaserve pack`` places instances)."""
+
     serialized = False  # ERT queues calls per compute unit
 
     def __init__(self, device: XrtCDevice, name: str, kernel: Kernel, handle: int):
@@ -403,8 +462,12 @@ class XrtCComputeUnit(ComputeUnitHandle):
         self.name = name
         self.kernel = kernel
         self._lib = device._lib
+        self._set_arg = device._quick["xrtRunSetArg"]
+        self._run_state = device._quick["xrtRunState"]
+        self._run_start = device._quick["xrtRunStart"]
         self._handle: int | None = handle
-        self._idle_runs: list[int] = []  # run handles whose call ended, reused by the next start
+        #: runs whose call ended, reused by the next start, each with what it has bound
+        self._idle_runs: list[tuple[int, list]] = []
         self._runs: set[int] = set()
         self._lock = threading.Lock()
         #: argument id -> memory group (xrtKernelArgGroupId), asked once
@@ -423,46 +486,68 @@ class XrtCComputeUnit(ComputeUnitHandle):
         if handle is None:
             raise DeviceError(f"card {self.device.index}: compute unit {self.name} is closed")
         with self._lock:
-            run = self._idle_runs.pop() if self._idle_runs else None
-        if run is None:
+            idle = self._idle_runs.pop() if self._idle_runs else None
+        if idle is None:
             ctypes.set_errno(0)
             run = lib.xrtRunOpen(handle)
             if not run:
                 raise DeviceError(f"card {self.device.index}: starting {self.name}: " + _failure("xrtRunOpen"))
             with self._lock:
                 self._runs.add(run)
-        # a run keeps the buffers set as its arguments (XRT's run holds them): one that carried a
-        # buffer over request memory is closed after its call, so those pages are not held
-        reusable = True
-        set_arg = lib.xrtRunSetArg
+            bound: list = [None] * len(self._arg_plan)
+        else:
+            run, bound = idle
+        set_arg = self._set_arg
+        set_errno = ctypes.set_errno
+        slot = 0
+        user: tuple[int, ...] = ()
         try:
             for (spec, index, ctype), value in zip(self._arg_plan, args):
                 if type(value) in _BUFFER_TYPES:  # not isinstance: through ABCMeta for every int
                     if value.user:
-                        reusable = False
+                        user += (slot,)
                     argument = value.argument
                     if argument is None:
                         raise DeviceError("the buffer was freed")
-                    code = set_arg(run, index, argument)
+                    if argument is not bound[slot]:  # the same ctypes handle object: the same buffer
+                        set_errno(0)
+                        code = set_arg(run, index, argument)
+                    else:
+                        code = 0
+                    bound[slot] = argument
+                elif value == bound[slot] and type(value) is type(bound[slot]):
+                    code = 0
                 else:
-                    code = set_arg(run, index, ctype(int(value)))
+                    set_errno(0)
+                    if ctype is ctypes.c_double:  # a float scalar: its value, not an int of it
+                        code = set_arg(run, index, ctype(float(value)))
+                    else:
+                        code = set_arg(run, index, ctype(int(value)))
+                    bound[slot] = value
                 if code != 0:
+                    bound[slot] = None
                     raise DeviceError(
                         f"card {self.device.index}: argument {spec.name} of {self.name}: "
                         + _failure("xrtRunSetArg", code)
                     )
-            code = lib.xrtRunStart(run)
+                slot += 1
+            set_errno(0)
+            code = self._run_start(run)
             if code != 0:
                 raise DeviceError(f"card {self.device.index}: starting {self.name}: " + _failure("xrtRunStart", code))
         except DeviceError:
             self._close_run(run)
             raise
-        return XrtCRun(self, run, reusable)
+        return XrtCRun(self, run, bound, user)
 
-    def _recycle(self, run: int) -> None:
+    def _recycle(self, run: int, bound: list | None = None) -> None:
+        """Back to the idle runs (``bound``: what it has as arguments; None: unknown, every
+        argument is set again at its next start)."""
+        if bound is None:
+            bound = [None] * len(self._arg_plan)
         with self._lock:
             if self._handle is not None and run in self._runs:
-                self._idle_runs.append(run)
+                self._idle_runs.append((run, bound))
                 return
         self._close_run(run)
 
@@ -471,8 +556,7 @@ class XrtCComputeUnit(ComputeUnitHandle):
             if run not in self._runs:
                 return
             self._runs.discard(run)
-            if run in self._idle_runs:
-                self._idle_runs.remove(run)
+            self._idle_runs = [idle for idle in self._idle_runs if idle[0] != run]
         self._lib.xrtRunClose(run)
 
     def close(self) -> None:
@@ -486,24 +570,28 @@ class XrtCComputeUnit(ComputeUnitHandle):
 
 
 class XrtCRun(RunHandle):
-    __slots__ = ("_cu", "_reusable", "_run", "_state")
+    __slots__ = ("_bound", "_cu", "_run", "_state", "_user", "failure")
 
-    def __init__(self, cu: XrtCComputeUnit, run: int, reusable: bool = True):
+    def __init__(self, cu: XrtCComputeUnit, run: int, bound: list, user: tuple[int, ...] = ()):
         self._cu = cu
         self._run: int | None = run
-        self._reusable = reusable
+        self._bound = bound  # what the run has as its arguments (ctypes handles, scalars)
+        self._user = user  # the argument slots that hold a buffer over request memory
         self._state = RunState.RUNNING
+        self.failure: str | None = None
 
     def poll(self) -> RunState:
         if self._run is None or self._state is not RunState.RUNNING:
             return self._state
-        return self._settle(self._cu._lib.xrtRunState(self._run))
+        ctypes.set_errno(0)
+        return self._settle(self._cu._run_state(self._run), "xrtRunState")
 
-    def _settle(self, state: int) -> RunState:
+    def _settle(self, state: int, call: str) -> RunState:
         if state == ERT_COMPLETED:
             self._state = RunState.COMPLETED
         elif state in ERT_FAILED:
             self._state = RunState.FAILED
+            self.failure = _state_failure(call, state)
         return self._state
 
     def wait(self, deadline: float) -> RunState:
@@ -514,19 +602,33 @@ class XrtCRun(RunHandle):
             left_ms = int((deadline - time.perf_counter()) * 1000.0 + 0.999)
             if left_ms <= 0:
                 return self.poll()
+            ctypes.set_errno(0)
             state = lib.xrtRunWaitFor(self._run, min(left_ms, WAIT_SLICE_MS))  # 0 would mean forever
             if state != ERT_TIMEOUT:
-                self._settle(state)
+                self._settle(state, "xrtRunWaitFor")
         return self._state
 
-    def release(self) -> None:
+    def release(self, rest: list | None = None) -> None:
+        """Hand the run back for the next start; a run holding a buffer over request memory
+        first has those arguments set to ``rest``'s (the runner's own buffers: the request's
+        pages are then not held), or is closed when there is no ``rest`` to set."""
         run, self._run = self._run, None
         if run is None:
             return
-        if self._state is RunState.RUNNING or not self._reusable:
-            self._cu._close_run(run)  # a hung call's run is never reused
-        else:
-            self._cu._recycle(run)
+        cu = self._cu
+        if self._state is RunState.RUNNING:
+            cu._close_run(run)  # a hung call's run is never reused
+            return
+        bound = self._bound
+        for slot in self._user:
+            value = rest[slot] if rest is not None and slot < len(rest) else None
+            # an allocated buffer, not one over request memory
+            argument = value.argument if isinstance(value, XrtCBuffer) and not value.user else None
+            if argument is None or cu._set_arg(run, cu._arg_plan[slot][1], argument) != 0:
+                cu._close_run(run)
+                return
+            bound[slot] = argument
+        cu._recycle(run, bound)
 
 
 class XrtCBuffer(DeviceBuffer):
@@ -560,6 +662,7 @@ class XrtCBuffer(DeviceBuffer):
         argument = self.argument
         if argument is None:
             raise DeviceError("the buffer was freed")
+        ctypes.set_errno(0)
         code = self._lib.xrtBOSync(argument, direction, nbytes, offset)
         if code != 0:
             where = "to" if direction == SYNC_TO_DEVICE else "from"
