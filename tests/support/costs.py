@@ -197,7 +197,7 @@ def summarize(folder: Path) -> None:
             f"{sum(r['cpu'] for r in ready):.1f} CPU s to ready, {sum(r['wall'] for r in ready):.1f} wall s"
         )
         for r in sorted(ready, key=lambda r: -r["cpu"])[:15]:
-            print(f"  {r['cpu']:6.1f} CPU s {r['wall']:6.1f} s  {r['nodeid'] or '(nested)'}  {r['argv'][:160]}")
+            print(f"  {r['cpu']:6.1f} CPU s {r['wall']:6.1f} s  {r['nodeid'] or '(nested)'}  {r.get('argv', '')[:160]}")
     by_module: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for r in outer:
         if r["type"] == "phase":
