@@ -187,8 +187,13 @@ class SequenceBatcher(Scheduler):
         if not self.oldest and seq.slot is not None:
             self._instance_wakeups[seq.slot[0]].set()
 
-    def _reap_idle(self, now: int) -> float:
-        """End sequences idle for longer than max_sequence_idle; return seconds to the next expiry."""
+    def _reap_idle(self, now: int) -> float | None:
+        """End sequences idle for longer than max_sequence_idle; return seconds to the next
+        expiry (at most ``_IDLE_WAKEUP_S``), or None without sequences: then nothing can expire
+        and a new sequence's arrival wakes the loops (an idle wake every 0.5 s per instance
+        cost an idle server 1.5-2.7 % of a core with the dynamic batchers' wakes, measured)."""
+        if not self.sequences:
+            return None
         nearest = _IDLE_WAKEUP_S
         for seq in list(self.sequences.values()):
             if seq.queue or seq.in_flight:
@@ -296,7 +301,8 @@ class SequenceBatcher(Scheduler):
                     if batch:
                         return batch
                     continue
-                timeout = min(timeout, (self.delay_ns - waited) / 1e9)
+                delay_s = (self.delay_ns - waited) / 1e9
+                timeout = delay_s if timeout is None else min(timeout, delay_s)
             elif self._stopping and not any(s.queue for s in self.sequences.values()):
                 return []
             await self._wakeup.wait(timeout)
