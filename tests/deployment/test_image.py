@@ -312,7 +312,8 @@ def test_podman_stop_drains_and_exits_zero(podman):
     status, code = podman.state(name)
     log = podman.logs(name)
     assert (status, code) == ("exited", 0), log
-    assert "shutting down: draining in-flight requests" in log and "server stopped" in log, log
+    assert "Signal (15) received." in log and "Waiting for in-flight requests to complete" in log, log
+    assert "server stopped" in log, log
 
 
 # ------------------------------------------------------------------------------- cmsTriton
